@@ -1,0 +1,12 @@
+"""Delegates: the backend interface, the registry keyed by backend id, and the built-in backends."""
+
+from pterun.backends.interface import BackendInitContext, BackendInterface, CompileSpec
+from pterun.backends.registry import BackendRegistry
+
+
+def default_backend_registry() -> BackendRegistry:
+    """A registry of every built-in backend; each is imported only when a program needs it."""
+    return BackendRegistry()
+
+
+__all__ = ["BackendInitContext", "BackendInterface", "BackendRegistry", "CompileSpec", "default_backend_registry"]

@@ -1,0 +1,64 @@
+"""The delegate interface: what a backend implements to run a program's delegate blobs.
+
+Mirrors ExecuTorch's ``BackendInterface``. At method load the executor calls
+``init`` once per delegate with the blob the exporter wrote (a read-only
+``memoryview``; copy what must outlive the call) and its compile specs, and
+keeps the handle ``init`` returns. ``execute`` gets the handle and the call's
+values, inputs first, then outputs: torch tensors (which the backend writes in
+place, resizing dynamic ones), ints, floats, bools or None. ``destroy`` runs
+when the method is dropped.
+
+Errors: raise a :class:`pterun.errors.PteError` subclass. By ExecuTorch's
+convention a blob the backend cannot run is ``DelegateInvalidCompatibility``
+(0x30), an allocation failure ``DelegateMemoryAllocationFailed`` (0x31), and a
+bad handle at execute ``DelegateInvalidHandle`` (0x32). Anything else raised
+from ``execute`` is reported as ``Internal``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    key: str
+    value: bytes
+
+
+@dataclass
+class BackendInitContext:
+    """What a backend may use while initializing one delegate."""
+
+    method_name: str
+    # Named data from the program and any .ptd files the caller gave (the .ptd first).
+    named_data: Mapping[str, memoryview]
+    # Options the caller passed for this backend at load (ExecuTorch's LoadBackendOptionsMap).
+    runtime_specs: Mapping[str, Any] = field(default_factory=dict)
+    # The device the method runs on ("cpu" unless the program was loaded with device=...).
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    def get_runtime_spec(self, key: str, default: Any = None) -> Any:
+        return self.runtime_specs.get(key, default)
+
+
+class BackendInterface(ABC):
+    @abstractmethod
+    def is_available(self) -> bool:
+        """Whether this backend can run here (its libraries and devices exist)."""
+
+    @abstractmethod
+    def init(self, context: BackendInitContext, processed: memoryview, compile_specs: tuple[CompileSpec, ...]) -> Any:
+        """Prepares one delegate blob; returns the handle ``execute`` will get."""
+
+    @abstractmethod
+    def execute(self, handle: Any, args: list) -> None:
+        """Runs the delegate: reads the inputs and writes the outputs in ``args``."""
+
+    def destroy(self, handle: Any) -> None:  # noqa: B027 - optional hook
+        """Releases what ``init`` acquired."""

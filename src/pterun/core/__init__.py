@@ -1,0 +1,1 @@
+"""Vocabulary shared by every layer above the format: devices, dtypes, layouts."""

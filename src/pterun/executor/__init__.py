@@ -1,0 +1,7 @@
+"""Where format, memory, kernels and backends meet: Program, Method, MethodMeta."""
+
+from pterun.executor.meta import MethodMeta, TensorInfo
+from pterun.executor.method import Method
+from pterun.executor.program import Program, Registries
+
+__all__ = ["Method", "MethodMeta", "Program", "Registries", "TensorInfo"]

@@ -1,0 +1,236 @@
+"""Compiles a method's instruction chain into one Python function.
+
+Every value the method uses becomes a name the function reads directly:
+
+* ``c<i>``: a value fixed at load (a planned or constant tensor, a scalar, a
+  list), bound as a closure variable;
+* ``p<i>``: a tensor the caller supplies on each call (unplanned inputs and
+  output buffers), a parameter;
+* ``v<i>``: a value an instruction computes (symbolic sizes, views, moved
+  values), a local variable.
+
+Each kernel call becomes one call expression with its arguments in the places
+its :class:`~pterun.kernels.Binding` gives, so executing a method is one
+Python call with no interpretation loop, no lookups and no argument lists
+built per instruction. Chains with jumps (control flow) become a small state
+machine over their basic blocks.
+
+The generated source is kept (``CompiledMethod.source``) and every line maps
+back to its instruction, so an error raised inside names the instruction and
+operator that failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from pterun.format import FreeCall, JumpFalseCall, MoveCall
+from pterun.kernels import Binding
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    name: str
+    binding: Binding
+    args: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DelegateStep:
+    name: str
+    fn: Callable[[list], None]
+    args: tuple[int, ...]
+
+
+Step = KernelStep | DelegateStep | MoveCall | JumpFalseCall | FreeCall
+
+
+@dataclass
+class MethodValues:
+    """What the compiler needs to know of each value."""
+
+    objects: list  # the load-time object of every value (None for parameters)
+    params: list[int]  # value indices passed in on each call, in order
+    locals: set[int]  # value indices instructions assign
+    dynamic: set[int]  # tensors whose shape changes from call to call (emptied before torch writes them)
+    list_items: dict[int, tuple[int, ...]] = field(default_factory=dict)  # list value -> item value indices (-1: None)
+
+
+@dataclass
+class CompiledMethod:
+    run: Callable
+    source: str
+    lines: dict[int, int]  # source line -> instruction index
+    filename: str
+
+
+def _truth(cond) -> bool:
+    # A JumpFalse condition is a bool or a bool tensor, true when all its elements are.
+    if isinstance(cond, torch.Tensor):
+        return bool(cond.all())
+    return bool(cond)
+
+
+class _Compiler:
+    def __init__(self, values: MethodValues, steps: Sequence[Step], outputs: Sequence[int], name: str) -> None:
+        self.values = values
+        self.steps = steps
+        self.outputs = outputs
+        self.name = name
+        self.env: dict[str, object] = {"_truth": _truth}
+        self.lines: list[str] = []
+        self.line_step: dict[int, int] = {}
+        self.params = set(values.params)
+        # Lists whose items change per call are updated in place before each use.
+        self.dynamic_items: dict[int, list[tuple[int, int]]] = {}
+        for li, items in values.list_items.items():
+            moving = [(j, item) for j, item in enumerate(items) if item in values.locals or item in self.params]
+            if moving:
+                self.dynamic_items[li] = moving
+
+    def ref(self, index: int) -> str:
+        if index in self.values.locals:
+            return f"v{index}"
+        if index in self.params:
+            return f"p{index}"
+        name = f"c{index}"
+        self.env.setdefault(name, self.values.objects[index])
+        return name
+
+    def emit(self, indent: int, text: str, step: int | None = None) -> None:
+        self.lines.append("    " * indent + text)
+        if step is not None:
+            self.line_step[len(self.lines)] = step
+
+    def list_updates(self, index: int, indent: int, step: int) -> None:
+        for j, item in self.dynamic_items.get(index, ()):
+            self.emit(indent, f"{self.ref(index)}[{j}] = {self.ref(item)}", step)
+
+    def kernel(self, n: int, step: KernelStep, indent: int) -> None:
+        b = step.binding
+        args = step.args
+        fn_name = f"k{n}"
+        self.env[fn_name] = b.fn
+        converters = dict(b.convert)
+        exprs: dict[int, str] = {}
+        for pos in (*b.positional, *(i for _, i in b.keywords)):
+            vi = args[pos]
+            self.list_updates(vi, indent, n)
+            if pos in converters:
+                if vi in self.values.locals or vi in self.params:
+                    conv = f"f{n}_{pos}"
+                    self.env[conv] = converters[pos]
+                    exprs[pos] = f"{conv}({self.ref(vi)})"
+                else:
+                    const = f"x{n}_{pos}"
+                    self.env[const] = converters[pos](self.values.objects[vi])
+                    exprs[pos] = const
+            else:
+                exprs[pos] = self.ref(vi)
+        for pos in b.writes:
+            vi = args[pos]
+            for target in self.values.list_items.get(vi, (vi,)):
+                if target in self.values.dynamic:
+                    self.emit(indent, f"{self.ref(target)}.resize_(0)", n)
+        call_args = [exprs[p] for p in b.positional] + [f"{k}={exprs[p]}" for k, p in b.keywords]
+        call = f"{fn_name}({', '.join(call_args)})"
+        if b.result is not None:
+            self.emit(indent, f"{self.ref(args[b.result])} = {call}", n)
+        else:
+            self.emit(indent, call, n)
+
+    def delegate(self, n: int, step: DelegateStep, indent: int) -> None:
+        fn_name, list_name = f"k{n}", f"a{n}"
+        self.env[fn_name] = step.fn
+        self.env[list_name] = [None if (a in self.values.locals or a in self.params) else self.values.objects[a]
+                               for a in step.args]
+        for j, a in enumerate(step.args):
+            if a in self.values.locals or a in self.params:
+                self.emit(indent, f"{list_name}[{j}] = {self.ref(a)}", n)
+        for a in step.args:
+            self.list_updates(a, indent, n)
+        self.emit(indent, f"{fn_name}({list_name})", n)
+
+    def step(self, n: int, indent: int) -> None:
+        step = self.steps[n]
+        if isinstance(step, KernelStep):
+            self.kernel(n, step, indent)
+        elif isinstance(step, DelegateStep):
+            self.delegate(n, step, indent)
+        elif isinstance(step, MoveCall):
+            self.emit(indent, f"v{step.target} = {self.ref(step.source)}", n)
+        elif isinstance(step, FreeCall):
+            pass  # memory is released when nothing refers to it any more
+
+    def compile(self) -> CompiledMethod:
+        params = ", ".join(f"p{i}" for i in self.values.params)
+        self.emit(1, f"def run({params}):")
+        for index in sorted(self.values.locals):
+            self.emit(2, f"v{index} = {self._initial(index)}")
+        jumps = [n for n, s in enumerate(self.steps) if isinstance(s, JumpFalseCall)]
+        if not jumps:
+            for n in range(len(self.steps)):
+                self.step(n, 2)
+        else:
+            self._state_machine(jumps)
+        outputs = "".join(f"{self.ref(o)}, " for o in self.outputs)
+        self.emit(2, f"return ({outputs})")
+        return self._build()
+
+    def _initial(self, index: int) -> str:
+        name = f"c{index}"
+        self.env.setdefault(name, self.values.objects[index])
+        return name
+
+    def _state_machine(self, jumps: list[int]) -> None:
+        end = len(self.steps)
+        starts = {0}
+        for n in jumps:
+            starts.add(self.steps[n].destination)
+            starts.add(n + 1)
+        starts = sorted(s for s in starts if s < end)
+        self.emit(2, "pc = 0")
+        self.emit(2, f"while pc != {end}:")
+        for bi, start in enumerate(starts):
+            stop = starts[bi + 1] if bi + 1 < len(starts) else end
+            self.emit(3, f"{'if' if bi == 0 else 'elif'} pc == {start}:")
+            for n in range(start, stop):
+                step = self.steps[n]
+                if isinstance(step, JumpFalseCall):
+                    self.emit(4, f"if not _truth({self.ref(step.condition)}):", n)
+                    self.emit(5, f"pc = {step.destination}")
+                    self.emit(5, "continue")
+                else:
+                    self.step(n, 4)
+            self.emit(4, f"pc = {stop}")
+        self.emit(3, "else:")
+        self.emit(4, "raise RuntimeError(f'jumped to instruction {pc}, which starts no block')")
+
+    def _build(self) -> CompiledMethod:
+        names = sorted(self.env)
+        header = f"def __make({', '.join(names)}):"
+        body = self.lines
+        source = "\n".join([header, *body, "    return run", ""])
+        filename = f"<pterun method {self.name!r}>"
+        scope: dict[str, object] = {}
+        exec(compile(source, filename, "exec"), scope)  # noqa: S102 - source generated above from the plan
+        run = scope["__make"](*(self.env[n] for n in names))
+        lines = {line + 1: step for line, step in self.line_step.items()}  # +1: the header line
+        return CompiledMethod(run, source, lines, filename)
+
+
+def compile_method(values: MethodValues, steps: Sequence[Step], outputs: Sequence[int], name: str) -> CompiledMethod:
+    return _Compiler(values, steps, outputs, name).compile()
+
+
+def failing_step(compiled: CompiledMethod, tb) -> int | None:
+    """The instruction whose line raised, from a traceback through the compiled function."""
+    step = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == compiled.filename:
+            step = compiled.lines.get(tb.tb_lineno, step)
+        tb = tb.tb_next
+    return step

@@ -1,0 +1,137 @@
+"""MethodMeta and TensorInfo: what a method takes and returns, readable without loading it.
+
+The classes mirror ExecuTorch's Python bindings (methods, not properties, and
+the same ``repr``), so code written against ``executorch.runtime`` reads them
+unchanged.
+"""
+
+from __future__ import annotations
+
+from pterun.core.dtype import name as dtype_name
+from pterun.errors import IndexOutOfRange
+from pterun.format import Kind, Plan, TensorSpec
+
+# ExecuTorch's runtime Tag names, by the format's value kind.
+_TAG_NAMES = {
+    Kind.NULL: "None", Kind.INT: "Int", Kind.BOOL: "Bool", Kind.DOUBLE: "Double", Kind.TENSOR: "Tensor",
+    Kind.STRING: "String", Kind.INT_LIST: "ListInt", Kind.DOUBLE_LIST: "ListDouble", Kind.BOOL_LIST: "ListBool",
+    Kind.TENSOR_LIST: "ListTensor", Kind.OPTIONAL_TENSOR_LIST: "ListOptionalTensor",
+}
+
+
+def value_kind(value) -> Kind:
+    return Kind.TENSOR if isinstance(value, TensorSpec) else value.kind
+
+
+class TensorInfo:
+    __slots__ = ("_spec",)
+
+    def __init__(self, spec: TensorSpec) -> None:
+        self._spec = spec
+
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(self._spec.sizes)
+
+    def dim_order(self) -> tuple[int, ...]:
+        return tuple(self._spec.dim_order)
+
+    def dtype(self) -> int:
+        return self._spec.scalar_type
+
+    def is_memory_planned(self) -> bool:
+        return self._spec.is_memory_planned
+
+    def nbytes(self) -> int:
+        return self._spec.nbytes
+
+    def __repr__(self) -> str:
+        return (
+            f"TensorInfo(sizes={list(self._spec.sizes)}, dtype={dtype_name(self._spec.scalar_type)}, "
+            f"is_memory_planned={self._spec.is_memory_planned}, nbytes={self._spec.nbytes})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TensorInfo) and other._spec == self._spec
+
+    def __hash__(self) -> int:
+        return hash(self._spec)
+
+
+class MethodMeta:
+    def __init__(self, plan: Plan) -> None:
+        self._plan = plan
+        self._attributes = [v for v in plan.values if isinstance(v, TensorSpec) and v.fqn is not None]
+
+    def name(self) -> str:
+        return self._plan.name
+
+    def num_inputs(self) -> int:
+        return len(self._plan.inputs)
+
+    def num_outputs(self) -> int:
+        return len(self._plan.outputs)
+
+    def num_attributes(self) -> int:
+        return len(self._attributes)
+
+    def input_tag(self, index: int) -> str:
+        return _TAG_NAMES[value_kind(self._io(self._plan.inputs, index, "input"))]
+
+    def output_tag(self, index: int) -> str:
+        return _TAG_NAMES[value_kind(self._io(self._plan.outputs, index, "output"))]
+
+    def input_tensor_meta(self, index: int) -> TensorInfo:
+        return self._tensor(self._plan.inputs, index, "input")
+
+    def output_tensor_meta(self, index: int) -> TensorInfo:
+        return self._tensor(self._plan.outputs, index, "output")
+
+    def attribute_tensor_meta(self, index: int) -> TensorInfo:
+        if not 0 <= index < len(self._attributes):
+            raise IndexOutOfRange(f"attribute {index} does not exist; the method has {len(self._attributes)}")
+        return TensorInfo(self._attributes[index])
+
+    def num_memory_planned_buffers(self) -> int:
+        return len(self._plan.arena_sizes)
+
+    def memory_planned_buffer_size(self, index: int) -> int:
+        sizes = self._plan.arena_sizes
+        if not 0 <= index < len(sizes):
+            raise IndexOutOfRange(f"planned buffer {index} does not exist; the method has {len(sizes)}")
+        return sizes[index]
+
+    def num_backends(self) -> int:
+        return len(self._plan.delegates)
+
+    def get_backend_name(self, index: int) -> str:
+        if not 0 <= index < len(self._plan.delegates):
+            raise IndexOutOfRange(f"backend {index} does not exist; the method has {len(self._plan.delegates)}")
+        return self._plan.delegates[index].backend_id
+
+    def uses_backend(self, name: str) -> bool:
+        return any(d.backend_id == name for d in self._plan.delegates)
+
+    def _io(self, indices, index: int, what: str):
+        if not 0 <= index < len(indices):
+            raise IndexOutOfRange(f"{what} {index} does not exist; the method has {len(indices)} {what}s")
+        return self._plan.values[indices[index]]
+
+    def _tensor(self, indices, index: int, what: str) -> TensorInfo:
+        value = self._io(indices, index, what)
+        if not isinstance(value, TensorSpec):
+            raise IndexOutOfRange(f"{what} {index} is a {_TAG_NAMES[value.kind]}, not a tensor")
+        return TensorInfo(value)
+
+    def _describe(self, indices, what: str) -> list[str]:
+        out = []
+        for i, vi in enumerate(indices):
+            value = self._plan.values[vi]
+            out.append(repr(TensorInfo(value)) if isinstance(value, TensorSpec) else _TAG_NAMES[value.kind])
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"MethodMeta(name={self._plan.name!r}, num_inputs={self.num_inputs()}, "
+            f"input_tensor_meta={self._describe(self._plan.inputs, 'input')}, num_outputs={self.num_outputs()}, "
+            f"output_tensor_meta={self._describe(self._plan.outputs, 'output')})"
+        )

@@ -1,0 +1,461 @@
+"""Method: load resolves everything once; execute is one call of a compiled function.
+
+Load (``Method.__init__``), in ExecuTorch's order:
+
+1. allocate the method's arenas, each from the allocator registered for the
+   device the plan tags it with (or the device the program was loaded for);
+2. make every value: planned tensors view their arena at the planned offset
+   (so aliasing and in-place updates behave as planned), constants view the
+   file's bytes, initial values of mutable buffers are copied in;
+3. initialize delegates, then resolve every operator to a kernel;
+4. compile the instruction chain into one Python function (codegen.py).
+
+Everything is built in locals and only kept once all of it succeeded, so a
+failed load leaves nothing behind and other methods are untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from pterun.backends import BackendInitContext, CompileSpec
+from pterun.core.device import Device, DeviceType
+from pterun.core.dtype import name as dtype_name
+from pterun.core.dtype import storage_dtype
+from pterun.core.layout import dim_order_of, strides_for
+from pterun.errors import (
+    Internal, InvalidArgument, InvalidExternalData, InvalidProgram, InvalidState, NotFound, NotSupported, PteError,
+)
+from pterun.executor.codegen import DelegateStep, KernelStep, MethodValues, compile_method, failing_step
+from pterun.executor.meta import MethodMeta, value_kind
+from pterun.executor.tensors import check_external_layout, from_bytes, shaped
+from pterun.format import DelegateCall, Dynamism, Kind, KernelCall, ListValue, MoveCall, Plan, Scalar, TensorSpec
+
+if TYPE_CHECKING:
+    from pterun.executor.program import Program
+
+_UNSET = object()
+
+
+class Method:
+    """A loaded method of a program."""
+
+    def __init__(self, program: "Program", plan: Plan) -> None:
+        self._program = program
+        self._plan = plan
+        self.name = plan.name
+        self._meta = MethodMeta(plan)
+        where = f"method {plan.name!r}"
+
+        arenas = [None] + [self._arena(plan, memory_id) for memory_id in range(1, len(plan.buffer_sizes))]
+        objects, params, scratch = self._values(plan, arenas)
+        handles, delegate_fns = self._delegates(plan)
+        try:
+            steps, locals_ = self._steps(plan, delegate_fns)
+        except BaseException:
+            self._destroy_delegates(handles)
+            raise
+
+        params_in = [vi for vi in params if vi in plan.inputs]
+        outputs_unplanned = [vi for vi in params if vi not in plan.inputs]
+        list_items = {
+            i: v.items for i, v in enumerate(plan.values)
+            if isinstance(v, ListValue) and v.kind in (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)
+        }
+        dynamic = {i for i, v in enumerate(plan.values)
+                   if isinstance(v, TensorSpec) and v.dynamism == Dynamism.DYNAMIC_BOUND}
+        values = MethodValues(objects, params_in + outputs_unplanned, locals_ - set(params), dynamic, list_items)
+        try:
+            self._compiled = compile_method(values, steps, plan.outputs, plan.name)
+        except BaseException:
+            self._destroy_delegates(handles)
+            raise
+
+        # Everything succeeded: keep it.
+        self._arenas = arenas
+        self._scratch = scratch
+        self._objects = objects
+        self._handles = handles
+        self._binders = [self._input_binder(i, vi, objects, params_in) for i, vi in enumerate(plan.inputs)]
+        self._args: list[Any] = [None] * len(values.params)
+        self._input_set = [False] * len(plan.inputs)
+        self._n_in = len(params_in)
+        self._out_specs = [(k + len(params_in), plan.values[vi]) for k, vi in enumerate(outputs_unplanned)]
+        self._out_buffers: list[torch.Tensor | None] = [None] * len(outputs_unplanned)
+        self._handed_out = [False] * len(outputs_unplanned)
+        self._outputs: tuple | None = None
+        self._run = self._compiled.run
+        self._where = where
+
+    # -- load ------------------------------------------------------------------
+
+    def _device_for(self, device_type: int, device_index: int) -> Device:
+        override = self._program.device
+        if override is not None:
+            return override
+        return Device(DeviceType(device_type), device_index)
+
+    def _arena(self, plan: Plan, memory_id: int):
+        device = self._device_for(*plan.arena_device(memory_id))
+        size = plan.buffer_sizes[memory_id]
+        allocators = self._program.registries.allocators
+        try:
+            return allocators.allocate(size, device)
+        except PteError as exc:
+            raise type(exc)(
+                f"method {plan.name!r}: cannot allocate planned buffer {memory_id - 1} "
+                f"({size} bytes) on device {device}: {exc.message}"
+            ) from None
+
+    def _values(self, plan: Plan, arenas) -> tuple[list, list[int], list]:
+        program = self._program
+        objects: list[Any] = [None] * len(plan.values)
+        params: list[int] = []
+        scratch: list = []
+        inputs, outputs = set(plan.inputs), set(plan.outputs)
+        for i, value in enumerate(plan.values):
+            where = f"method {plan.name!r} value {i}"
+            if isinstance(value, TensorSpec):
+                device = self._device_for(value.device_type, value.device_index)
+                if value.memory_id is not None:
+                    arena = arenas[value.memory_id]
+                    tensor = shaped(arena.view(value.memory_offset, value.nbytes), value)
+                    if value.external:
+                        entry = program.external_entry(value.fqn, where, planned=True)
+                        check_external_layout(value.fqn, entry.layout, value)
+                        tensor.view(-1).copy_(from_bytes(entry.data[: value.nbytes], value).view(-1))
+                    elif value.data_buffer_idx > 0:
+                        data = program.file.mutable_initial_value(value.data_buffer_idx, value.nbytes)
+                        tensor.view(-1).copy_(from_bytes(data, value).view(-1))
+                    objects[i] = tensor
+                elif value.external:
+                    objects[i] = program.constant(value, where, device)
+                elif value.data_buffer_idx > 0:
+                    objects[i] = program.constant(value, where, device)
+                elif i in inputs or i in outputs:
+                    params.append(i)
+                else:
+                    # Unplanned and no input or output: something (a view, a delegate) fills it
+                    # in at run time; give it memory of its own in case a writer needs it.
+                    buffer = program.registries.allocators.allocate(value.nbytes, device)
+                    scratch.append(buffer)
+                    objects[i] = shaped(buffer.view(0, value.nbytes), value)
+            elif isinstance(value, Scalar):
+                objects[i] = value.value
+            elif value.kind in (Kind.DOUBLE_LIST, Kind.BOOL_LIST):
+                objects[i] = list(value.items)
+        for i, value in enumerate(plan.values):
+            if isinstance(value, ListValue) and value.kind in (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST):
+                objects[i] = [None if item == -1 else objects[item] for item in value.items]
+        return objects, params, scratch
+
+    def _delegates(self, plan: Plan) -> tuple[list, list]:
+        program = self._program
+        handles, fns = [], []
+        try:
+            for d in plan.delegates:
+                where = f"method {plan.name!r} delegate {d.backend_id!r}"
+                backend = program.registries.backends.get(d.backend_id)
+                if not backend.is_available():
+                    raise NotFound(f"{where}: backend {d.backend_id!r} is not available on this machine")
+                blob = program.file.delegate_data(d.inline, d.index)
+                context = BackendInitContext(
+                    method_name=plan.name,
+                    named_data=program.named_data,
+                    runtime_specs=program.backend_options.get(d.backend_id, {}),
+                    device=(program.device or Device()).torch,
+                )
+                specs = tuple(CompileSpec(k, v) for k, v in d.compile_specs)
+                handle = backend.init(context, blob, specs)
+                handles.append((backend, handle))
+                fns.append(functools.partial(backend.execute, handle))
+        except NotFound as exc:
+            self._destroy_delegates(handles)
+            if "is not registered" in exc.message:
+                raise NotFound(f"method {plan.name!r}: {exc.message}") from None
+            raise
+        except BaseException:
+            self._destroy_delegates(handles)
+            raise
+        return handles, fns
+
+    @staticmethod
+    def _destroy_delegates(handles) -> None:
+        for backend, handle in handles:
+            try:
+                backend.destroy(handle)
+            except Exception:  # noqa: BLE001 - destroy must not mask the error being raised
+                pass
+
+    def _steps(self, plan: Plan, delegate_fns) -> tuple[list, set[int]]:
+        kernels = self._program.registries.kernels
+        device_type = (self._program.device or Device()).type
+        factories = {}
+        missing = []
+        for op_name, overload in plan.operators:
+            full = f"{op_name}.{overload}" if overload else op_name
+            try:
+                factories[(op_name, overload)] = (full, kernels.lookup(full, device_type))
+            except PteError:
+                missing.append(full)
+        if missing:
+            from pterun.errors import OperatorMissing
+
+            detail = kernels._missing_message(missing[0]) if len(missing) == 1 else ", ".join(missing)
+            raise OperatorMissing(
+                f"method {plan.name!r} needs {len(missing)} operator(s) with no kernel: {detail}"
+            )
+        steps: list = []
+        locals_: set[int] = set()
+        for pc, ins in enumerate(plan.instructions):
+            if isinstance(ins, KernelCall):
+                full, factory = factories[plan.operators[ins.op_index]]
+                binding = factory(len(ins.args))
+                if binding.result is not None:
+                    locals_.add(ins.args[binding.result])
+                steps.append(KernelStep(full, binding, ins.args))
+            elif isinstance(ins, DelegateCall):
+                d = plan.delegates[ins.delegate_index]
+                steps.append(DelegateStep(d.backend_id, delegate_fns[ins.delegate_index], ins.args))
+            else:
+                if isinstance(ins, MoveCall):
+                    locals_.add(ins.target)
+                steps.append(ins)
+        return steps, locals_
+
+    # -- inputs ------------------------------------------------------------------
+
+    def _input_binder(self, index: int, vi: int, objects: list, params_in: list[int]):
+        value = self._plan.values[vi]
+        where = f"method {self._plan.name!r} input {index}"
+        if isinstance(value, TensorSpec):
+            expected_dtype = storage_dtype(value.scalar_type)
+            rank = len(value.sizes)
+            bound = value.numel
+            static = value.dynamism == Dynamism.STATIC
+            dim_order = value.dim_order
+            if vi in params_in:
+                slot = params_in.index(vi)
+                expected_device = self._device_for(value.device_type, value.device_index).torch
+                target = None
+            else:
+                slot = None
+                target = objects[vi]
+                expected_device = target.device
+
+            def bind(x, copy_inputs: bool, args: list) -> None:
+                if not isinstance(x, torch.Tensor):
+                    raise InvalidArgument(f"{where}: expected a Tensor, got {type(x).__name__}")
+                if x.dtype != expected_dtype:
+                    raise InvalidArgument(
+                        f"{where}: expected a {dtype_name(value.scalar_type)} tensor, got {x.dtype}"
+                    )
+                if x.device != expected_device and not (
+                    expected_device.type == x.device.type and expected_device.index is None
+                ):
+                    if not copy_inputs:
+                        raise InvalidArgument(
+                            f"{where}: expected a tensor on {expected_device}, got one on {x.device} "
+                            f"(pass copy_inputs=True to have it copied)"
+                        )
+                    x = x.to(expected_device)
+                shape = tuple(x.shape)
+                if shape != value.sizes:
+                    if len(shape) != rank:
+                        raise NotSupported(f"{where}: expected {rank} dimensions, got shape {list(shape)}")
+                    if static:
+                        raise NotSupported(
+                            f"{where}: expected shape {list(value.sizes)} (static), got {list(shape)}"
+                        )
+                    numel = 1
+                    for s in shape:
+                        numel *= s
+                    if numel > bound:
+                        raise NotSupported(
+                            f"{where}: shape {list(shape)} has {numel} elements, more than the "
+                            f"{bound} of its upper bound {list(value.sizes)}"
+                        )
+                if slot is not None:
+                    args[slot] = x
+                else:
+                    if tuple(target.shape) != shape:
+                        target.as_strided_(shape, strides_for(shape, dim_order))
+                    target.copy_(x)
+
+            return bind
+
+        kind = value_kind(value)
+
+        def bind_scalar(x, copy_inputs: bool, args: list) -> None:
+            expected = value.value if isinstance(value, Scalar) else None
+            if kind == Kind.NULL:
+                if x is not None:
+                    raise InvalidArgument(f"{where}: expected None, got {type(x).__name__}")
+            elif kind == Kind.BOOL:
+                if not isinstance(x, bool) or x != expected:
+                    raise InvalidArgument(f"{where}: the program was exported with {expected!r}; got {x!r}")
+            elif kind == Kind.INT:
+                if isinstance(x, bool) or not isinstance(x, int) or x != expected:
+                    raise InvalidArgument(f"{where}: the program was exported with {expected!r}; got {x!r}")
+            elif kind == Kind.DOUBLE:
+                if isinstance(x, bool) or not isinstance(x, (int, float)) or not _close(float(x), expected):
+                    raise InvalidArgument(f"{where}: the program was exported with {expected!r}; got {x!r}")
+            elif kind == Kind.STRING:
+                if x != expected:
+                    raise InvalidArgument(f"{where}: the program was exported with {expected!r}; got {x!r}")
+            else:
+                raise InvalidArgument(f"{where}: inputs of kind {kind.name} cannot be set")
+
+        return bind_scalar
+
+    def set_inputs(self, inputs: Sequence, *, copy_inputs: bool = False) -> None:
+        n = len(self._binders)
+        if len(inputs) != n:
+            raise InvalidArgument(f"{self._where}: takes {n} inputs, got {len(inputs)}")
+        args = self._args
+        for i, (bind, x) in enumerate(zip(self._binders, inputs)):
+            self._input_set[i] = False
+            bind(x, copy_inputs, args)
+            self._input_set[i] = True
+
+    def set_input(self, value, index: int, *, copy_inputs: bool = False) -> None:
+        if not 0 <= index < len(self._binders):
+            raise InvalidArgument(f"{self._where}: input {index} does not exist; it has {len(self._binders)} inputs")
+        self._input_set[index] = False
+        self._binders[index](value, copy_inputs, self._args)
+        self._input_set[index] = True
+
+    # -- outputs -----------------------------------------------------------------
+
+    def _prepare_outputs(self) -> None:
+        """Gives every unplanned output a buffer, replacing those handed to a caller. All or nothing."""
+        fresh = {}
+        for k, (slot, spec) in enumerate(self._out_specs):
+            if self._out_buffers[k] is None or self._handed_out[k]:
+                fresh[k] = self._output_buffer(spec)
+        for k, tensor in fresh.items():
+            self._out_buffers[k] = tensor
+            self._handed_out[k] = False
+            self._args[self._out_specs[k][0]] = tensor
+
+    def _output_buffer(self, spec: TensorSpec) -> torch.Tensor:
+        device = self._device_for(spec.device_type, spec.device_index)
+        if spec.nbytes == 0:
+            # Zero bytes need no memory on any device.
+            return shaped(torch.empty(0, dtype=torch.uint8), spec)
+        buffer = self._program.registries.allocators.allocate(spec.nbytes, device)
+        return shaped(buffer.view(0, spec.nbytes), spec)
+
+    # -- execute -----------------------------------------------------------------
+
+    def run(self) -> None:
+        """Executes the method with the inputs set; outputs are read with :meth:`get_outputs`."""
+        for i, ok in enumerate(self._input_set):
+            if not ok:
+                raise InvalidArgument(f"{self._where}: input {i} has not been set")
+        if self._out_specs:
+            self._prepare_outputs()
+        try:
+            with torch.inference_mode():
+                self._outputs = self._run(*self._args)
+        except Exception as exc:  # noqa: BLE001 - translated into a PteError naming the instruction
+            self._outputs = None
+            raise self._translate(exc) from exc
+
+    def get_outputs(self, clone_outputs: bool = True) -> list:
+        if self._outputs is None:
+            raise InvalidState(f"{self._where}: has not been executed")
+        if clone_outputs:
+            return [o.clone() if isinstance(o, torch.Tensor) else _plain(o) for o in self._outputs]
+        if self._out_specs:
+            # The caller now owns these buffers; the next call gets new ones.
+            for k in range(len(self._out_buffers)):
+                self._handed_out[k] = True
+        return [o if isinstance(o, torch.Tensor) else _plain(o) for o in self._outputs]
+
+    def execute(self, inputs: Sequence = (), *, clone_outputs: bool = True, copy_inputs: bool = False) -> list:
+        """Sets the inputs, runs, and returns the outputs (copies unless ``clone_outputs=False``)."""
+        self.set_inputs(inputs, copy_inputs=copy_inputs)
+        self.run()
+        return self.get_outputs(clone_outputs)
+
+    __call__ = execute
+
+    def _translate(self, exc: Exception) -> PteError:
+        step = failing_step(self._compiled, exc.__traceback__)
+        if step is None:
+            where = self._where
+        else:
+            ins = self._plan.instructions[step]
+            if isinstance(ins, KernelCall):
+                op, overload = self._plan.operators[ins.op_index]
+                what = f"{op}.{overload}" if overload else op
+            elif isinstance(ins, DelegateCall):
+                what = f"delegate {self._plan.delegates[ins.delegate_index].backend_id}"
+            else:
+                what = type(ins).__name__
+            where = f"{self._where} instruction {step} ({what})"
+        if isinstance(exc, PteError):
+            return type(exc)(f"{where}: {exc.message}")
+        if isinstance(exc, (RuntimeError, ValueError, TypeError, IndexError)):
+            message = str(exc).split("\n")[0]
+            if "not resizable" in message:
+                message = "a result needs more memory than its planned upper bound"
+            return InvalidArgument(f"{where}: {message}")
+        return Internal(f"{where}: {type(exc).__name__}: {exc}")
+
+    # -- introspection -----------------------------------------------------------
+
+    @property
+    def metadata(self) -> MethodMeta:
+        return self._meta
+
+    def method_meta(self) -> MethodMeta:
+        return self._meta
+
+    @property
+    def source(self) -> str:
+        """The Python the method was compiled into."""
+        return self._compiled.source
+
+    def get_attribute(self, name: str) -> torch.Tensor:
+        for i, value in enumerate(self._plan.values):
+            if isinstance(value, TensorSpec) and value.fqn == name:
+                obj = self._objects[i]
+                if obj is None:
+                    break
+                return obj
+        raise NotFound(f"{self._where}: has no attribute named {name!r}")
+
+    def __del__(self) -> None:
+        handles = getattr(self, "_handles", None)
+        if handles:
+            self._destroy_delegates(handles)
+
+    def __repr__(self) -> str:
+        return f"Method({self.name!r})"
+
+
+def _close(a: float, b: float) -> bool:
+    import math
+
+    if math.isnan(a) and math.isnan(b):
+        return True
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= 1e-4 + abs(1e-5 * b)
+
+
+def _plain(value):
+    return list(value) if isinstance(value, list) else value
+
+
+def input_dim_order_ok(tensor: torch.Tensor) -> bool:
+    return dim_order_of(tensor) is not None
+
+
+__all__ = ["Method", "InvalidExternalData", "InvalidProgram"]

@@ -1,0 +1,13 @@
+"""The .pte / .ptd file formats, read into plain objects. Knows nothing of torch or devices."""
+
+from pterun.format.data_file import DataFile, TensorLayout
+from pterun.format.plan import (
+    DelegateCall, DelegateSpec, Dynamism, FreeCall, JumpFalseCall, Kind, KernelCall, ListValue, MoveCall, Plan,
+    Scalar, TensorSpec, Value,
+)
+from pterun.format.program import ProgramFile, Verification
+
+__all__ = [
+    "DataFile", "DelegateCall", "DelegateSpec", "Dynamism", "FreeCall", "JumpFalseCall", "Kind", "KernelCall",
+    "ListValue", "MoveCall", "Plan", "ProgramFile", "Scalar", "TensorLayout", "TensorSpec", "Value", "Verification",
+]

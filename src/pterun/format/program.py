@@ -1,0 +1,195 @@
+"""ProgramFile: a .pte file's methods, constants, segments and named data.
+
+Loading checks the identifier and the extended header, verifies the flatbuffer
+at the requested level, and locates every segment the program refers to, so
+a file whose segments run past its end fails here rather than in a later call.
+Methods are read lazily, one plan at a time, and cached.
+
+Data comes back as ``memoryview`` slices of the file: nothing is copied.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+
+from pterun.errors import InvalidArgument, InvalidProgram, NotFound, PteError
+from pterun.format._generated import program_generated as fb
+from pterun.format._generated import program_layout
+from pterun.format.header import HEADER_OFFSET, read_program_header
+from pterun.format.plan import Plan, read_plan
+from pterun.format.source import FileBytes, Source, read_source
+from pterun.format.verify import verify_buffer
+
+MAX_SUPPORTED_VERSION = 0
+
+# What a reader of a corrupt, unverified buffer can raise.
+_READ_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError, AttributeError)
+
+
+class Verification(enum.IntEnum):
+    """How much of a program is checked at load, as ExecuTorch's Program::Verification."""
+
+    Minimal = 0
+    InternalConsistency = 1
+
+
+class ProgramFile:
+    def __init__(self, source: Source, verification: Verification = Verification.InternalConsistency) -> None:
+        self.file: FileBytes = read_source(source)
+        data = self.file.data
+        header = read_program_header(data)
+        self.header = header
+        self._program_bytes = data[: header.program_size]
+        if verification == Verification.InternalConsistency:
+            verify_buffer(self._program_bytes, program_layout)
+        else:
+            (root,) = struct.unpack_from("<I", data, 0)
+            if not HEADER_OFFSET <= root <= header.program_size - 4:
+                raise InvalidProgram(f"root table offset {root} is outside the {header.program_size}-byte program")
+        self.verification = Verification(verification)
+        try:
+            self._root = fb.Program.GetRootAs(self._program_bytes, 0)
+            self._read_tables()
+        except PteError:
+            raise
+        except _READ_ERRORS as exc:
+            raise InvalidProgram(f"{self.file.name}: corrupt program ({type(exc).__name__}: {exc})") from None
+        self._plans: dict[str, Plan] = {}
+
+    # -- loading ---------------------------------------------------------------
+
+    def _read_tables(self) -> None:
+        root = self._root
+        self.version = root.Version()
+        if self.version > MAX_SUPPORTED_VERSION:
+            raise InvalidProgram(
+                f"program schema version is {self.version}; this runtime reads versions up to {MAX_SUPPORTED_VERSION}"
+            )
+        self.method_names: tuple[str, ...] = tuple(
+            (root.ExecutionPlan(i).Name() or b"").decode() for i in range(root.ExecutionPlanLength())
+        )
+        self._segments = [self._segment_view(i) for i in range(root.SegmentsLength())]
+
+        self._constant_segment: memoryview | None = None
+        self._constant_offsets: tuple[int, ...] = ()
+        cs = root.ConstantSegment()
+        if cs is not None and cs.OffsetsLength() > 0:
+            if root.ConstantBufferLength() > 0 and cs.OffsetsLength() > 1:
+                raise InvalidProgram(
+                    f"program has both {root.ConstantBufferLength()} inline constant buffers and a constant "
+                    f"segment of {cs.OffsetsLength()} entries; only one may be used"
+                )
+            self._constant_offsets = tuple(int(x) for x in cs.OffsetsAsNumpy())
+            if cs.OffsetsLength() > 1:
+                self._constant_segment = self.segment(cs.SegmentIndex(), what="constant segment")
+        self._inline_constants = root.ConstantBufferLength()
+
+        self._mutable: list[tuple[memoryview, tuple[int, ...]]] = []
+        for i in range(root.MutableDataSegmentsLength()):
+            ms = root.MutableDataSegments(i)
+            offsets = tuple(int(x) for x in ms.OffsetsAsNumpy()) if ms.OffsetsLength() else ()
+            self._mutable.append((self.segment(ms.SegmentIndex(), what="mutable data segment"), offsets))
+
+        self.named_data: dict[str, memoryview] = {}
+        for i in range(root.NamedDataLength()):
+            nd = root.NamedData(i)
+            key = (nd.Key() or b"").decode()
+            if key in self.named_data:
+                raise InvalidProgram(f"named data key {key!r} appears twice")
+            self.named_data[key] = self.segment(nd.SegmentIndex(), what=f"named data {key!r}")
+
+    def _segment_view(self, index: int) -> memoryview:
+        seg = self._root.Segments(index)
+        base = self.header.segment_base_offset
+        start, size = base + seg.Offset(), seg.Size()
+        total = len(self.file.data)
+        if base == 0 or start + size > total:
+            raise InvalidProgram(
+                f"segment {index} spans bytes {start}..{start + size} of a {total}-byte file"
+                + ("" if base else " that has no extended header")
+            )
+        return self.file.data[start : start + size]
+
+    # -- access ------------------------------------------------------------------
+
+    def segment(self, index: int, *, what: str = "segment") -> memoryview:
+        if not 0 <= index < len(self._segments):
+            raise InvalidProgram(f"{what} is segment {index}; the program has {len(self._segments)} segments")
+        return self._segments[index]
+
+    def plan(self, name: str) -> Plan:
+        plan = self._plans.get(name)
+        if plan is not None:
+            return plan
+        try:
+            index = self.method_names.index(name)
+        except ValueError:
+            raise InvalidArgument(
+                f"no method named {name!r} in the program; it has {', '.join(map(repr, self.method_names)) or 'none'}"
+            ) from None
+        try:
+            plan = read_plan(self._root.ExecutionPlan(index))
+        except PteError:
+            raise
+        except _READ_ERRORS as exc:
+            raise InvalidProgram(f"method {name!r} is corrupt ({type(exc).__name__}: {exc})") from None
+        self._plans[name] = plan
+        return plan
+
+    def constant(self, buffer_idx: int, nbytes: int) -> memoryview:
+        """The bytes of constant tensor ``buffer_idx``, from the constant segment or the inline buffers."""
+        if self._constant_segment is not None:
+            if not 0 <= buffer_idx < len(self._constant_offsets):
+                raise InvalidArgument(
+                    f"constant {buffer_idx} is past the constant segment's {len(self._constant_offsets)} entries"
+                )
+            offset = self._constant_offsets[buffer_idx]
+            segment = self._constant_segment
+            if offset + nbytes > len(segment):
+                raise InvalidArgument(
+                    f"constant {buffer_idx}: {nbytes} bytes at offset {offset} overrun the "
+                    f"{len(segment)}-byte constant segment"
+                )
+            return segment[offset : offset + nbytes]
+        if not 0 <= buffer_idx < self._inline_constants:
+            raise InvalidArgument(f"constant {buffer_idx} is past the program's {self._inline_constants} constant buffers")
+        try:
+            buf = self._root.ConstantBuffer(buffer_idx)
+            length = buf.StorageLength()
+            if nbytes > length:
+                raise InvalidArgument(f"constant {buffer_idx} needs {nbytes} bytes; its buffer holds {length}")
+            start = buf._tab.Vector(buf._tab.Offset(4)) if length else 0
+        except _READ_ERRORS as exc:
+            raise InvalidProgram(f"constant buffer {buffer_idx} is corrupt ({exc})") from None
+        return self._program_bytes[start : start + nbytes]
+
+    def mutable_initial_value(self, buffer_idx: int, nbytes: int) -> memoryview:
+        """The initial value of a planned tensor (always read from mutable data segment 0, as ExecuTorch does)."""
+        if not self._mutable:
+            raise NotFound(f"initial value {buffer_idx}: the program has no mutable data segments")
+        segment, offsets = self._mutable[0]
+        if not 0 <= buffer_idx < len(offsets):
+            raise NotFound(f"initial value {buffer_idx} is past the mutable data segment's {len(offsets)} entries")
+        offset = offsets[buffer_idx]
+        if offset + nbytes > len(segment):
+            raise InvalidArgument(
+                f"initial value {buffer_idx}: {nbytes} bytes at offset {offset} overrun the "
+                f"{len(segment)}-byte mutable data segment"
+            )
+        return segment[offset : offset + nbytes]
+
+    def delegate_data(self, inline: bool, index: int) -> memoryview:
+        if not inline:
+            return self.segment(index, what="delegate data")
+        if not 0 <= index < self._root.BackendDelegateDataLength():
+            raise InvalidProgram(
+                f"delegate data {index} is past the program's {self._root.BackendDelegateDataLength()} inline blobs"
+            )
+        try:
+            entry = self._root.BackendDelegateData(index)
+            length = entry.DataLength()
+            start = entry._tab.Vector(entry._tab.Offset(4)) if length else 0
+        except _READ_ERRORS as exc:
+            raise InvalidProgram(f"inline delegate data {index} is corrupt ({exc})") from None
+        return self._program_bytes[start : start + length]

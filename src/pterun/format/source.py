@@ -1,0 +1,59 @@
+"""Bytes of a file, from a path (memory-mapped), a bytes-like object or a file object."""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Union
+
+from pterun.errors import AccessFailed, InvalidArgument
+
+Source = Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO]
+
+
+@dataclass(frozen=True)
+class FileBytes:
+    """A file's bytes and the object that keeps them alive.
+
+    ``data`` is writable for memory-mapped files (a private copy-on-write
+    mapping: nothing is copied until written, and writes never reach the file),
+    so tensors can view it without a copy. For ``bytes`` it is read-only.
+    """
+
+    data: memoryview
+    name: str
+    owner: object = None
+
+
+def read_source(source: Source, *, what: str = "program") -> FileBytes:
+    if isinstance(source, (str, os.PathLike)):
+        return _map(Path(source), what)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        view = memoryview(source)
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
+        return FileBytes(view, f"<{type(source).__name__} {view.nbytes} bytes>", source)
+    if hasattr(source, "read"):
+        data = bytearray(source.read())
+        name = getattr(source, "name", None)
+        return FileBytes(memoryview(data), str(name) if name else "<file object>", data)
+    raise InvalidArgument(
+        f"cannot read a {what} from a {type(source).__name__}; expected a path, bytes or a binary file object"
+    )
+
+
+def _map(path: Path, what: str) -> FileBytes:
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                return FileBytes(memoryview(b""), str(path))
+            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    except FileNotFoundError:
+        raise AccessFailed(f"{what} file {str(path)!r} does not exist") from None
+    except (OSError, ValueError, io.UnsupportedOperation) as exc:
+        raise AccessFailed(f"cannot read {what} file {str(path)!r}: {exc}") from None
+    return FileBytes(memoryview(mapping), str(path), mapping)

@@ -1,0 +1,127 @@
+"""A FlatBuffers structural verifier driven by generated layout tables.
+
+The ``flatbuffers`` Python package has no verifier, and its readers trust every
+offset they follow. This walks a buffer the way FlatBuffers' C++ ``Verifier``
+does: every table, vtable, string and vector must lie inside the buffer and be
+aligned, required fields must be present, nesting stays under ``max_depth``, and
+the walk visits at most one table per four bytes of input, so a crafted file of
+shared sub-tables cannot make it run for long. Once a buffer passes, the
+generated readers cannot read outside it.
+
+The layout tables (``_generated/*_layout.py``) are derived from each ``.fbs``
+file by ``scripts/regen_schema.py``, so one verifier serves every schema
+pterun reads: programs, data files and delegate blobs.
+"""
+
+from __future__ import annotations
+
+import struct
+from types import ModuleType
+
+from pterun.errors import InvalidProgram, PteError
+
+_u8 = struct.Struct("<B").unpack_from
+_u16 = struct.Struct("<H").unpack_from
+_u32 = struct.Struct("<I").unpack_from
+_i32 = struct.Struct("<i").unpack_from
+
+MAX_DEPTH = 64
+
+
+class _Failed(Exception):
+    pass
+
+
+class _Walk:
+    def __init__(self, buf: memoryview, layout: ModuleType) -> None:
+        self.buf = buf
+        self.size = len(buf)
+        self.tables = layout.TABLES
+        self.unions = layout.UNIONS
+        self.budget = max(16, self.size // 4)
+
+    def need(self, pos: int, nbytes: int, align: int, what: str) -> None:
+        if pos < 0 or pos + nbytes > self.size:
+            raise _Failed(f"{what} at byte {pos} (+{nbytes}) lies outside the {self.size}-byte buffer")
+        if align > 1 and pos % align:
+            raise _Failed(f"{what} at byte {pos} is not {align}-byte aligned")
+
+    def follow(self, pos: int, what: str) -> int:
+        self.need(pos, 4, 4, what)
+        return pos + _u32(self.buf, pos)[0]
+
+    def string(self, pos: int, what: str) -> None:
+        self.need(pos, 4, 4, what)
+        length = _u32(self.buf, pos)[0]
+        self.need(pos + 4, length + 1, 1, what)
+        if self.buf[pos + 4 + length] != 0:
+            raise _Failed(f"{what} at byte {pos} is not NUL-terminated")
+
+    def vector(self, pos: int, elem_size: int, what: str) -> int:
+        self.need(pos, 4, 4, what)
+        length = _u32(self.buf, pos)[0]
+        self.need(pos + 4, length * elem_size, 1, what)
+        return length
+
+    def table(self, pos: int, name: str, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise _Failed(f"{name} nested deeper than {MAX_DEPTH} tables")
+        self.budget -= 1
+        if self.budget < 0:
+            raise _Failed("more tables than the buffer can hold")
+        buf = self.buf
+        self.need(pos, 4, 4, name)
+        vtable = pos - _i32(buf, pos)[0]
+        self.need(vtable, 4, 2, f"{name} vtable")
+        vt_size, t_size = _u16(buf, vtable)[0], _u16(buf, vtable + 2)[0]
+        if vt_size < 4 or vt_size & 1:
+            raise _Failed(f"{name} vtable at byte {vtable} has size {vt_size}")
+        self.need(vtable, vt_size, 2, f"{name} vtable")
+        self.need(pos, t_size, 1, name)
+        for field, voffset, kind, arg, required in self.tables[name]:
+            offset = _u16(buf, vtable + voffset)[0] if voffset < vt_size else 0
+            where = f"{name}.{field}"
+            if offset == 0:
+                if required:
+                    raise _Failed(f"{where} is required but absent")
+                continue
+            if offset >= t_size:
+                raise _Failed(f"{where} lies outside its table")
+            fpos = pos + offset
+            if kind == "scalar":
+                self.need(fpos, arg, arg, where)
+            elif kind == "struct":
+                self.need(fpos, arg[0], arg[1], where)
+            elif kind == "string":
+                self.string(self.follow(fpos, where), where)
+            elif kind == "table":
+                self.table(self.follow(fpos, where), arg, depth + 1)
+            elif kind == "union":
+                union, type_voffset = arg
+                type_offset = _u16(buf, vtable + type_voffset)[0] if type_voffset < vt_size else 0
+                member = self.unions[union].get(_u8(buf, pos + type_offset)[0]) if type_offset else None
+                target = self.follow(fpos, where)
+                if member is not None:
+                    self.table(target, member, depth + 1)
+            elif kind == "vscalar":
+                self.vector(self.follow(fpos, where), arg, where)
+            elif kind == "vstruct":
+                start = self.follow(fpos, where)
+                self.vector(start, arg[0], where)
+            elif kind == "vstring":
+                start = self.follow(fpos, where)
+                for i in range(self.vector(start, 4, where)):
+                    self.string(self.follow(start + 4 + 4 * i, where), where)
+            elif kind == "vtable":
+                start = self.follow(fpos, where)
+                for i in range(self.vector(start, 4, where)):
+                    self.table(self.follow(start + 4 + 4 * i, where), arg, depth + 1)
+
+
+def verify_buffer(buf: memoryview, layout: ModuleType, *, error: type[PteError] = InvalidProgram) -> None:
+    """Raises ``error`` unless ``buf`` is a structurally valid buffer of ``layout``'s root table."""
+    walk = _Walk(buf, layout)
+    try:
+        walk.table(walk.follow(0, "root offset"), layout.ROOT, 1)
+    except _Failed as failed:
+        raise error(f"{layout.ROOT.split('.')[-1]} verification failed: {failed}") from None

@@ -1,0 +1,98 @@
+"""ATen operators, bound to PyTorch's own implementation by their schema.
+
+Most operators in a program are ATen out-variants whose schema is the one
+PyTorch registers under the same name, so one binder serves them all: the
+schema says which arguments are keyword-only, which are written, and which
+ints are really dtypes or memory formats. The call goes to the overload's
+C++ entry point (``OpOverload._op``), skipping Python-level dispatch.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from pterun.core.dtype import to_torch
+from pterun.errors import InvalidProgram
+from pterun.kernels.registry import Binding, KernelFactory
+
+_MEMORY_FORMATS = (torch.contiguous_format, torch.preserve_format, torch.channels_last, torch.channels_last_3d)
+_LAYOUTS = {0: torch.strided, 1: torch.sparse_coo}
+
+
+def _dtype(code):
+    return None if code is None else to_torch(code)
+
+
+def _memory_format(code):
+    return None if code is None else _MEMORY_FORMATS[code]
+
+
+def _layout(code):
+    return None if code is None else _LAYOUTS[code]
+
+
+_CONVERTERS = {
+    "ScalarType": _dtype, "Optional[ScalarType]": _dtype,
+    "MemoryFormat": _memory_format, "Optional[MemoryFormat]": _memory_format,
+    "Layout": _layout, "Optional[Layout]": _layout,
+}
+
+
+def split_name(name: str) -> tuple[str, str, str]:
+    """"aten::add.out" -> ("aten", "add", "out"); a missing overload is "default"."""
+    namespace, _, rest = name.partition("::")
+    op, _, overload = rest.partition(".")
+    return namespace, op, overload or "default"
+
+
+def overload_of(name: str):
+    namespace, op, overload = split_name(name)
+    try:
+        return getattr(getattr(getattr(torch.ops, namespace), op), overload)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def schema_kernel(overload, name: str) -> KernelFactory:
+    """Binds ``overload`` (a torch ``OpOverload``) by its schema."""
+    schema = overload._schema
+    arguments = schema.arguments
+    n = len(arguments)
+    positional = tuple(i for i, a in enumerate(arguments) if not a.kwarg_only)
+    keywords = tuple((a.name, i) for i, a in enumerate(arguments) if a.kwarg_only)
+    convert = tuple(
+        (i, _CONVERTERS[str(a.real_type)]) for i, a in enumerate(arguments) if str(a.real_type) in _CONVERTERS
+    )
+    writes = tuple(i for i, a in enumerate(arguments) if a.is_out)
+    # Results that alias a written argument are that argument: nothing to assign.
+    returns_fresh = any(r.alias_info is None or not r.alias_info.is_write for r in schema.returns)
+    binding = Binding(overload._op, positional, keywords, n if returns_fresh else None, convert, writes)
+
+    def factory(count: int) -> Binding:
+        if count != n + 1:
+            raise InvalidProgram(f"{name} takes {n} arguments and a result; the call passes {count} values")
+        return binding
+
+    return factory
+
+
+@functools.lru_cache(maxsize=None)
+def aten_provider(name: str) -> KernelFactory | None:
+    if not name.startswith("aten::"):
+        return None
+    overload = overload_of(name)
+    if overload is None:
+        return None
+    return schema_kernel(overload, name)
+
+
+@functools.lru_cache(maxsize=1)
+def aten_names() -> frozenset[str]:
+    """Every ATen overload that writes its result into caller memory, as the program would name it."""
+    names = set()
+    for schema in torch._C._jit_get_all_schemas():
+        if schema.name.startswith("aten::") and any(a.is_out for a in schema.arguments):
+            names.add(f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name)
+    return frozenset(names)

@@ -1,0 +1,203 @@
+"""ExecuTorch's primitive operators: symbolic-size arithmetic and aliasing views.
+
+Scalar operators compute ints, floats and bools the way ExecuTorch's C++
+kernels do (C++ integer division and remainder truncate toward zero where
+ExecuTorch uses them; Python's round-half-to-even for ``round``), so symbolic
+sizes evaluate to the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+
+from pterun.errors import InvalidArgument, InvalidProgram, InvalidType
+from pterun.kernels.registry import Binding, KernelRegistry, fixed_arity
+
+
+def _number(x, op: str):
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise InvalidType(f"executorch_prim::{op} takes ints or floats; got {type(x).__name__}")
+    return x
+
+
+def _c_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def _c_mod(a: int, b: int) -> int:
+    return a - _c_div(a, b) * b
+
+
+def _floordiv(a, b):
+    _number(a, "floordiv.Scalar"), _number(b, "floordiv.Scalar")
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    a, b = float(a), float(b)
+    if b == 0:
+        return -math.inf if math.copysign(1.0, a) < 0 else math.inf
+    return math.floor(a / b) if math.isfinite(a / b) else a / b
+
+
+def _truediv(a, b):
+    _number(a, "truediv.Scalar"), _number(b, "truediv.Scalar")
+    a, b = float(a), float(b)
+    if b == 0:
+        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1.0, b)
+    return a / b
+
+
+def _algebra(op, name):
+    def fn(a, b):
+        _number(a, name), _number(b, name)
+        return op(a, b)
+
+    return fn
+
+
+def _compare(op, name):
+    def fn(a, b):
+        if isinstance(a, bool) and isinstance(b, bool):
+            return op(a, b)
+        _number(a, name), _number(b, name)
+        return op(a, b)
+
+    return fn
+
+
+def _sym_float(a):
+    return float(a)
+
+
+def _sym_int(a):
+    return int(a)  # C++ static_cast truncates, as int() does
+
+
+def _neg(a):
+    return -_number(a, "neg.Scalar")
+
+
+def _sym_not(a):
+    if not isinstance(a, bool):
+        raise InvalidType(f"executorch_prim::sym_not.Scalar takes a bool; got {type(a).__name__}")
+    return not a
+
+
+def _sym_ite(cond, a, b):
+    if not isinstance(cond, bool):
+        raise InvalidType(f"executorch_prim::sym_ite.Scalar takes a bool condition; got {type(cond).__name__}")
+    return a if cond else b
+
+
+def _round(a):
+    if not isinstance(a, float):
+        raise InvalidType(f"executorch_prim::round.Scalar takes a float; got {type(a).__name__}")
+    return int(round(a))
+
+
+def _ceil(a):
+    if not isinstance(a, float):
+        raise InvalidType(f"executorch_prim::ceil.Scalar takes a float; got {type(a).__name__}")
+    return int(math.ceil(a))
+
+
+def _trunc(a):
+    if not isinstance(a, float):
+        raise InvalidType(f"executorch_prim::trunc.Scalar takes a float; got {type(a).__name__}")
+    return int(math.trunc(a))
+
+
+def _mod_scalar(a, b):
+    if not (isinstance(a, int) and isinstance(b, int)):
+        raise InvalidType("executorch_prim::mod.Scalar takes ints")
+    return _c_mod(a, b)
+
+
+def _sym_size(tensor: torch.Tensor, dim: int) -> int:
+    return tensor.size(dim)
+
+
+def _sym_numel(tensor: torch.Tensor) -> int:
+    return tensor.numel()
+
+
+def _local_scalar_dense(tensor: torch.Tensor):
+    if tensor.numel() < 1:
+        raise InvalidArgument("aten::_local_scalar_dense needs a tensor with at least one element")
+    return tensor.reshape(-1)[0].item()
+
+
+def _et_view(tensor: torch.Tensor, sizes) -> torch.Tensor:
+    # The result must share the input's memory (later writes through either
+    # are seen by both), which torch's view gives; ExecuTorch only emits
+    # et_view where the input's layout allows a view.
+    return tensor.view(sizes)
+
+
+def _et_copy_index(copy_to: torch.Tensor, copy_from: torch.Tensor, index: int) -> None:
+    if index < 0:
+        raise InvalidArgument(f"et_copy_index: index {index} is negative")
+    if copy_to.dim() != copy_from.dim() + 1 or tuple(copy_to.shape[1:]) != tuple(copy_from.shape):
+        raise InvalidArgument(
+            f"et_copy_index: cannot copy a {tuple(copy_from.shape)} tensor into row {index} of {tuple(copy_to.shape)}"
+        )
+    # Grows copy_to one row per call, as ExecuTorch's kernel does.
+    copy_to.resize_((index + 1, *copy_from.shape))
+    copy_to[index].copy_(copy_from)
+
+
+_BINARY = {
+    "add.Scalar": _algebra(operator.add, "add.Scalar"),
+    "sub.Scalar": _algebra(operator.sub, "sub.Scalar"),
+    "mul.Scalar": _algebra(operator.mul, "mul.Scalar"),
+    "floordiv.Scalar": _floordiv,
+    "truediv.Scalar": _truediv,
+    "floordiv.int": _c_div,
+    "mod.int": _c_mod,
+    "mod.Scalar": _mod_scalar,
+    "sym_max.Scalar": max,
+    "sym_min.Scalar": min,
+    "eq.Scalar": _compare(operator.eq, "eq.Scalar"),
+    "gt.Scalar": _compare(operator.gt, "gt.Scalar"),
+    "lt.Scalar": _compare(operator.lt, "lt.Scalar"),
+    "ge.Scalar": _compare(operator.ge, "ge.Scalar"),
+    "le.Scalar": _compare(operator.le, "le.Scalar"),
+}
+_UNARY = {
+    "neg.Scalar": _neg,
+    "sym_float.Scalar": _sym_float,
+    "sym_int.Scalar": _sym_int,
+    "sym_not.Scalar": _sym_not,
+    "ceil.Scalar": _ceil,
+    "round.Scalar": _round,
+    "trunc.Scalar": _trunc,
+}
+
+
+def register(registry: KernelRegistry) -> None:
+    for suffix, fn in _BINARY.items():
+        name = f"executorch_prim::{suffix}"
+        registry.register(name, fixed_arity(fn, 3, name))
+    for suffix, fn in _UNARY.items():
+        name = f"executorch_prim::{suffix}"
+        registry.register(name, fixed_arity(fn, 2, name))
+    registry.register("executorch_prim::sym_ite.Scalar", fixed_arity(_sym_ite, 4, "executorch_prim::sym_ite.Scalar"))
+    registry.register("aten::sym_size.int", fixed_arity(_sym_size, 3, "aten::sym_size.int"))
+    registry.register("aten::sym_numel", fixed_arity(_sym_numel, 2, "aten::sym_numel"))
+    registry.register("aten::sym_numel.default", fixed_arity(_sym_numel, 2, "aten::sym_numel"))
+    registry.register("aten::_local_scalar_dense", fixed_arity(_local_scalar_dense, 2, "aten::_local_scalar_dense"))
+    registry.register(
+        "aten::_local_scalar_dense.default", fixed_arity(_local_scalar_dense, 2, "aten::_local_scalar_dense")
+    )
+    registry.register("executorch_prim::et_view.default", fixed_arity(_et_view, 3, "executorch_prim::et_view"))
+    registry.register("executorch_prim::et_copy_index.tensor", _copy_index_factory)
+
+
+def _copy_index_factory(count: int) -> Binding:
+    # The schema returns nothing; emitters have passed the three arguments alone and with a result slot.
+    if count not in (3, 4):
+        raise InvalidProgram(f"executorch_prim::et_copy_index.tensor takes 3 arguments; the call passes {count}")
+    return Binding(_et_copy_index, (0, 1, 2))

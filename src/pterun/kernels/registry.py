@@ -1,0 +1,113 @@
+"""Kernels by operator name, and how to call them.
+
+A program names operators as ``namespace::name.overload`` ("aten::add.out")
+and passes each call its arguments as a list of values: the schema's
+arguments in order, then one value for the result. A kernel turns that list
+into a call once, at load: a :class:`Binding` says which positions go where,
+so the executor can emit a direct call with no per-call argument shuffling.
+
+Kernels are registered by full name and, optionally, for one device type; a
+kernel for the device at hand wins over one for any device. Names the
+registry does not hold are offered to its providers (the ATen binder), which
+can make a kernel for any operator torch knows.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from pterun.core.device import DeviceType
+from pterun.errors import InvalidProgram, OperatorMissing
+
+
+@dataclass(frozen=True)
+class Binding:
+    """How to call a kernel with an instruction's argument list.
+
+    ``fn(*[args[i] for i in positional], **{k: args[i] for k, i in keywords})``;
+    its return value becomes ``args[result]`` when ``result`` is set. Values
+    at the positions in ``convert`` pass through the given function once, at
+    load (ExecuTorch encodes dtypes and memory formats as ints). ``writes`` are
+    the positions of ``out`` tensors (or lists of them) that torch resizes to
+    the result's shape; the executor empties the dynamic ones before the call,
+    which is how torch expects an out tensor of a new shape to arrive.
+    """
+
+    fn: Callable
+    positional: tuple[int, ...] = ()
+    keywords: tuple[tuple[str, int], ...] = ()
+    result: int | None = None
+    convert: tuple[tuple[int, Callable], ...] = ()
+    writes: tuple[int, ...] = ()
+
+
+KernelFactory = Callable[[int], Binding]
+"""Makes the binding for a call with the given number of arguments (result included)."""
+
+Provider = Callable[[str], "KernelFactory | None"]
+
+
+def fixed_arity(fn: Callable, nargs: int, name: str, *, result: bool = True, writes: tuple[int, ...] = (),
+                keywords: dict[int, str] | None = None) -> KernelFactory:
+    """A factory for kernels that take exactly ``nargs`` values (result included)."""
+    keywords = keywords or {}
+
+    def factory(count: int) -> Binding:
+        if count != nargs:
+            raise InvalidProgram(f"{name} takes {nargs - 1} arguments and a result; the call passes {count} values")
+        last = nargs - 1
+        positional = tuple(i for i in range(last) if i not in keywords)
+        return Binding(
+            fn, positional, tuple((k, i) for i, k in keywords.items()), last if result else None, writes=writes,
+        )
+
+    return factory
+
+
+@dataclass
+class KernelRegistry:
+    _kernels: dict[tuple[str, DeviceType | None], KernelFactory] = field(default_factory=dict)
+    _providers: list[tuple[Provider, Callable[[], Iterable[str]]]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def register(self, name: str, factory: KernelFactory, device_type: DeviceType | None = None) -> None:
+        with self._lock:
+            self._kernels[(name, device_type)] = factory
+
+    def add_provider(self, provider: Provider, names: Callable[[], Iterable[str]]) -> None:
+        """``provider(name)`` makes a factory for names it knows; ``names()`` lists them."""
+        self._providers.append((provider, names))
+
+    def lookup(self, name: str, device_type: DeviceType = DeviceType.CPU) -> KernelFactory:
+        factory = self._kernels.get((name, device_type)) or self._kernels.get((name, None))
+        if factory is not None:
+            return factory
+        for provider, _ in self._providers:
+            factory = provider(name)
+            if factory is not None:
+                with self._lock:
+                    self._kernels[(name, None)] = factory
+                return factory
+        raise OperatorMissing(self._missing_message(name))
+
+    def __contains__(self, name: str) -> bool:
+        try:
+            self.lookup(name)
+        except OperatorMissing:
+            return False
+        return True
+
+    @property
+    def names(self) -> set[str]:
+        names = {name for name, _ in self._kernels}
+        for _, listing in self._providers:
+            names.update(listing())
+        return names
+
+    def _missing_message(self, name: str) -> str:
+        close = difflib.get_close_matches(name, sorted(self.names), n=3, cutoff=0.75)
+        hint = f"; closest registered: {', '.join(close)}" if close else ""
+        return f"no kernel is registered for operator {name}{hint}"

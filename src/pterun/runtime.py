@@ -1,0 +1,119 @@
+"""The Runtime facade, mirroring ``executorch.runtime``.
+
+``Runtime.get()`` is a process-wide singleton that owns the kernel, backend
+and allocator registries; ``load_program`` reads a program from a path
+(memory-mapped), bytes or a binary file object.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+
+from pterun.backends import BackendRegistry, default_backend_registry
+from pterun.core.device import Device, DeviceType
+from pterun.executor import Method, MethodMeta, Program, Registries
+from pterun.format import DataFile, ProgramFile, Verification
+from pterun.kernels import KernelRegistry, default_registry
+from pterun.memory import AllocatorRegistry
+
+
+def default_allocators() -> AllocatorRegistry:
+    """The built-in allocators, registered in this one place. CUDA's is made on first use."""
+    from pterun.memory.cpu import CpuAllocator
+
+    registry = AllocatorRegistry()
+    registry.register(CpuAllocator())
+
+    def cuda():
+        from pterun.memory.cuda import CudaAllocator
+
+        return CudaAllocator()
+
+    registry.register_lazy(DeviceType.CUDA, cuda)
+    return registry
+
+
+class BackendRegistryView:
+    """``Runtime.backend_registry`` as executorch.runtime has it."""
+
+    def __init__(self, registry: BackendRegistry) -> None:
+        self._registry = registry
+
+    @property
+    def registered_backend_names(self) -> list[str]:
+        return self._registry.names
+
+    def is_available(self, backend_name: str) -> bool:
+        return self._registry.is_available(backend_name)
+
+    def register(self, name: str, backend) -> None:
+        self._registry.register(name, backend)
+
+
+class OperatorRegistryView:
+    """``Runtime.operator_registry`` as executorch.runtime has it."""
+
+    def __init__(self, registry: KernelRegistry) -> None:
+        self._registry = registry
+
+    @property
+    def operator_names(self) -> set[str]:
+        return self._registry.names
+
+
+class Runtime:
+    def __init__(self, registries: Registries | None = None) -> None:
+        self.registries = registries or Registries(default_registry(), default_backend_registry(), default_allocators())
+        self.backend_registry = BackendRegistryView(self.registries.backends)
+        self.operator_registry = OperatorRegistryView(self.registries.kernels)
+
+    @staticmethod
+    @functools.cache
+    def get() -> "Runtime":
+        return Runtime()
+
+    @property
+    def allocators(self) -> AllocatorRegistry:
+        return self.registries.allocators
+
+    def load_program(
+        self,
+        data: "bytes | bytearray | memoryview | BinaryIO | Path | str",
+        *,
+        verification: Verification = Verification.InternalConsistency,
+        enable_etdump: bool = False,
+        debug_buffer_size: int = 0,
+        data_path: "str | os.PathLike | bytes | Sequence | None" = None,
+        device: "str | torch.device | Device | None" = None,
+        backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Program:
+        """Loads a program; ``data_path`` names .ptd files (paths or bytes) holding tensors it stores outside.
+
+        ``device`` runs every method on that device ("cuda", "cuda:1"): arenas
+        and constants are placed there and kernels run there.
+        """
+        del enable_etdump, debug_buffer_size  # ETDump profiling is not supported (see README)
+        file = ProgramFile(data, Verification(verification))
+        if data_path is None:
+            sources = []
+        elif isinstance(data_path, (list, tuple)):
+            sources = list(data_path)
+        else:
+            sources = [data_path]
+        data_files = [DataFile(source) for source in sources]
+        return Program(
+            file,
+            self.registries,
+            data_files,
+            None if device is None else Device.parse(device),
+            dict(backend_options or {}),
+        )
+
+
+__all__ = ["Method", "MethodMeta", "Program", "Runtime", "Verification"]

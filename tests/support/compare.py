@@ -1,0 +1,46 @@
+"""How closely pterun must match ExecuTorch.
+
+Floating point: the largest absolute difference at most ``rtol * max(1, max|ref|)``
+(1e-5 for float32; ExecuTorch's portable kernels and PyTorch's sum in
+different orders). bf16 and fp16 are compared in units of their last place.
+Integers and bools: exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FLOAT_RTOL = 1e-5
+
+
+def assert_matches(actual, expected, *, rtol: float = FLOAT_RTOL, ulps: int = 1, what: str = "output") -> None:
+    if isinstance(expected, (list, tuple)):
+        assert isinstance(actual, (list, tuple)) and len(actual) == len(expected), (
+            f"{what}: expected {len(expected)} values, got {actual!r}"
+        )
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_matches(a, e, rtol=rtol, ulps=ulps, what=f"{what}[{i}]")
+        return
+    if not isinstance(expected, torch.Tensor):
+        assert actual == expected, f"{what}: expected {expected!r}, got {actual!r}"
+        return
+    assert isinstance(actual, torch.Tensor), f"{what}: expected a tensor, got {type(actual).__name__}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, expected {expected.dtype}"
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    actual, expected = actual.cpu(), expected.cpu()
+    if not expected.is_floating_point():
+        assert torch.equal(actual, expected), f"{what}: integer values differ"
+        return
+    if expected.numel() == 0:
+        return
+    nan = torch.isnan(expected)
+    assert torch.equal(nan, torch.isnan(actual)), f"{what}: NaNs differ"
+    a, e = actual[~nan].double(), expected[~nan].double()
+    if expected.dtype in (torch.bfloat16, torch.float16):
+        step = torch.finfo(expected.dtype).eps * e.abs().clamp_min(torch.finfo(expected.dtype).tiny)
+        worst = ((a - e).abs() / step).max().item() if a.numel() else 0.0
+        assert worst <= 2.0 * ulps, f"{what}: off by {worst:.1f} units in the last place"
+        return
+    scale = max(1.0, e.abs().max().item() if e.numel() else 0.0)
+    diff = (a - e).abs().max().item() if a.numel() else 0.0
+    assert diff <= rtol * scale, f"{what}: max abs diff {diff:.3g} > {rtol:g} * {scale:.3g}"

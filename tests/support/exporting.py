@@ -1,0 +1,111 @@
+"""Export programs with ExecuTorch's exporter, once per test run.
+
+``export_program(key, build)`` calls ``build()`` for an :class:`ExportSpec`,
+exports it and writes the .pte (and any .ptd files) under the cache
+directory, keyed by ``key``; later calls with the same key reuse the files.
+The cache lives in the test run's temporary directory, or in
+``$PTERUN_PROGRAM_CACHE`` when that is set (handy while developing, and for
+carrying fixtures to a GPU machine).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_LOCK = threading.Lock()
+_ROOT: Path | None = None
+
+
+def cache_root() -> Path:
+    global _ROOT
+    if _ROOT is None:
+        env = os.environ.get("PTERUN_PROGRAM_CACHE")
+        _ROOT = Path(env) if env else Path(tempfile.mkdtemp(prefix="pterun-programs-"))
+        _ROOT.mkdir(parents=True, exist_ok=True)
+    return _ROOT
+
+
+@dataclass
+class ExportSpec:
+    """What to export: one module (method "forward") or several methods, and how."""
+
+    module: torch.nn.Module | dict[str, torch.nn.Module]
+    inputs: tuple | dict[str, tuple]
+    dynamic_shapes: Any = None
+    # "portable" (to_edge), "transform" (to_edge_transform_and_lower, no partitioner),
+    # or a callable returning a list of partitioners for to_edge_transform_and_lower.
+    lower: str | Callable[[], list] = "portable"
+    config: dict = field(default_factory=dict)  # ExecutorchBackendConfig keyword arguments
+    edge_config: dict = field(default_factory=dict)  # EdgeCompileConfig keyword arguments
+    strict: bool = False
+    passes: Callable | None = None  # edge program manager -> edge program manager, before to_executorch
+
+
+@dataclass
+class Exported:
+    key: str
+    pte: Path
+    ptd: list[Path]
+    inputs: dict[str, tuple]  # example inputs per method
+
+    @property
+    def method_names(self) -> list[str]:
+        return list(self.inputs)
+
+    def forward_inputs(self) -> tuple:
+        return self.inputs["forward"]
+
+
+def _export(spec: ExportSpec, directory: Path) -> Exported:
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
+    from torch.export import export
+
+    modules = spec.module if isinstance(spec.module, dict) else {"forward": spec.module}
+    inputs = spec.inputs if isinstance(spec.inputs, dict) else {"forward": spec.inputs}
+    dynamic = spec.dynamic_shapes if isinstance(spec.dynamic_shapes, dict) and set(spec.dynamic_shapes) <= set(
+        modules
+    ) and isinstance(spec.module, dict) else {"forward": spec.dynamic_shapes}
+    with torch.no_grad():
+        exported = {
+            name: export(module.eval(), inputs[name], dynamic_shapes=dynamic.get(name), strict=spec.strict)
+            for name, module in modules.items()
+        }
+    edge_config = EdgeCompileConfig(**spec.edge_config) if spec.edge_config else None
+    if spec.lower == "portable":
+        edge = to_edge(exported, compile_config=edge_config) if edge_config else to_edge(exported)
+    else:
+        partitioners = [] if spec.lower == "transform" else spec.lower()
+        kwargs = {"partitioner": partitioners} if partitioners else {}
+        if edge_config:
+            kwargs["compile_config"] = edge_config
+        edge = to_edge_transform_and_lower(exported, **kwargs)
+    if spec.passes is not None:
+        edge = spec.passes(edge)
+    program = edge.to_executorch(config=ExecutorchBackendConfig(**spec.config))
+    directory.mkdir(parents=True, exist_ok=True)
+    pte = directory / "program.pte"
+    pte.write_bytes(program.buffer)
+    ptd = []
+    if getattr(program, "_tensor_data", None):
+        program.write_tensor_data_to_file(str(directory))
+        ptd = sorted(directory.glob("*.ptd"))
+    torch.save(inputs, directory / "inputs.pt")
+    return Exported(directory.name, pte, ptd, inputs)
+
+
+def export_program(key: str, build: Callable[[], ExportSpec]) -> Exported:
+    directory = cache_root() / key
+    with _LOCK:
+        pte = directory / "program.pte"
+        if pte.exists() and (directory / "inputs.pt").exists():
+            inputs = torch.load(directory / "inputs.pt", weights_only=False)
+            return Exported(key, pte, sorted(directory.glob("*.ptd")), inputs)
+        return _export(build(), directory)
