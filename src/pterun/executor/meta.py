@@ -19,6 +19,9 @@ _TAG_NAMES = {
 }
 
 
+_DEVICE_NAMES = {1: "cuda"}
+
+
 def value_kind(value) -> Kind:
     return Kind.TENSOR if isinstance(value, TensorSpec) else value.kind
 
@@ -99,6 +102,19 @@ class MethodMeta:
         if not 0 <= index < len(sizes):
             raise IndexOutOfRange(f"planned buffer {index} does not exist; the method has {len(sizes)}")
         return sizes[index]
+
+    def memory_planned_buffer_device(self, index: int) -> str:
+        """The device planned buffer ``index`` is tagged for ("cpu", "cuda:0")."""
+        self.memory_planned_buffer_size(index)
+        device_type, device_index = self._plan.arena_device(index + 1)
+        return "cpu" if device_type == 0 else f"{_DEVICE_NAMES.get(device_type, device_type)}:{device_index}"
+
+    def operators(self) -> list[str]:
+        """The operators the method calls, as ``namespace::name.overload``."""
+        return [f"{name}.{overload}" if overload else name for name, overload in self._plan.operators]
+
+    def num_instructions(self) -> int:
+        return len(self._plan.instructions)
 
     def num_backends(self) -> int:
         return len(self._plan.delegates)

@@ -60,15 +60,17 @@ class Method:
             self._destroy_delegates(handles)
             raise
 
+        # Unplanned inputs alias the caller's tensors; unplanned outputs get buffers, unless an
+        # instruction computes them (a view of another tensor).
         params_in = [vi for vi in params if vi in plan.inputs]
-        outputs_unplanned = [vi for vi in params if vi not in plan.inputs]
+        outputs_unplanned = [vi for vi in params if vi not in plan.inputs and vi not in locals_]
         list_items = {
             i: v.items for i, v in enumerate(plan.values)
             if isinstance(v, ListValue) and v.kind in (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)
         }
         dynamic = {i for i, v in enumerate(plan.values)
                    if isinstance(v, TensorSpec) and v.dynamism == Dynamism.DYNAMIC_BOUND}
-        values = MethodValues(objects, params_in + outputs_unplanned, locals_ - set(params), dynamic, list_items)
+        values = MethodValues(objects, params_in + outputs_unplanned, locals_ - set(params_in), dynamic, list_items)
         try:
             self._compiled = compile_method(values, steps, plan.outputs, plan.name)
         except BaseException:

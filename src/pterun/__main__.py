@@ -1,0 +1,3 @@
+from pterun.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The `pterun` command line. Uses the public API only."""

@@ -1,0 +1,146 @@
+"""`pterun run`, `pterun inspect`: run a program's method, or show what a program holds."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Optional
+
+import torch
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pterun import Runtime
+from pterun.cli.inputs import load_inputs, random_inputs
+from pterun.core.dtype import name as dtype_name
+from pterun.errors import PteError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run and inspect ExecuTorch programs (.pte).")
+console = Console()
+
+EXAMPLE = "llama_tiny.pte"
+
+
+def example_program() -> Path:
+    return Path(str(resources.files("pterun.examples") / EXAMPLE))
+
+
+def _fail(error: PteError) -> None:
+    console.print(f"[red]error:[/red] {error}")
+    raise typer.Exit(1)
+
+
+@app.command()
+def run(
+    program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
+    method: str = typer.Option("forward", "--method", "-m"),
+    data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help=".ptd file(s) with external tensors."),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", "-i", help=".pt or .npz file of inputs."),
+    device: Optional[str] = typer.Option(None, "--device", help="Run every kernel on this device (cpu, cuda)."),
+    repeat: int = typer.Option(10, "--repeat", "-n", min=1, help="Timed runs."),
+    warmup: int = typer.Option(2, "--warmup", min=0),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Run a method with random inputs (or --inputs) and print its outputs and timings."""
+    path = program or example_program()
+    try:
+        start = time.perf_counter()
+        loaded = Runtime.get().load_program(path, data_path=data or None, device=device)
+        m = loaded.load_method(method)
+        load_s = time.perf_counter() - start
+        input_device = device or "cpu"
+        args = load_inputs(inputs, input_device) if inputs else random_inputs(m.metadata, input_device, seed)
+        sync = torch.cuda.synchronize if input_device.startswith("cuda") else (lambda: None)
+        times = []
+        outputs = None
+        for i in range(warmup + repeat):
+            t0 = time.perf_counter()
+            outputs = m.execute(args)
+            sync()
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+    except PteError as error:
+        _fail(error)
+    table = Table(title=f"{path.name} :: {method}")
+    for column in ("output", "kind", "dtype", "shape", "device", "summary"):
+        table.add_column(column)
+    for i, out in enumerate(outputs):
+        if isinstance(out, torch.Tensor):
+            summary = ""
+            if out.numel() and (out.is_floating_point() or not out.dtype.is_complex):
+                f = out.detach().float()
+                summary = f"min {f.min().item():.4g}  max {f.max().item():.4g}  mean {f.mean().item():.4g}"
+            table.add_row(str(i), "Tensor", str(out.dtype).removeprefix("torch."), str(list(out.shape)),
+                          str(out.device), summary)
+        else:
+            table.add_row(str(i), type(out).__name__, "", "", "", repr(out))
+    console.print(table)
+    ms = [t * 1e3 for t in times]
+    console.print(
+        f"load {load_s * 1e3:.1f} ms · execute median {statistics.median(ms):.3f} ms "
+        f"(min {min(ms):.3f}, max {max(ms):.3f}, {repeat} runs after {warmup} warm-up)"
+    )
+
+
+@app.command()
+def inspect(
+    program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
+    code: bool = typer.Option(False, "--code", help="Also print the Python each method compiles into."),
+    data: Optional[list[Path]] = typer.Option(None, "--data", "-d"),
+) -> None:
+    """Show a program's methods, inputs, outputs, operators, delegates and memory arenas."""
+    path = program or example_program()
+    try:
+        loaded = Runtime.get().load_program(path, data_path=data or None)
+        size = path.stat().st_size
+        console.print(f"[bold]{path}[/bold]  {size:,} bytes  methods: {', '.join(sorted(loaded.method_names))}")
+        for name in sorted(loaded.method_names):
+            meta = loaded.metadata(name)
+            _show_method(meta)
+            if code:
+                console.print(loaded.load_method(name).source, highlight=False, markup=False)
+    except PteError as error:
+        _fail(error)
+
+
+def _io_rows(table: Table, meta, which: str) -> None:
+    count = meta.num_inputs() if which == "input" else meta.num_outputs()
+    for i in range(count):
+        tag = meta.input_tag(i) if which == "input" else meta.output_tag(i)
+        if tag == "Tensor":
+            info = meta.input_tensor_meta(i) if which == "input" else meta.output_tensor_meta(i)
+            table.add_row(f"{which} {i}", dtype_name(info.dtype()), str(list(info.sizes())),
+                          str(list(info.dim_order())), "planned" if info.is_memory_planned() else "caller's memory",
+                          f"{info.nbytes():,}")
+        else:
+            table.add_row(f"{which} {i}", tag, "", "", "", "")
+
+
+def _show_method(meta) -> None:
+    console.rule(f"method {meta.name()}")
+    table = Table(show_edge=False)
+    for column in ("value", "dtype", "sizes", "dim order", "memory", "bytes"):
+        table.add_column(column)
+    _io_rows(table, meta, "input")
+    _io_rows(table, meta, "output")
+    console.print(table)
+    arenas = [
+        f"{i}: {meta.memory_planned_buffer_size(i):,} bytes on {meta.memory_planned_buffer_device(i)}"
+        for i in range(meta.num_memory_planned_buffers())
+    ]
+    console.print(f"memory arenas: {'; '.join(arenas) or 'none'}")
+    backends = [meta.get_backend_name(i) for i in range(meta.num_backends())]
+    console.print(f"delegates: {', '.join(backends) or 'none'}")
+    ops = meta.operators()
+    console.print(f"instructions: {meta.num_instructions()}  operators ({len(ops)}): {', '.join(ops)}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Programs that ship with pterun (made by scripts/make-example.py)."""

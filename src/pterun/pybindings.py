@@ -1,0 +1,254 @@
+"""A drop-in for ``executorch.extension.pybindings.portable_lib``.
+
+    from pterun import pybindings as portable_lib   # instead of executorch's
+
+Same functions, classes, argument names and defaults, backed by pterun. The
+differences are deliberate and listed in the README: bundled programs and
+ETDump profiling are not supported (their entry points raise
+``Unimplemented``), methods loaded through ``_load_program`` each get their
+own planned memory instead of sharing one set of arenas (so two methods
+cannot overwrite each other's state), and list outputs come back as Python
+lists instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from pterun.errors import IndexOutOfRange, InvalidArgument, Unimplemented
+from pterun.executor import Method, MethodMeta, Program, TensorInfo
+from pterun.format import Verification
+from pterun.runtime import Runtime
+
+__all__ = [
+    "ExecuTorchMethod", "ExecuTorchModule", "ExecuTorchProgram", "MethodMeta", "TensorInfo", "Verification",
+    "_create_profile_block", "_dump_profile_results", "_get_operator_names", "_get_registered_backend_names",
+    "_is_available", "_load_bundled_program_from_buffer", "_load_for_executorch",
+    "_load_for_executorch_from_buffer", "_load_for_executorch_from_bundled_program",
+    "_load_for_executorch_from_data_loader", "_load_program", "_load_program_from_buffer",
+    "_reset_profile_results", "_threadpool_get_thread_count", "_unsafe_reset_threadpool",
+]
+
+_DEVICE_TYPES = ("cpu", "cuda")
+
+
+def _convert_inputs(inputs: Sequence, method_name: str) -> list:
+    """Checks inputs as ExecuTorch's bindings do, with their messages."""
+    if isinstance(inputs, torch.Tensor):
+        inputs = [inputs]
+    converted = []
+    for i, value in enumerate(inputs):
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 0 and value.device.type not in _DEVICE_TYPES:
+                raise InvalidArgument(
+                    f"Input {i} for method {method_name} is on device {value.device}, "
+                    "and only CPU and CUDA tensors can be passed to a method."
+                )
+            converted.append(value)
+        elif value is None or isinstance(value, (bool, int, float)):
+            converted.append(value)
+        else:
+            raise InvalidArgument(
+                f"Unsupported python type {type(value)}. Ensure that inputs are passed as a flat list of tensors."
+            )
+    return converted
+
+
+def _verification(value) -> Verification:
+    return Verification(int(value))
+
+
+def _data_sources(data) -> list:
+    return [] if data is None else [data]
+
+
+class ExecuTorchMethod:
+    def __init__(self, method: Method) -> None:
+        self._method = method
+
+    def set_inputs(self, inputs: Sequence[Any]) -> None:
+        self._method.set_inputs(_convert_inputs(inputs, self._method.name))
+
+    def execute(self) -> None:
+        self._method.run()
+
+    def get_outputs(self, clone_outputs: bool = True) -> list[Any]:
+        return self._method.get_outputs(clone_outputs)
+
+    def call(self, inputs: Sequence[Any] = (), clone_outputs: bool = True) -> list[Any]:
+        self.set_inputs(inputs)
+        self._method.run()
+        return self._method.get_outputs(clone_outputs)
+
+    __call__ = call
+
+    def method_meta(self) -> MethodMeta:
+        return self._method.metadata
+
+    def get_attribute(self, name: str) -> Any:
+        return self._method.get_attribute(name)
+
+
+class ExecuTorchProgram:
+    def __init__(self, program: Program) -> None:
+        self._program = program
+        self._names = program.file.method_names
+
+    def num_methods(self) -> int:
+        return len(self._names)
+
+    def get_method_name(self, method_index: int) -> str:
+        if not 0 <= method_index < len(self._names):
+            raise IndexOutOfRange(f"method index {method_index} is out of range; the program has {len(self._names)}")
+        return self._names[method_index]
+
+    def load_method(self, method_name: str) -> ExecuTorchMethod:
+        return ExecuTorchMethod(self._program.load_method(method_name))
+
+    def method_meta(self, method_name: str) -> MethodMeta:
+        return self._program.metadata(method_name)
+
+    def has_etdump(self) -> bool:
+        return False
+
+    def write_etdump_result_to_file(self, path: str, debug_buffer_path: str | None = None) -> None:
+        raise Unimplemented("ETDump profiling is not supported by pterun")
+
+
+class ExecuTorchModule:
+    """A program loaded on first use, running methods by name (ExecuTorch's ``Module``)."""
+
+    def __init__(self, source, data, verification: Verification) -> None:
+        self._source = source
+        self._data = data
+        self._verification = verification
+        self._program: Program | None = None
+
+    def _loaded(self) -> Program:
+        if self._program is None:
+            self._program = Runtime.get().load_program(
+                self._source, verification=self._verification, data_path=self._data
+            )
+        return self._program
+
+    def run_method(self, method_name: str, inputs: Sequence[Any] = (), clone_outputs: bool = True) -> list[Any]:
+        method = self._loaded().load_method(method_name)
+        return method.execute(_convert_inputs(inputs, method_name), clone_outputs=clone_outputs)
+
+    def forward(self, inputs: Sequence[Any] = (), clone_outputs: bool = True) -> list[Any]:
+        return self.run_method("forward", inputs, clone_outputs)
+
+    def __call__(self, inputs: Any = (), clone_outputs: bool = True) -> list[Any]:
+        return self.run_method("forward", inputs, clone_outputs)
+
+    def plan_execute(self, method_name: str, clone_outputs: bool = True) -> list[Any]:
+        method = self._loaded().load_method(method_name)
+        method.run()
+        return method.get_outputs(clone_outputs)
+
+    def method_meta(self, method_name: str) -> MethodMeta:
+        return self._loaded().metadata(method_name)
+
+    def method_names(self) -> list[str]:
+        return list(self._loaded().file.method_names)
+
+    def has_etdump(self) -> bool:
+        return False
+
+    def write_etdump_result_to_file(self, path: str, debug_buffer_path: str | None = None) -> None:
+        raise Unimplemented("ETDump profiling is not supported by pterun")
+
+
+def _load_for_executorch(
+    program_path: str | os.PathLike,
+    data_path: str | None = None,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
+    program_verification: Verification = Verification.InternalConsistency,
+) -> ExecuTorchModule:
+    return ExecuTorchModule(os.fspath(program_path), _data_sources(data_path), _verification(program_verification))
+
+
+def _load_for_executorch_from_buffer(
+    buffer: bytes,
+    data_map_buffer: bytes | None = None,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
+    program_verification: Verification = Verification.InternalConsistency,
+) -> ExecuTorchModule:
+    return ExecuTorchModule(bytes(buffer), _data_sources(data_map_buffer), _verification(program_verification))
+
+
+def _load_program(
+    path: str | os.PathLike,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
+    program_verification: Verification = Verification.Minimal,
+    data_path: str | None = None,
+) -> ExecuTorchProgram:
+    program = Runtime.get().load_program(
+        os.fspath(path), verification=_verification(program_verification), data_path=data_path
+    )
+    return ExecuTorchProgram(program)
+
+
+def _load_program_from_buffer(
+    buffer: bytes,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
+    program_verification: Verification = Verification.Minimal,
+    data_path: str | None = None,
+) -> ExecuTorchProgram:
+    program = Runtime.get().load_program(
+        bytes(buffer), verification=_verification(program_verification), data_path=data_path
+    )
+    return ExecuTorchProgram(program)
+
+
+def _load_for_executorch_from_bundled_program(*args, **kwargs) -> ExecuTorchModule:
+    raise Unimplemented("bundled programs are not supported by pterun")
+
+
+def _load_bundled_program_from_buffer(*args, **kwargs):
+    raise Unimplemented("bundled programs are not supported by pterun")
+
+
+def _load_for_executorch_from_data_loader(*args, **kwargs) -> ExecuTorchModule:
+    raise Unimplemented("custom data loaders are not supported by pterun; pass a path or bytes")
+
+
+def _get_operator_names() -> list[str]:
+    return sorted(Runtime.get().registries.kernels.names)
+
+
+def _get_registered_backend_names() -> list[str]:
+    return Runtime.get().registries.backends.names
+
+
+def _is_available(backend_name: str) -> bool:
+    return Runtime.get().registries.backends.is_available(backend_name)
+
+
+def _create_profile_block(name: str) -> None:
+    """Profiling blocks are accepted and ignored: pterun has no ExecuTorch profiler."""
+
+
+def _dump_profile_results() -> bytes:
+    return b""
+
+
+def _reset_profile_results() -> None:
+    """Nothing to reset (see ``_create_profile_block``)."""
+
+
+def _unsafe_reset_threadpool(num_threads: int) -> None:
+    # Kernels run on PyTorch's intra-op thread pool.
+    torch.set_num_threads(int(num_threads))
+
+
+def _threadpool_get_thread_count() -> int:
+    return torch.get_num_threads()
