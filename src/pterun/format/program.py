@@ -69,7 +69,8 @@ class ProgramFile:
         self.method_names: tuple[str, ...] = tuple(
             (root.ExecutionPlan(i).Name() or b"").decode() for i in range(root.ExecutionPlanLength())
         )
-        self._segments = [self._segment_view(i) for i in range(root.SegmentsLength())]
+        self._segment_count = root.SegmentsLength()
+        self._segments: dict[int, memoryview] = {}
 
         self._constant_segment: memoryview | None = None
         self._constant_offsets: tuple[int, ...] = ()
@@ -104,6 +105,8 @@ class ProgramFile:
         base = self.header.segment_base_offset
         start, size = base + seg.Offset(), seg.Size()
         total = len(self.file.data)
+        if size == 0:
+            return self.file.data[0:0]
         if base == 0 or start + size > total:
             raise InvalidProgram(
                 f"segment {index} spans bytes {start}..{start + size} of a {total}-byte file"
@@ -114,9 +117,16 @@ class ProgramFile:
     # -- access ------------------------------------------------------------------
 
     def segment(self, index: int, *, what: str = "segment") -> memoryview:
-        if not 0 <= index < len(self._segments):
-            raise InvalidProgram(f"{what} is segment {index}; the program has {len(self._segments)} segments")
-        return self._segments[index]
+        """Segment ``index``, checked against the file when first used (as ExecuTorch loads them)."""
+        view = self._segments.get(index)
+        if view is None:
+            if not 0 <= index < self._segment_count:
+                raise InvalidProgram(f"{what} is segment {index}; the program has {self._segment_count} segments")
+            try:
+                view = self._segments[index] = self._segment_view(index)
+            except _READ_ERRORS as exc:
+                raise InvalidProgram(f"{what}: segment {index} is corrupt ({exc})") from None
+        return view
 
     def plan(self, name: str) -> Plan:
         plan = self._plans.get(name)
