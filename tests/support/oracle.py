@@ -14,7 +14,9 @@ def _runtime():
     from executorch.extension.pybindings import portable_lib
 
     try:
-        import executorch.extension.llm.custom_ops  # noqa: F401
+        # The package itself registers nothing; these modules load the llama:: and preprocess:: kernels.
+        import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
+        import executorch.extension.llm.custom_ops.op_tile_crop_aot  # noqa: F401
     except Exception:  # noqa: BLE001 - optional: only LLM programs need it
         pass
     return portable_lib
