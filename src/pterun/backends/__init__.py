@@ -6,7 +6,15 @@ from pterun.backends.registry import BackendRegistry
 
 def default_backend_registry() -> BackendRegistry:
     """A registry of every built-in backend; each is imported only when a program needs it."""
-    return BackendRegistry()
+    registry = BackendRegistry()
+
+    def cuda():
+        from pterun.backends.cuda import CudaBackend
+
+        return CudaBackend()
+
+    registry.register("PterunCudaBackend", cuda)
+    return registry
 
 
 __all__ = ["BackendInitContext", "BackendInterface", "BackendRegistry", "CompileSpec", "default_backend_registry"]

@@ -18,7 +18,7 @@ from ``execute`` is reported as ``Internal``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,9 @@ class BackendInitContext:
     runtime_specs: Mapping[str, Any] = field(default_factory=dict)
     # The device the method runs on ("cpu" unless the program was loaded with device=...).
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    # load_program(data, device) -> a program object with load_method(name), for backends whose
+    # blobs are programs of their own (run by the same executor, on the given device).
+    load_program: Callable[[memoryview | bytes, torch.device], Any] | None = None
 
     def get_runtime_spec(self, key: str, default: Any = None) -> Any:
         return self.runtime_specs.get(key, default)

@@ -34,6 +34,7 @@ from pterun.executor.codegen import DelegateStep, KernelStep, MethodValues, comp
 from pterun.executor.meta import MethodMeta, value_kind
 from pterun.executor.tensors import check_external_layout, from_bytes, shaped
 from pterun.format import DelegateCall, Dynamism, Kind, KernelCall, ListValue, MoveCall, Plan, Scalar, TensorSpec
+from pterun.memory.pointer import device_memory_kind
 
 if TYPE_CHECKING:
     from pterun.executor.program import Program
@@ -89,6 +90,9 @@ class Method:
         self._out_specs = [(k + len(params_in), plan.values[vi]) for k, vi in enumerate(outputs_unplanned)]
         self._out_buffers: list[torch.Tensor | None] = [None] * len(outputs_unplanned)
         self._handed_out = [False] * len(outputs_unplanned)
+        self._caller_bound = [False] * len(outputs_unplanned)
+        self._out_slot = {pos: outputs_unplanned.index(vi) for pos, vi in enumerate(plan.outputs)
+                          if vi in outputs_unplanned}
         self._outputs: tuple | None = None
         self._run = self._compiled.run
         self._where = where
@@ -170,6 +174,7 @@ class Method:
                     named_data=program.named_data,
                     runtime_specs=program.backend_options.get(d.backend_id, {}),
                     device=(program.device or Device()).torch,
+                    load_program=program.load_nested,
                 )
                 specs = tuple(CompileSpec(k, v) for k, v in d.compile_specs)
                 handle = backend.init(context, blob, specs)
@@ -242,12 +247,15 @@ class Method:
             dim_order = value.dim_order
             if vi in params_in:
                 slot = params_in.index(vi)
-                expected_device = self._device_for(value.device_type, value.device_index).torch
+                tagged = self._device_for(value.device_type, value.device_index)
+                expected_device = tagged.torch
+                check_memory = value.device_type == DeviceType.CUDA
                 target = None
             else:
                 slot = None
                 target = objects[vi]
                 expected_device = target.device
+                tagged, check_memory = None, False
 
             def bind(x, copy_inputs: bool, args: list) -> None:
                 if not isinstance(x, torch.Tensor):
@@ -265,6 +273,12 @@ class Method:
                             f"(pass copy_inputs=True to have it copied)"
                         )
                     x = x.to(expected_device)
+                if x.requires_grad:
+                    # Inputs are data, as in ExecuTorch. Copying a tensor that requires grad into a
+                    # planned input would record autograd history on the arena view for good (outputs
+                    # aliasing it would come back requiring grad, and the method would keep the
+                    # caller's graph alive); an unplanned input would hand that history to outputs.
+                    x = x.detach()
                 shape = tuple(x.shape)
                 if shape != value.sizes:
                     if len(shape) != rank:
@@ -282,6 +296,8 @@ class Method:
                             f"{bound} of its upper bound {list(value.sizes)}"
                         )
                 if slot is not None:
+                    if check_memory:
+                        self._check_memory(x, tagged, where)
                     args[slot] = x
                 else:
                     if tuple(target.shape) != shape:
@@ -334,23 +350,64 @@ class Method:
     # -- outputs -----------------------------------------------------------------
 
     def _prepare_outputs(self) -> None:
-        """Gives every unplanned output a buffer, replacing those handed to a caller. All or nothing."""
+        """Gives every unplanned output a buffer, replacing those handed to a caller. All or nothing:
+        if one allocation fails, no buffer changes and the next call starts over."""
         fresh = {}
         for k, (slot, spec) in enumerate(self._out_specs):
-            if self._out_buffers[k] is None or self._handed_out[k]:
-                fresh[k] = self._output_buffer(spec)
+            if not self._caller_bound[k] and (self._out_buffers[k] is None or self._handed_out[k]):
+                fresh[k] = self._output_buffer(spec, k)
         for k, tensor in fresh.items():
             self._out_buffers[k] = tensor
             self._handed_out[k] = False
             self._args[self._out_specs[k][0]] = tensor
 
-    def _output_buffer(self, spec: TensorSpec) -> torch.Tensor:
+    def set_output(self, index: int, tensor: torch.Tensor) -> None:
+        """Makes ``tensor`` the memory of unplanned output ``index`` (ExecuTorch's set_output_data_ptr).
+
+        The method writes that output there, resizing it within its upper bound, until another
+        tensor is set. Planned outputs have memory already: setting one is ``InvalidState``.
+        """
+        k = self._out_slot.get(index)
+        if k is None:
+            if not 0 <= index < len(self._plan.outputs):
+                raise InvalidArgument(f"{self._where}: output {index} does not exist")
+            raise InvalidState(f"{self._where}: output {index} is memory-planned or not a tensor; it needs no memory")
+        spec = self._out_specs[k][1]
+        where = f"{self._where} output {index}"
+        if not isinstance(tensor, torch.Tensor) or tensor.dtype != storage_dtype(spec.scalar_type):
+            raise InvalidArgument(f"{where}: expected a {dtype_name(spec.scalar_type)} tensor, got {tensor!r:.60}")
+        capacity = tensor.untyped_storage().nbytes() - tensor.storage_offset() * tensor.element_size()
+        if capacity < spec.nbytes:
+            raise InvalidArgument(f"{where}: needs {spec.nbytes} bytes; the tensor given has {capacity}")
+        device = self._device_for(spec.device_type, spec.device_index)
+        self._check_memory(tensor, device, where)
+        self._out_buffers[k] = tensor
+        self._caller_bound[k] = True
+        self._handed_out[k] = False
+        self._args[self._out_specs[k][0]] = tensor
+
+    def _check_memory(self, tensor: torch.Tensor, device: Device, where: str) -> None:
+        # A tensor torch calls a CUDA tensor may still sit on host memory (a lying wrapper, a
+        # third-party allocator); ask the driver once, when the memory is bound.
+        if device.type == DeviceType.CUDA and tensor.is_cuda and tensor.numel():
+            kind = device_memory_kind(tensor.data_ptr())
+            if kind not in ("device", "managed"):
+                raise InvalidArgument(
+                    f"{where}: the program places it on {device}, but its memory at 0x{tensor.data_ptr():x} "
+                    f"is {kind} memory, not device memory"
+                )
+
+    def _output_buffer(self, spec: TensorSpec, k: int) -> torch.Tensor:
         device = self._device_for(spec.device_type, spec.device_index)
         if spec.nbytes == 0:
-            # Zero bytes need no memory on any device.
-            return shaped(torch.empty(0, dtype=torch.uint8), spec)
+            # Zero bytes need no memory on any device, and no allocator is asked.
+            on = device.torch if device.is_cpu or torch.cuda.is_available() else torch.device("cpu")
+            return shaped(torch.empty(0, dtype=torch.uint8, device=on), spec)
         buffer = self._program.registries.allocators.allocate(spec.nbytes, device)
-        return shaped(buffer.view(0, spec.nbytes), spec)
+        tensor = shaped(buffer.view(0, spec.nbytes), spec)
+        position = next(pos for pos, slot in self._out_slot.items() if slot == k)
+        self._check_memory(tensor, device, f"{self._where} output {position}")
+        return tensor
 
     # -- execute -----------------------------------------------------------------
 

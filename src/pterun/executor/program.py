@@ -72,6 +72,10 @@ class Program:
     def metadata(self, name: str) -> MethodMeta:
         return MethodMeta(self.file.plan(name))
 
+    def load_nested(self, data, device) -> "Program":
+        """A program carried inside this one (a delegate blob), run by the same executor on ``device``."""
+        return Program(ProgramFile(bytes(data)), self.registries, device=Device.parse(device))
+
     # -- data --------------------------------------------------------------------
 
     def external_entry(self, key: str, where: str, *, planned: bool) -> NamedEntry:

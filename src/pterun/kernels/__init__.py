@@ -7,10 +7,10 @@ from pterun.kernels.registry import Binding, KernelFactory, KernelRegistry, fixe
 
 def default_registry() -> KernelRegistry:
     """A registry holding every built-in kernel, with ATen as the fallback provider."""
-    from pterun.kernels import aten, dim_order, llm, prim, quantized
+    from pterun.kernels import aten, device_copy, dim_order, llm, prim, quantized
 
     registry = KernelRegistry()
-    for module in (prim, dim_order, quantized, llm):
+    for module in (prim, dim_order, device_copy, quantized, llm):
         module.register(registry)
     registry.add_provider(aten.aten_provider, aten.aten_names)
     return registry

@@ -64,7 +64,9 @@ class DeviceMemoryBuffer:
         if nbytes == 0:
             return torch.empty(0, dtype=torch.uint8, device=self.memory.device)
         ptr = self.data_ptr + offset
-        if self.device.is_cpu:
+        # Where the memory really is decides how to view it (a test allocator may serve a device
+        # type from host memory).
+        if self.memory.device.type == "cpu":
             return torch.from_numpy(np.asarray(_HostRange(ptr, nbytes, self)))
         return torch.as_tensor(_CudaRange(ptr, nbytes, self), device=self.memory.device)
 
