@@ -35,7 +35,13 @@ def assert_matches(actual, expected, *, rtol: float = FLOAT_RTOL, ulps: int = 1,
         return
     nan = torch.isnan(expected)
     assert torch.equal(nan, torch.isnan(actual)), f"{what}: NaNs differ"
-    a, e = actual[~nan].double(), expected[~nan].double()
+    # Infinities must be the same infinities, in the same places; the rest is compared by value.
+    inf = torch.isinf(expected)
+    assert torch.equal(inf, torch.isinf(actual)) and torch.equal(actual[inf], expected[inf]), (
+        f"{what}: infinities differ"
+    )
+    finite = ~(nan | inf)
+    a, e = actual[finite].double(), expected[finite].double()
     if expected.dtype in (torch.bfloat16, torch.float16):
         step = torch.finfo(expected.dtype).eps * e.abs().clamp_min(torch.finfo(expected.dtype).tiny)
         worst = ((a - e).abs() / step).max().item() if a.numel() else 0.0

@@ -47,6 +47,7 @@ class ExportSpec:
     edge_config: dict = field(default_factory=dict)  # EdgeCompileConfig keyword arguments
     strict: bool = False
     passes: Callable | None = None  # edge program manager -> edge program manager, before to_executorch
+    constant_methods: dict[str, Any] = field(default_factory=dict)  # methods that return a fixed value
 
 
 @dataclass
@@ -80,10 +81,15 @@ def _export(spec: ExportSpec, directory: Path) -> Exported:
         }
     edge_config = EdgeCompileConfig(**spec.edge_config) if spec.edge_config else None
     if spec.lower == "portable":
-        edge = to_edge(exported, compile_config=edge_config) if edge_config else to_edge(exported)
+        kwargs = {"constant_methods": spec.constant_methods} if spec.constant_methods else {}
+        if edge_config:
+            kwargs["compile_config"] = edge_config
+        edge = to_edge(exported, **kwargs)
     else:
         partitioners = [] if spec.lower == "transform" else spec.lower()
         kwargs = {"partitioner": partitioners} if partitioners else {}
+        if spec.constant_methods:
+            kwargs["constant_methods"] = spec.constant_methods
         if edge_config:
             kwargs["compile_config"] = edge_config
         edge = to_edge_transform_and_lower(exported, **kwargs)

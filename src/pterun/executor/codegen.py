@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pterun.core.layout import strides_for
 from pterun.format import FreeCall, JumpFalseCall, MoveCall
 from pterun.kernels import Binding
 
@@ -57,6 +58,8 @@ class MethodValues:
     locals: set[int]  # value indices instructions assign
     dynamic: set[int]  # tensors whose shape changes from call to call (emptied before torch writes them)
     list_items: dict[int, tuple[int, ...]] = field(default_factory=dict)  # list value -> item value indices (-1: None)
+    # Dynamic tensors planned with a dim order other than contiguous (channels-last): kept in it after writes.
+    dim_orders: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -65,6 +68,18 @@ class CompiledMethod:
     source: str
     lines: dict[int, int]  # source line -> instruction index
     filename: str
+
+
+def _keep_dim_order(tensor: torch.Tensor, dim_order: tuple[int, ...]) -> None:
+    # Torch's out= kernels resize an out tensor of a new shape to contiguous strides; ExecuTorch
+    # re-strides a resized tensor by its planned dim order, so a dynamic channels-last tensor stays
+    # channels-last (outputs come back laid out as ExecuTorch lays them out, and views of it see the
+    # planned layout). Move the values into the planned layout when the kernel left another one.
+    strides = strides_for(tensor.shape, dim_order)
+    if tensor.stride() != strides:
+        values = tensor.clone()
+        tensor.as_strided_(tensor.shape, strides)
+        tensor.copy_(values)
 
 
 def _truth(cond) -> bool:
@@ -80,7 +95,7 @@ class _Compiler:
         self.steps = steps
         self.outputs = outputs
         self.name = name
-        self.env: dict[str, object] = {"_truth": _truth}
+        self.env: dict[str, object] = {"_truth": _truth, "_keep_dim_order": _keep_dim_order}
         self.lines: list[str] = []
         self.line_step: dict[int, int] = {}
         self.params = set(values.params)
@@ -141,6 +156,11 @@ class _Compiler:
             self.emit(indent, f"{self.ref(args[b.result])} = {call}", n)
         else:
             self.emit(indent, call, n)
+        for pos in b.writes:
+            for target in self.values.list_items.get(args[pos], (args[pos],)):
+                order = self.values.dim_orders.get(target)
+                if order is not None:
+                    self.emit(indent, f"_keep_dim_order({self.ref(target)}, {order!r})", n)
 
     def delegate(self, n: int, step: DelegateStep, indent: int) -> None:
         fn_name, list_name = f"k{n}", f"a{n}"

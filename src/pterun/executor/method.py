@@ -26,7 +26,7 @@ from pterun.backends import BackendInitContext, CompileSpec
 from pterun.core.device import Device, DeviceType
 from pterun.core.dtype import name as dtype_name
 from pterun.core.dtype import storage_dtype
-from pterun.core.layout import dim_order_of, strides_for
+from pterun.core.layout import dim_order_of, is_contiguous_order, strides_for
 from pterun.errors import (
     Internal, InvalidArgument, InvalidExternalData, InvalidProgram, InvalidState, NotFound, NotSupported, PteError,
 )
@@ -71,7 +71,10 @@ class Method:
         }
         dynamic = {i for i, v in enumerate(plan.values)
                    if isinstance(v, TensorSpec) and v.dynamism == Dynamism.DYNAMIC_BOUND}
-        values = MethodValues(objects, params_in + outputs_unplanned, locals_ - set(params_in), dynamic, list_items)
+        dim_orders = {i: plan.values[i].dim_order for i in dynamic
+                      if not is_contiguous_order(plan.values[i].dim_order)}
+        values = MethodValues(objects, params_in + outputs_unplanned, locals_ - set(params_in), dynamic, list_items,
+                              dim_orders)
         try:
             self._compiled = compile_method(values, steps, plan.outputs, plan.name)
         except BaseException:
