@@ -138,6 +138,57 @@ def _show_method(meta) -> None:
     console.print(f"instructions: {meta.num_instructions()}  operators ({len(ops)}): {', '.join(ops)}")
 
 
+@app.command()
+def bench(
+    program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
+    method: str = typer.Option("forward", "--method", "-m"),
+    data: Optional[list[Path]] = typer.Option(None, "--data", "-d"),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+    against: str = typer.Option("executorch", "--against", help="Comma-separated: executorch, eager."),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="For eager: 'package.module:function' returning the nn.Module the program came from."
+    ),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", "-i"),
+    repeat: int = typer.Option(50, "--repeat", "-n", min=1),
+    warmup: int = typer.Option(5, "--warmup", min=0),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
+    """Time pterun against other ways of running the same program, interleaved in one process."""
+    import json
+
+    from pterun.cli.ways import other_ways, pterun_ways
+    from pterun.cli.timing import measure
+
+    path = program or example_program()
+    try:
+        loaded = Runtime.get().load_program(path, data_path=data or None, device=None if device == "cpu" else device)
+        m = loaded.load_method(method)
+        args = load_inputs(inputs, device) if inputs else random_inputs(m.metadata, device, 0)
+        ways = pterun_ways(m, args, device) + other_ways(
+            [w for w in against.split(",") if w], path, data or [], method, args, device, model
+        )
+        timings = measure(ways, warmup=warmup, repeat=repeat)
+    except PteError as error:
+        _fail(error)
+    base = timings[0].median
+    if as_json:
+        print(json.dumps({"program": str(path), "method": method, "device": device,
+                          "results": [dict(t.as_dict(), pterun_over_this=base / t.median) for t in timings]}))
+        return
+    table = Table(title=f"{path.name} :: {method} on {device} ({repeat} interleaved runs after {warmup} warm-up)")
+    for column in ("way", "median ms", "p10–p90 ms", "pterun ÷ this"):
+        table.add_column(column, justify="right" if column != "way" else "left")
+    if any(t.device_ms for t in timings):
+        table.add_column("host median ms", justify="right")
+    for t in timings:
+        low, high = t.spread
+        row = [t.name, f"{t.median:.3f}", f"{low:.3f}–{high:.3f}", f"{base / t.median:.2f}×"]
+        if t.device_ms:
+            row.append(f"{t.host_median:.3f}")
+        table.add_row(*row)
+    console.print(table)
+
+
 def main() -> None:
     app()
 

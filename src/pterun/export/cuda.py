@@ -85,14 +85,17 @@ class CudaPartitioner(Partitioner):
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
 
 
-def device_resident_config(**overrides) -> ExecutorchBackendConfig:
-    """The to_executorch config that keeps method inputs and outputs on the device (no copies)."""
-    options = dict(
+def device_resident_options() -> dict:
+    """ExecutorchBackendConfig arguments that keep method inputs and outputs on the device (no copies)."""
+    return dict(
         propagate_device_config=PropagateDeviceConfig(
             skip_h2d_for_method_inputs=True, skip_d2h_for_method_outputs=True
         ),
         enable_non_cpu_memory_planning=True,
         memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False, alloc_graph_output=False),
     )
-    options.update(overrides)
-    return ExecutorchBackendConfig(**options)
+
+
+def device_resident_config(**overrides) -> ExecutorchBackendConfig:
+    """The to_executorch config that keeps method inputs and outputs on the device."""
+    return ExecutorchBackendConfig(**{**device_resident_options(), **overrides})

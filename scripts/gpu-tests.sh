@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs the whole GPU test suite on a machine with a CUDA device, and fails if any test skips:
+# a skipped GPU test is one that did not run. Needs the fixtures scripts/make-gpu-fixtures.py
+# writes (fixtures/gpu), since the GPU machine need not have ExecuTorch.
+#
+#   bash scripts/gpu-tests.sh [pytest arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+"$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA device visible")'
+[ -d "${PTERUN_GPU_FIXTURES:-fixtures/gpu}" ] || { echo "no fixtures: run scripts/make-gpu-fixtures.py first"; exit 1; }
+export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+exec "$python" -m pytest -m gpu --no-skips -p no:cacheprovider -q "$@" tests

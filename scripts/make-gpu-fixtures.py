@@ -1,0 +1,109 @@
+"""Exports the programs the GPU suite runs, with inputs and ExecuTorch's outputs for them.
+
+The GPU machine has no ExecuTorch, so everything that needs it is done here:
+each program is exported, run on ExecuTorch's CPU runtime (the reference), and
+written with its inputs and expected outputs under ``fixtures/gpu`` (git-ignored),
+which travels with the working tree to the GPU machine:
+
+    corpus/<model>/   every model of tests/support/models.py (portable lowering)
+    cuda/<case>/      programs lowered with pterun.export.CudaPartitioner
+
+Each directory holds program.pte (+ any .ptd), calls.pt (a list of input lists,
+called in order on one method) and expected.pt (ExecuTorch's outputs per call).
+Run it with the test extras installed; set PTERUN_PROGRAM_CACHE to reuse exports.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.differential import export_model, flat  # noqa: E402
+from tests.support.exporting import ExportSpec, export_program  # noqa: E402
+from tests.support.models import MODELS, build  # noqa: E402
+from tests.support.oracle import reference_module  # noqa: E402
+
+SEEDS = (0, 1)
+
+
+def write(directory: Path, pte: Path, ptd: list[Path], calls: list[list], expected: list[list]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copy(pte, directory / "program.pte")
+    for data in ptd:
+        shutil.copy(data, directory / data.name)
+    torch.save(calls, directory / "calls.pt")
+    torch.save(expected, directory / "expected.pt")
+
+
+def reference_calls(pte: Path, ptd: list[Path], calls: list[list], method: str = "forward") -> list[list]:
+    module = reference_module(pte, ptd)  # one module: programs with state see the calls in order
+    return [list(module.run_method(method, [a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+            for args in calls]
+
+
+def corpus(out: Path) -> None:
+    for name in sorted(MODELS):
+        exported = export_model(name, "portable")
+        make_inputs = build(name).make_inputs
+        calls = [flat(make_inputs(seed)) for seed in SEEDS]
+        write(out / "corpus" / name, exported.pte, exported.ptd, calls, reference_calls(exported.pte, exported.ptd, calls))
+        print("corpus", name)
+
+
+class Block(torch.nn.Module):
+    """A residual MLP block: linear, SiLU-gated product, normalization."""
+
+    def __init__(self, width: int = 64):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.gate = torch.nn.Linear(width, 2 * width)
+        self.up = torch.nn.Linear(width, 2 * width)
+        self.down = torch.nn.Linear(2 * width, width)
+
+    def forward(self, x, y):
+        h = self.norm(x + y)
+        return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h)), h.sum(-1)
+
+
+def cuda_cases(out: Path) -> None:
+    from pterun.export import CudaPartitioner, device_resident_options
+
+    torch.manual_seed(0)
+    module = Block().eval()
+    inputs = (torch.randn(4, 64), torch.randn(4, 64))
+    plain = export_program("gpu-block-plain", lambda: ExportSpec(module, inputs))
+    calls = [list(inputs), [torch.randn(4, 64), torch.randn(4, 64)]]
+    expected = reference_calls(plain.pte, plain.ptd, calls)
+    variants = {
+        # Method inputs and outputs on the GPU; outputs unplanned, tagged CUDA.
+        "resident": device_resident_options(),
+        # Host inputs and outputs, copied in and out by the program; a device-planned arena.
+        "copies": {"enable_non_cpu_memory_planning": True},
+    }
+    for name, config in variants.items():
+        exported = export_program(
+            f"gpu-block-cuda-{name}",
+            lambda config=config: ExportSpec(module, inputs, lower=lambda: [CudaPartitioner("cuda:0")], config=config),
+        )
+        write(out / "cuda" / name, exported.pte, exported.ptd, calls, expected)
+        print("cuda", name)
+
+
+def main() -> None:
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fixtures" / "gpu"
+    if out.exists():
+        shutil.rmtree(out)
+    cuda_cases(out)
+    corpus(out)
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"wrote {out} ({size / 2**20:.1f} MiB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""The GPU suite: runs programs exported ahead of time (scripts/make-gpu-fixtures.py) on a CUDA device.
+
+Tests here need no ExecuTorch: ExecuTorch's outputs on the CPU were saved next to each program.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+FIXTURES = Path(os.environ.get("PTERUN_GPU_FIXTURES", Path(__file__).resolve().parents[2] / "fixtures" / "gpu"))
+
+
+def fixture_dirs(kind: str) -> list[Path]:
+    root = FIXTURES / kind
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def fixture_params(kind: str):
+    dirs = fixture_dirs(kind)
+    if not dirs:
+        return [pytest.param(None, id=f"no-{kind}-fixtures")]
+    return [pytest.param(d, id=d.name) for d in dirs]
+
+
+@pytest.fixture(autouse=True)
+def exact_float32():
+    # TF32 would round matmul and convolution inputs to 10 mantissa bits; the reference is float32.
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def load_fixture(directory: Path | None):
+    if directory is None:
+        pytest.skip("no fixtures: run scripts/make-gpu-fixtures.py")
+    calls = torch.load(directory / "calls.pt", weights_only=False)
+    expected = torch.load(directory / "expected.pt", weights_only=False)
+    ptd = sorted(directory.glob("*.ptd"))
+    return directory / "program.pte", ptd, calls, expected
+
+
+def on(device: str, values: list) -> list:
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
