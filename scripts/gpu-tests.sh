@@ -10,4 +10,6 @@ python=${PYTHON:-python3}
 "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA device visible")'
 [ -d "${PTERUN_GPU_FIXTURES:-fixtures/gpu}" ] || { echo "no fixtures: run scripts/make-gpu-fixtures.py first"; exit 1; }
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-exec "$python" -m pytest -m gpu --no-skips -p no:cacheprovider -q "$@" tests
+# Every GPU test lives in tests/gpu: the rest of the suite exports with ExecuTorch, which the GPU
+# machine need not have.
+exec "$python" -m pytest -m gpu --no-skips -p no:cacheprovider -q "$@" tests/gpu

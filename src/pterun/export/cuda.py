@@ -56,8 +56,7 @@ class _Supported(OperatorSupportBase):
 
 
 def _any_compute(node: torch.fx.Node) -> bool:
-    # getitem only unpacks a multi-output op; it goes wherever its producer goes.
-    return node.target.__name__ != "getitem"
+    return True
 
 
 class CudaPartitioner(Partitioner):
