@@ -1,0 +1,250 @@
+"""Programs lowered with ExecuTorch's XnnpackPartitioner, and what their delegate blobs hold.
+
+Float models come from tests.support.models. Quantized ones go through the
+XNNPACK quantizer's flow (export, prepare_pt2e, calibrate, convert_pt2e) and
+are then lowered with the partitioner, so their 8-bit arithmetic runs inside
+the XnnpackBackend blob.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import torch
+
+from pterun.backends.xnnpack.blob import split_blob
+from pterun.backends.xnnpack.graph import Graph, PerTensor, read_graph
+from pterun.format import ProgramFile
+from tests.support.exporting import Exported, ExportSpec, export_program
+from tests.support.models import build
+
+BACKEND = "XnnpackBackend"
+
+
+def partitioners() -> list:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    return [XnnpackPartitioner()]
+
+
+def export_model(name: str) -> Exported:
+    """A model of tests.support.models, lowered to XNNPACK (dynamic shapes as the model declares them)."""
+
+    def make() -> ExportSpec:
+        model = build(name)
+        return ExportSpec(model.module, model.example_inputs, dynamic_shapes=model.dynamic_shapes, lower=partitioners)
+
+    return export_program(f"xnnpack-{name}", make)
+
+
+def graphs(pte: Path, method: str = "forward") -> list[Graph]:
+    """The decoded graph of every XnnpackBackend delegate of ``method``."""
+    program = ProgramFile(pte)
+    plan = program.plan(method)
+    out = []
+    for d in plan.delegates:
+        assert d.backend_id == BACKEND, f"unexpected delegate {d.backend_id!r}"
+        out.append(read_graph(split_blob(program.delegate_data(d.inline, d.index)), program.named_data))
+    return out
+
+
+def node_kinds(pte: Path) -> collections.Counter:
+    return collections.Counter(n.kind for g in graphs(pte) for n in g.nodes)
+
+
+def value_types(pte: Path) -> set[str]:
+    return {v.type_name for g in graphs(pte) for v in g.values.values()}
+
+
+# -- float node coverage -----------------------------------------------------------------------
+
+ZOO_NODES = {
+    "XNNConv2d", "XNNConvTranspose2d", "XNNPReLU", "XNNLeakyReLU", "XNNHardswish", "XNNAdd", "XNNSubtract",
+    "XNNMultiply", "XNNDiv", "XNNMaximum", "XNNMinimum", "XNNAbs", "XNNSigmoid", "XNNExp", "XNNFloor",
+    "XNNCeiling", "XNNSquareRoot", "XNNLog", "XNNAvgPooling2d", "XNNStaticResizeBilinear2D", "XNNStaticSlice",
+    "XNNNegate", "XNNConcatenate3", "XNNStaticConstantPad", "XNNStaticReshape", "XNNStaticTranspose",
+    "XNNBatchMatrixMultiply", "XNNFullyConnected", "XNNClamp", "XNNGelu", "XNNSquare", "XNNSoftmax", "XNNTanh",
+}
+
+
+class Zoo(torch.nn.Module):
+    """Most float node types the partitioner emits, strung together."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)
+        self.up = torch.nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1)
+        self.grouped_up = torch.nn.ConvTranspose2d(4, 4, 2, stride=2, groups=2)
+        self.prelu = torch.nn.PReLU(8)
+        self.fc = torch.nn.Linear(16, 6)
+
+    def forward(self, x, y):
+        a = self.prelu(self.conv(x))
+        b = torch.nn.functional.leaky_relu(a, 0.2) - torch.nn.functional.hardswish(a)
+        b = torch.maximum(b, a) * torch.minimum(a.abs(), b.sigmoid()) / (a.exp() + 1.0)
+        b = b + torch.floor(a) + torch.ceil(a) + torch.sqrt(a.abs() + 1) + torch.log(a.abs() + 1)
+        b = torch.nn.functional.avg_pool2d(b, 2, stride=2)
+        b = torch.nn.functional.interpolate(b, scale_factor=2.0, mode="bilinear", align_corners=False)
+        up = self.grouped_up(self.up(b)[:, :, :8, :8])
+        c = torch.cat([up, up * 2, -up], 1)[:, :, 1:5, 2:6]
+        c = torch.nn.functional.pad(c, (1, 2, 0, 1), value=0.5)
+        e = torch.tanh(y) @ y.transpose(-1, -2)
+        f = self.fc(y.reshape(-1, 16)).relu()
+        return c, e, torch.clamp(f, -0.5, 0.5), torch.nn.functional.gelu(f).square(), torch.softmax(e, -1)
+
+
+def zoo_inputs(seed: int) -> list:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(1, 4, 16, 16, generator=g), torch.randn(2, 5, 16, generator=g)]
+
+
+def export_zoo() -> Exported:
+    return export_program("xnnpack-node-zoo", lambda: ExportSpec(Zoo(), tuple(zoo_inputs(0)), lower=partitioners))
+
+
+# -- quantized models --------------------------------------------------------------------------
+
+class QConvNet(torch.nn.Module):
+    """Convolutions (plain, strided, depthwise) with batch norm and ReLU/ReLU6, max pooling, a residual
+    add, a channel concatenation, a multiply, global average pooling and a classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(16)
+        self.dw = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.pw = torch.nn.Conv2d(16, 16, 1)
+        self.down = torch.nn.Conv2d(16, 24, 3, stride=2, padding=1)
+        self.side = torch.nn.Conv2d(16, 8, 1, stride=2)
+        self.gate = torch.nn.Conv2d(32, 32, 1)
+        self.fc = torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.stem(x)))
+        y = y + self.pw(torch.nn.functional.relu6(self.dw(y)))
+        y = torch.nn.functional.max_pool2d(y, 2)
+        y = torch.cat([torch.relu(self.down(y)), self.side(y)], dim=1)
+        y = y * self.gate(y)
+        return self.fc(torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
+class QMLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(48, 96)
+        self.fc2 = torch.nn.Linear(96, 96)
+        self.fc3 = torch.nn.Linear(96, 12)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        h = h + torch.relu(self.fc2(h))
+        return self.fc3(h)
+
+
+class QDecoder(torch.nn.Module):
+    """A transposed convolution between convolutions, with a hardtanh (a clamp)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.up = torch.nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1)
+        self.head = torch.nn.Conv2d(6, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.up(torch.relu(self.enc(x)))
+        return self.head(torch.nn.functional.hardtanh(y, -0.5, 0.5))
+
+
+QUANT_MODELS = {"convnet": (QConvNet, (2, 3, 16, 16)), "mlp": (QMLP, (8, 48)), "decoder": (QDecoder, (1, 3, 12, 12))}
+SCHEMES = {
+    "per-channel": {"is_per_channel": True},
+    "per-tensor": {"is_per_channel": False},
+    "dynamic": {"is_per_channel": True, "is_dynamic": True},
+}
+
+
+def quantized_inputs(model: str, seed: int, scale: float = 1.0) -> tuple:
+    shape = QUANT_MODELS[model][1]
+    return (torch.randn(shape, generator=torch.Generator().manual_seed(100 + seed)) * scale,)
+
+
+class _Holder(torch.nn.Module):
+    # eval() on a converted graph module returns None; the exporter expects the module back.
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def export_quantized(model: str, scheme: str) -> Exported:
+    def make() -> ExportSpec:
+        from torchao.quantization.pt2e import allow_exported_model_train_eval
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+            XNNPACKQuantizer, get_symmetric_quantization_config,
+        )
+
+        cls, _ = QUANT_MODELS[model]
+        torch.manual_seed(0)
+        module = cls().eval()
+        example = quantized_inputs(model, 0)
+        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(**SCHEMES[scheme]))
+        prepared = prepare_pt2e(torch.export.export(module, example).module(), quantizer)
+        for seed in range(1, 9):
+            prepared(*quantized_inputs(model, seed))
+        converted = convert_pt2e(prepared)
+        allow_exported_model_train_eval(converted)  # the exporter puts the module in eval mode
+        return ExportSpec(_Holder(converted), example, lower=partitioners)
+
+    return export_program(f"xnnpack-q-{model}-{scheme}", make)
+
+
+def output_steps(pte: Path) -> list[float | None]:
+    """For each output of the (single) delegate, the scale of the 8-bit value it is dequantized from."""
+    (graph,) = graphs(pte)
+    producers = {n.p.output_id: n for n in graph.nodes if hasattr(n.p, "output_id")}
+    steps = []
+    for value in graph.outputs:
+        node = producers.get(value.id)
+        source = graph.values.get(node.p.input_id) if node is not None and node.kind == "XNNConvert" else None
+        steps.append(float(source.quant.scale) if source is not None and isinstance(source.quant, PerTensor)
+                     else None)
+    return steps
+
+
+def assert_within_one_step(actual: torch.Tensor, expected: torch.Tensor, step: float, what: str) -> float:
+    """At least 99.9% of the elements within one quantization step (and none NaN); returns the exact fraction."""
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, what
+    diff = (actual.double() - expected.double()).abs()
+    off = (diff > step * 1.001).double().mean().item()
+    assert off <= 1e-3, f"{what}: {off:.2%} of elements differ by more than one step ({step:g}); max {diff.max():g}"
+    return (diff == 0).double().mean().item()
+
+
+def assert_relative(actual: torch.Tensor, expected: torch.Tensor, rtol: float, what: str) -> None:
+    """max |actual - expected| <= rtol * max |expected| (float results; XNNPACK sums in another order)."""
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, what
+    scale = expected.abs().max().item()
+    diff = (actual - expected).abs().max().item()
+    assert diff <= rtol * scale + 1e-30, f"{what}: max abs diff {diff:.3g} > {rtol:g} * {scale:.3g}"
+
+
+def export_8da4w() -> Exported:
+    """Linear layers with 4-bit weights in blocks of 32 and activations quantized per row at run time (8da4w),
+    as ExecuTorch's LLM exports quantize them."""
+
+    def make() -> ExportSpec:
+        from torchao.quantization import quantize_
+        from torchao.quantization.granularity import PerGroup
+        from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
+
+        torch.manual_seed(0)
+        module = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)).eval()
+        quantize_(module, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+        return ExportSpec(module, (torch.randn(8, 64),), lower=partitioners)
+
+    return export_program("xnnpack-q-8da4w", make)

@@ -1,0 +1,98 @@
+"""XNNPACK delegates run on a GPU: ``load_program(..., device="cuda")``.
+
+The same blobs as the CPU tests, with constants and buffers placed on the GPU
+at init. Results are compared with pterun's CPU run of the same program (which
+the CPU tests compare with ExecuTorch's XNNPACK), so these need neither the
+exporter nor ExecuTorch where they run, only the exported programs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pterun
+from tests.backends.xnnpack.programs import (
+    assert_relative, assert_within_one_step, export_8da4w, export_model, export_quantized, export_zoo, output_steps,
+    quantized_inputs, zoo_inputs,
+)
+from tests.support.differential import flat
+
+pytestmark = pytest.mark.gpu
+
+
+def _float_variants(args: list, seed: int) -> list:
+    g = torch.Generator().manual_seed(seed)
+    return [a + 0.1 * torch.randn(a.shape, generator=g) if a.is_floating_point() else a for a in args]
+
+
+def _cases():
+    yield "resnet", lambda: export_model("resnet"), None
+    yield "vit", lambda: export_model("vit"), None
+    yield "zoo", export_zoo, zoo_inputs
+    yield "q-convnet-per-channel", lambda: export_quantized("convnet", "per-channel"), "q"
+    yield "q-decoder-per-tensor", lambda: export_quantized("decoder", "per-tensor"), "q"
+    yield "q-convnet-dynamic", lambda: export_quantized("convnet", "dynamic"), "q"
+    yield "8da4w", export_8da4w, lambda seed: [torch.randn(8, 64, generator=torch.Generator().manual_seed(seed))]
+
+
+CASES = {name: (export, inputs) for name, export, inputs in _cases()}
+
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (tuple, list)):
+        for v in obj:
+            yield from _tensors(v)
+
+
+def _on_cuda(method) -> None:
+    """Every constant and buffer the delegates made at init lives on the GPU."""
+    tensors = []
+    for _, delegate in method._handles:
+        assert delegate.device.type == "cuda"
+        tensors += list(_tensors(delegate._cache))
+    assert tensors and all(t.device.type == "cuda" for t in tensors), "a constant or buffer stayed off the GPU"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_xnnpack_delegate_runs_on_cuda(name):
+    export, make_inputs = CASES[name]
+    exported = export()
+    cpu = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
+    gpu = pterun.Runtime.get().load_program(exported.pte, device="cuda").load_method("forward")
+    _on_cuda(gpu)
+    steps = output_steps(exported.pte) if make_inputs == "q" else None
+    model = name.split("-")[1] if make_inputs == "q" else None
+    for seed in (1, 2, 3):
+        if make_inputs == "q":
+            args = list(quantized_inputs(model, seed, (1.0, 0.05, 8.0)[seed - 1]))
+        elif make_inputs is not None:
+            args = make_inputs(seed)
+        else:
+            args = _float_variants(flat(exported.forward_inputs()), seed)
+        expected = cpu.execute(args)
+        actual = gpu.execute([a.cuda() for a in args])
+        assert all(a.device.type == "cuda" for a in actual)
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            what = f"{name} seed {seed} output {i}"
+            if steps and steps[i] is not None:
+                assert_within_one_step(a.cpu(), e, steps[i], what)
+            else:
+                assert_relative(a.cpu(), e, 1e-4, what)
+
+
+def test_dynamic_lengths_on_cuda():
+    exported = export_model("llama_dynamic")
+    cpu = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
+    gpu = pterun.Runtime.get().load_program(exported.pte, device="cuda").load_method("forward")
+    (tokens,) = flat(exported.forward_inputs())
+    for length in (tokens.shape[1], 3, 32, 1):
+        ids = torch.arange(length).reshape(1, length) % 100
+        expected = cpu.execute([ids])
+        actual = gpu.execute([ids.cuda()])
+        assert_relative(actual[0].cpu(), expected[0], 1e-4, f"length {length}")
