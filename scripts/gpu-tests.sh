@@ -10,6 +10,8 @@ python=${PYTHON:-python3}
 "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA device visible")'
 [ -d "${PTERUN_GPU_FIXTURES:-fixtures/gpu}" ] || { echo "no fixtures: run scripts/make-gpu-fixtures.py first"; exit 1; }
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-# Every GPU test lives in tests/gpu: the rest of the suite exports with ExecuTorch, which the GPU
-# machine need not have.
-exec "$python" -m pytest -m gpu --no-skips -p no:cacheprovider -q "$@" tests/gpu
+# The delegate backends' GPU tests load programs the fixture script exported into this cache.
+export PTERUN_PROGRAM_CACHE="${PTERUN_GPU_FIXTURES:-$PWD/fixtures/gpu}/cache"
+# GPU tests live in tests/gpu and beside each backend's tests (test_*_gpu.py); the rest of the
+# suite exports with ExecuTorch, which the GPU machine need not have.
+exec "$python" -m pytest -m gpu --no-skips -p no:cacheprovider -q "$@" tests/gpu tests/backends/*/test_*gpu*.py

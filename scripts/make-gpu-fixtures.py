@@ -7,6 +7,7 @@ which travels with the working tree to the GPU machine:
 
     corpus/<model>/   every model of tests/support/models.py (portable lowering)
     cuda/<case>/      programs lowered with pterun.export.CudaPartitioner
+    cache/            exported programs the delegate backends' GPU tests load (PTERUN_PROGRAM_CACHE)
 
 Each directory holds program.pte (+ any .ptd), calls.pt (a list of input lists,
 called in order on one method) and expected.pt (ExecuTorch's outputs per call).
@@ -95,12 +96,28 @@ def cuda_cases(out: Path) -> None:
         print("cuda", name)
 
 
+def delegate_programs(out: Path) -> None:
+    """The programs the delegate backends' GPU tests export, in a program cache carried with the fixtures."""
+    from tests.support import exporting
+
+    saved, exporting._ROOT = exporting._ROOT, out / "cache"
+    try:
+        from tests.backends.xnnpack import test_xnnpack_gpu
+
+        for name, (export, _) in test_xnnpack_gpu.CASES.items():
+            export()
+            print("xnnpack", name)
+    finally:
+        exporting._ROOT = saved
+
+
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fixtures" / "gpu"
     if out.exists():
         shutil.rmtree(out)
     cuda_cases(out)
     corpus(out)
+    delegate_programs(out)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"wrote {out} ({size / 2**20:.1f} MiB)")
 

@@ -14,6 +14,8 @@ def default_backend_registry() -> BackendRegistry:
         return CudaBackend()
 
     registry.register("PterunCudaBackend", cuda)
+    registry.register("XnnpackBackend", lambda: __import__("pterun.backends.xnnpack", fromlist=["_"]).XnnpackBackend())
+    registry.register("VulkanBackend", lambda: __import__("pterun.backends.webgpu", fromlist=["_"]).WebGPUBackend())
     return registry
 
 

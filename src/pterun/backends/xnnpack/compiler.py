@@ -1,0 +1,272 @@
+"""Translates a decoded XNNGraph into one generated Python function for given input shapes.
+
+Each node type has a translator (``nodes/``) that works out its outputs'
+shapes, allocates their buffers and writes the lines that compute them: torch
+calls writing into those buffers with ``out=``, or in place. The lines of all
+nodes become the body of ``run(args)``: no interpretation loop, no lookups and
+no allocation of tensor data per call (but inside torch's convolutions, which
+have no variant writing into a given buffer without one).
+
+Values are named in the generated code as
+
+* ``a<k>``: delegate argument ``k`` (an external input or output), read from
+  ``args`` on entry;
+* ``v<id>``: a value's tensor fixed at translation (a buffer, a constant, or a
+  view of one), a global of the generated function;
+* ``t<id>``: a view of an argument, made on entry (views of arguments cannot
+  be made ahead: the caller hands new tensors each call).
+
+Translation is per set of input shapes. The shapes the graph was serialized
+with are translated at load; a call with other shapes (a dynamic dimension)
+translates again, and the result is kept for the next call with those shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pterun.backends.xnnpack.graph import Datatype, Graph, Node, Value
+from pterun.errors import DelegateInvalidCompatibility, InvalidArgument, InvalidProgram
+
+Shape = tuple[int, ...]
+
+SOURCE_NAME = "<xnnpack delegate>"
+
+
+class Translation:
+    """What translating a graph for one set of input shapes produced."""
+
+    def __init__(self, run: Callable[[list], None], source: str, shapes: dict[int, Shape],
+                 line_nodes: list[str]) -> None:
+        self.run = run
+        self.source = source
+        self.shapes = shapes
+        self.line_nodes = line_nodes  # by source line (1-based): the node that line computes
+
+    def where(self, traceback) -> str | None:
+        """The node whose line raised, from a traceback through ``run``."""
+        line = None
+        while traceback is not None:
+            if traceback.tb_frame.f_code.co_filename == SOURCE_NAME:
+                line = traceback.tb_lineno
+            traceback = traceback.tb_next
+        if line is None or not 0 < line <= len(self.line_nodes):
+            return None
+        return self.line_nodes[line - 1]
+
+
+class Builder:
+    """The state one translation threads through the node translators."""
+
+    def __init__(self, graph: Graph, device: torch.device, cache: dict, input_shapes: dict[int, Shape]) -> None:
+        self.graph = graph
+        self.device = device
+        self.cache = cache  # survives translations: derived constants, keyed by the translator
+        self.env: dict[str, Any] = {"torch": torch}
+        self.prologue: list[str] = []
+        self.lines: list[str] = []
+        self.line_nodes: list[str] = []
+        self.shapes: dict[int, Shape] = {}
+        self.names: dict[int, str] = {}
+        self.dynamic: dict[int, tuple[str, str, int]] = {}  # qdint8 values: (centered rows, row scales, rows)
+        self.node: Node | None = None
+        self._scratch: dict[int, int] = {}
+        self._n = 0
+        for value in graph.values.values():
+            if value.data is not None:
+                self.shapes[value.id] = value.dims
+                self.names[value.id] = self.bind(self.constant(value), f"v{value.id}")
+        # Arguments the caller hands in, which may be views of anything: read through reshape, which copies
+        # only what is not contiguous. Outputs are written through views, so they must be viewable.
+        self.input_names = set()
+        for value in graph.inputs:
+            shape = input_shapes[value.id]
+            self.shapes[value.id] = shape
+            self.names[value.id] = f"a{value.external_id}"
+            self.input_names.add(self.names[value.id])
+        for value in graph.outputs:
+            self.names[value.id] = f"a{value.external_id}"
+
+    # -- values ------------------------------------------------------------------
+
+    def value(self, vid: int) -> Value:
+        value = self.graph.values.get(vid)
+        if value is None:
+            raise InvalidProgram(f"XNNPACK {self.where}: refers to value {vid}, which the graph does not define")
+        return value
+
+    def shape(self, vid: int) -> Shape:
+        if vid not in self.shapes:
+            raise InvalidProgram(f"XNNPACK {self.where}: reads value {vid} before any node writes it")
+        return self.shapes[vid]
+
+    def ref(self, vid: int) -> str:
+        """The name of the tensor holding value ``vid`` (which must already be computed)."""
+        self.shape(vid)
+        return self.names[vid]
+
+    def constant(self, value: Value) -> torch.Tensor:
+        key = ("constant", value.id)
+        if key not in self.cache:
+            self.cache[key] = value.data.to(self.device)
+        return self.cache[key]
+
+    def cached(self, key, make: Callable[[], Any]) -> Any:
+        """A derived constant (a transposed weight, a scale vector), made once per delegate."""
+        key = (self.node.index if self.node else -1, key)
+        if key not in self.cache:
+            self.cache[key] = make()
+        return self.cache[key]
+
+    def define(self, vid: int, shape: Shape, *, buffer: bool = True, private: bool = False) -> str:
+        """Declares the output ``vid`` of the current node with ``shape``; returns its tensor's name.
+
+        Internal values get a buffer of their own (unless ``buffer`` is False: the translator
+        will alias them with :meth:`alias`); an external output is the caller's argument, resized
+        on entry when its shape is not the one the caller allocated. A ``private`` buffer is not
+        shared with other translations (its contents must outlive a call: a pre-filled border).
+        """
+        value = self.value(vid)
+        if vid in self.shapes:
+            raise InvalidProgram(f"XNNPACK {self.where}: value {vid} is written twice")
+        if value.data is not None or value.is_input:
+            raise InvalidProgram(f"XNNPACK {self.where}: writes value {vid}, which is a constant or an input")
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise InvalidProgram(f"XNNPACK {self.where}: value {vid} would have shape {list(shape)}")
+        self.shapes[vid] = shape
+        if value.is_output:
+            name = self.names[vid]
+            self.prologue.append(f"if {name}.shape != {shape!r}: {name}.resize_({shape!r})")
+            return name
+        if buffer:
+            tensor = self.allocate(("v", vid), shape, self.storage_dtype(value), private)
+            self.names[vid] = self.bind(tensor, f"v{vid}")
+        return self.names.get(vid, "")
+
+    def alias(self, vid: int, source: int, make: Callable[[torch.Tensor], torch.Tensor], text: str) -> None:
+        """Makes internal value ``vid`` a view of ``source``: ``make`` builds it ahead when ``source`` is
+        fixed, ``text`` (with ``{x}`` for the source) on entry when it is an argument."""
+        src = self.names[source]
+        if src in self.env:
+            self.names[vid] = self.bind(make(self.env[src]), f"v{vid}")
+        else:
+            name = f"t{vid}"
+            self.emit(f"{name} = {text.format(x=src)}")
+            self.names[vid] = name
+
+    def view(self, vid: int, shape: Shape) -> str:
+        """A name for value ``vid`` viewed with ``shape`` (same elements, contiguous)."""
+        shape = tuple(shape)
+        if self.shape(vid) == shape:
+            return self.names[vid]
+        name = self.names[vid]
+        if name in self.env:
+            return self.bind(self.env[name].view(shape), f"{name}_v")
+        local = f"{name}_v{self._next()}"
+        self.emit(f"{local} = {name}.{'reshape' if name in self.input_names else 'view'}({shape!r})")
+        return local
+
+    def reshaped(self, name: str, shape: Shape) -> str:
+        """``name`` (a contiguous tensor) viewed with ``shape``: bound ahead when fixed, else made on entry."""
+        if name in self.env:
+            return self.bind(self.env[name].view(shape), f"{name}_v")
+        return f"{name}.{'reshape' if name in self.input_names else 'view'}({tuple(shape)!r})"
+
+    def permuted(self, name: str, dims: tuple[int, ...]) -> str:
+        if name in self.env:
+            return self.bind(self.env[name].permute(dims), f"{name}_p")
+        return f"{name}.permute({dims!r})"
+
+    def storage_dtype(self, value: Value) -> torch.dtype:
+        dtype = Datatype.STORAGE.get(value.datatype)
+        if dtype is None:
+            raise DelegateInvalidCompatibility(
+                f"XNNPACK {self.where}: value {value.id} has datatype {value.type_name}, which is not supported"
+            )
+        return dtype
+
+    def scratch(self, shape: Shape, dtype: torch.dtype = torch.float32, fill: float | None = None) -> str:
+        """A buffer for the current node's intermediate results; ``fill`` makes it private and pre-filled."""
+        index = self.node.index if self.node is not None else -1
+        self._scratch[index] = n = self._scratch.get(index, 0) + 1
+        t = self.allocate(("s", index, n), tuple(shape), dtype, private=fill is not None)
+        if fill is not None:
+            t.fill_(fill)
+        return self.bind(t, f"s{self._next()}")
+
+    def allocate(self, key, shape: Shape, dtype: torch.dtype, private: bool = False) -> torch.Tensor:
+        """A buffer of ``shape``. Translations for different shapes run one at a time, so they share
+        memory: each buffer is a view of the largest one any translation needed under ``key``."""
+        n = numel(shape)
+        if private:
+            return torch.empty(shape, dtype=dtype, device=self.device)
+        pool = self.cache.setdefault("pool", {})
+        flat = pool.get((key, dtype))
+        if flat is None or flat.numel() < n:
+            flat = pool[(key, dtype)] = torch.empty(max(n, 1), dtype=dtype, device=self.device)
+        return flat[:n].view(shape)
+
+    # -- code --------------------------------------------------------------------
+
+    def bind(self, obj: Any, hint: str) -> str:
+        name = hint
+        while name in self.env:
+            name = f"{hint}_{self._next()}"
+        self.env[name] = obj
+        return name
+
+    def emit(self, line: str) -> None:
+        self.lines.append(line)
+
+    def _next(self) -> int:
+        self._n += 1
+        return self._n
+
+    @property
+    def where(self) -> str:
+        return self.node.where if self.node is not None else "graph"
+
+
+def translate(graph: Graph, device: torch.device, cache: dict, input_shapes: dict[int, Shape],
+              translators: dict[str, Callable[[Node, Builder], None]]) -> Translation:
+    b = Builder(graph, device, cache, input_shapes)
+    for node in graph.nodes:
+        b.node = node
+        translator = translators.get(node.kind)
+        if translator is None:
+            raise DelegateInvalidCompatibility(f"XNNPACK {node.where}: node type {node.kind} is not supported")
+        b.emit(f"# {node.where}")
+        translator(node, b)
+        b.line_nodes.extend([node.where] * (len(b.lines) - len(b.line_nodes)))
+    b.node = None
+    missing = [v.id for v in graph.outputs if v.id not in b.shapes]
+    if missing:
+        raise InvalidProgram(f"XNNPACK graph never computes its outputs {missing}")
+    n_args = graph.num_externs
+    head = ["def run(args):"]
+    if n_args:
+        names = ", ".join(f"a{k}" for k in range(n_args))
+        head.append(f"    {names}{',' if n_args == 1 else ''} = args")
+    body = head + ["    " + line for line in b.prologue + b.lines] + ["    return None"]
+    source = "\n".join(body) + "\n"
+    code = compile(source, SOURCE_NAME, "exec")
+    namespace = dict(b.env)
+    exec(code, namespace)  # noqa: S102 - our own generated source
+    line_nodes = ["entry"] * (len(head) + len(b.prologue)) + b.line_nodes + ["exit"]
+    return Translation(namespace["run"], source, b.shapes, line_nodes)
+
+
+def numel(shape: Shape) -> int:
+    return math.prod(shape)
+
+
+def broadcast(a: Shape, b: Shape, where: str) -> Shape:
+    try:
+        return tuple(torch.broadcast_shapes(a, b))
+    except RuntimeError:
+        raise InvalidArgument(f"XNNPACK {where}: shapes {list(a)} and {list(b)} do not broadcast") from None

@@ -1,0 +1,111 @@
+"""The convert node: quantize, dequantize, and XNNPACK's dynamic (per-row) quantization.
+
+A dynamically quantized value (qdint8) only ever feeds fully connected nodes,
+so it is kept as what they consume: float32 rows of ``q - zero_point``
+(exact integers) and one dequantization scale per row, registered in
+``Builder.dynamic`` rather than stored as int8.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from pterun.backends.xnnpack.compiler import Builder, numel
+from pterun.backends.xnnpack.graph import Datatype, DynamicRows, Node
+from pterun.backends.xnnpack.nodes import qmath
+from pterun.backends.xnnpack.nodes.common import is_float, unsupported
+from pterun.errors import InvalidProgram
+
+
+def convert(node: Node, b: Builder) -> None:
+    p = node.p
+    x, y = b.value(p.input_id), b.value(p.output_id)
+    shape = b.shape(x.id)
+    if is_float(x) and isinstance(y.quant, DynamicRows) and y.datatype == Datatype.QDINT8:
+        return _dynamic_quantize(node, b, x, y, shape)
+    if is_float(x) and qmath.is_q8(y):
+        scale, zp = qmath.per_tensor(y, node.where)
+        lo, hi = qmath.qrange(y)
+        inv = float(np.float32(1.0) / np.float32(scale))
+        o = b.define(y.id, shape)
+        acc = b.scratch(shape)
+        b.emit(f"torch.mul({b.ref(x.id)}, {inv!r}, out={acc})")
+        b.emit(f"{acc}.clamp_({lo - zp}, {hi - zp})")
+        b.emit(f"torch.round({acc}, out={acc})")
+        if zp:
+            b.emit(f"{acc}.add_({zp})")
+        b.emit(f"{o}.copy_({acc})")
+        return
+    if qmath.is_q8(x) and is_float(y):
+        scale, zp = qmath.per_tensor(x, node.where)
+        o = b.define(y.id, shape)
+        b.emit(f"{o}.copy_({b.ref(x.id)})")
+        if zp:
+            b.emit(f"{o}.sub_({zp})")
+        b.emit(f"{o}.mul_({scale!r})")
+        return
+    if is_float(x) and is_float(y):
+        o = b.define(y.id, shape)
+        b.emit(f"{o}.copy_({b.ref(x.id)})")
+        return
+    if qmath.is_q8(x) and qmath.is_q8(y) and (x.datatype, x.quant) == (y.datatype, y.quant):
+        o = b.define(y.id, shape)
+        b.emit(f"{o}.copy_({b.ref(x.id)})")
+        return
+    raise unsupported(node, x, y)
+
+
+def _dynamic_quantize(node: Node, b: Builder, x, y, shape) -> None:
+    """Per row: the range widened to include 0, scale 255 / range, a nudged zero point (XNNPACK's qd8)."""
+    if y.external_id is not None:
+        raise unsupported(node, x, y)
+    nonbatch = y.quant.num_nonbatch_dims
+    if not 0 < nonbatch <= len(shape):
+        raise InvalidProgram(f"XNNPACK {node.where}: {nonbatch} non-batch dimensions of {list(shape)}")
+    rows, length = numel(shape[:-nonbatch]), numel(shape[-nonbatch:])
+    b.shapes[y.id] = tuple(shape)  # no buffer: consumers read the rows registered below
+    x2 = b.view(x.id, (rows, length))
+    col = (rows, 1)
+    mn, mx, d, s = (b.scratch(col) for _ in range(4))
+    t1, t2, za, zb, zp = (b.scratch(col) for _ in range(5))
+    cond = b.scratch(col, torch.bool)
+    c255 = b.bind(torch.tensor(255.0, device=b.device), "c255")
+    q = b.scratch((rows, length))
+    inv = b.scratch(col)
+    for line in (
+        f"torch.amin({x2}, 1, keepdim=True, out={mn})",
+        f"torch.amax({x2}, 1, keepdim=True, out={mx})",
+        f"{mn}.clamp_(max=0.0)",
+        f"{mx}.clamp_(min=0.0)",
+        f"torch.sub({mx}, {mn}, out={d})",
+        f"torch.div({c255}, {d}, out={s})",
+        f"torch.eq({d}, 0.0, out={cond})",
+        f"{s}.masked_fill_({cond}, 1.0)",
+        # zero point: from whichever end of the range has the smaller error, clamped and rounded
+        f"torch.mul({mn}, {s}, out={t1})",
+        f"torch.mul({mx}, {s}, out={t2})",
+        f"torch.add({t1}, -128.0, out={za})",
+        f"torch.add({t2}, 127.0, out={zb})",
+        f"{za}.add_({zb})",
+        f"torch.gt({za}, 0.0, out={cond})",
+        f"torch.neg({t1}, out={za})",
+        f"{za}.sub_(128.0)",
+        f"torch.neg({t2}, out={zb})",
+        f"{zb}.add_(127.0)",
+        f"torch.where({cond}, {za}, {zb}, out={zp})",
+        f"{zp}.clamp_(-128.0, 127.0)",
+        f"torch.round({zp}, out={zp})",
+        # the rows, centered: clamp(rint(x * s) + zp) - zp
+        f"torch.mul({x2}, {s}, out={q})",
+        f"torch.round({q}, out={q})",
+        f"{q}.add_({zp})",
+        f"{q}.clamp_(-128.0, 127.0)",
+        f"{q}.sub_({zp})",
+        f"torch.reciprocal({s}, out={inv})",
+    ):
+        b.emit(line)
+    b.dynamic[y.id] = (q, inv, rows)
+
+
+TRANSLATORS = {"XNNConvert": convert}

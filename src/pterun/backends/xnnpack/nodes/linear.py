@@ -1,0 +1,205 @@
+"""Fully connected and batch matrix multiply nodes.
+
+A fully connected node multiplies the input, flattened to rows of its last
+dimension, by a filter of [output channels, input channels] (or its transpose
+with XNN_FLAG_TRANSPOSE_WEIGHTS) and adds an optional bias. The filter may be
+a constant or a value computed in the graph (a matmul by an activation).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pterun.backends.xnnpack.compiler import Builder, numel
+from pterun.backends.xnnpack.graph import INVALID_ID, Blockwise, Datatype, DynamicRows, Node
+from pterun.backends.xnnpack.nodes import qmath
+from pterun.backends.xnnpack.nodes.common import emit_float_clamp, is_float, require_float, unsupported
+from pterun.errors import InvalidArgument, InvalidProgram
+
+FLAG_TRANSPOSE_WEIGHTS = 0x1
+_QUANTIZED_WEIGHTS = (Datatype.QCINT8, Datatype.QINT8)
+_4BIT_WEIGHTS = (Datatype.QCINT4, Datatype.QBINT4)
+
+
+def fully_connected(node: Node, b: Builder) -> None:
+    p = node.p
+    x, w, y = b.value(p.input1_id), b.value(p.filter_id), b.value(p.output_id)
+    bias = None if p.bias_id == INVALID_ID else b.value(p.bias_id)
+    transposed = bool(p.flags & FLAG_TRANSPOSE_WEIGHTS)
+    wshape = b.shape(w.id)
+    if len(wshape) != 2:
+        raise InvalidProgram(f"XNNPACK {node.where}: filter has shape {list(wshape)}; expected 2 dimensions")
+    k, n = (wshape[0], wshape[1]) if transposed else (wshape[1], wshape[0])
+    xshape = b.shape(x.id)
+    if not xshape or xshape[-1] != k:
+        raise InvalidArgument(f"XNNPACK {node.where}: input {list(xshape)} does not have {k} input channels")
+    rows = numel(xshape[:-1])
+    shape = (*xshape[:-1], n)
+    if isinstance(x.quant, DynamicRows):
+        return _dynamic(node, b, x, w, bias, y, rows, k, n, shape, transposed)
+    if qmath.is_q8(x) and w.datatype in _QUANTIZED_WEIGHTS:
+        return _static_q8(node, b, x, w, bias, y, rows, k, n, shape, transposed)
+    require_float(node, x, w, y, *([bias] if bias is not None else []))
+    o = b.define(y.id, shape)
+    x2 = b.view(x.id, (rows, k))
+    o2 = b.view(y.id, (rows, n))
+    wt = _kn(b, w.id, transposed)
+    if bias is None:
+        b.emit(f"torch.mm({x2}, {wt}, out={o2})")
+    else:
+        b.emit(f"torch.addmm({b.ref(bias.id)}, {x2}, {wt}, out={o2})")
+    emit_float_clamp(node, b, o)
+
+
+def _kn(b: Builder, vid: int, transposed: bool) -> str:
+    """The filter as a [K, N] operand (a view: matmul reads transposed operands as they are)."""
+    name = b.ref(vid)
+    if transposed:
+        return name
+    if name in b.env:
+        return b.bind(b.env[name].t(), f"{name}_t")
+    return f"{name}.t()"
+
+
+def _constant_filter(node: Node, b: Builder, w, transposed: bool):
+    if w.data is None:
+        raise unsupported(node, w)
+    data = w.data if not transposed else w.data.t()
+    return data  # [N, K] integers
+
+
+def _static_q8(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
+    """int8 activations and weights, int32 bias, int8 output: XNNPACK's qs8 / qs8_qc8w GEMM."""
+    if not qmath.is_q8(y) or x.datatype != y.datatype:
+        raise unsupported(node, x, w, y)
+    sx, zx = qmath.per_tensor(x, node.where)
+    so, zo = qmath.per_tensor(y, node.where)
+    qmin, qmax = qmath.output_bounds(node, y, node.where)
+    lo, hi = qmath.qrange(x)
+
+    def prepare():
+        wnk = _constant_filter(node, b, w, transposed).to(torch.float64)  # [N, K]
+        scales = qmath.weight_scales(w, n, node.where)
+        bias_int = _int_bias(node, bias, n)
+        dtype = qmath.accumulator_dtype(wnk.abs().sum(1), max(hi - zx, zx - lo), bias_int.abs())
+        return (wnk.t().contiguous().to(dtype).to(b.device), bias_int.to(dtype).to(b.device),
+                qmath.requant_scales(sx, scales, so).to(b.device), dtype)
+
+    wkn, bias_f, rq, dtype = b.cached("q8", prepare)
+    wname, bname, sname = b.bind(wkn, "w"), b.bind(bias_f, "bias"), b.bind(rq, "rq")
+    b.define(y.id, shape)
+    x2, o2 = b.view(x.id, (rows, k)), b.view(y.id, (rows, n))
+    xf = b.scratch((rows, k), dtype)
+    acc = b.scratch((rows, n), dtype)
+    b.emit(f"{xf}.copy_({x2})")
+    if zx:
+        b.emit(f"{xf}.sub_({zx})")
+    b.emit(f"torch.addmm({bname}, {xf}, {wname}, out={acc})")
+    if dtype != torch.float32:
+        acc32 = b.scratch((rows, n))
+        b.emit(f"{acc32}.copy_({acc})")
+        acc = acc32
+    qmath.emit_requantize(b, acc, sname, zo, qmin, qmax, o2)
+
+
+def _int_bias(node, bias, n: int) -> torch.Tensor:
+    if bias is None:
+        return torch.zeros(n, dtype=torch.float64)
+    if bias.data is None or bias.datatype not in (Datatype.QINT32, Datatype.QCINT32, Datatype.INT32):
+        raise unsupported(node, bias)
+    if bias.data.numel() != n:
+        raise InvalidProgram(f"XNNPACK {node.where}: bias has {bias.data.numel()} values for {n} channels")
+    return bias.data.reshape(n).to(torch.float64)
+
+
+def _dynamic(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
+    """Rows quantized at run time times int8 weights, float output: XNNPACK's qd8_f32_qc8w GEMM."""
+    if w.datatype not in (*_QUANTIZED_WEIGHTS, *_4BIT_WEIGHTS) or not is_float(y) or y.datatype != Datatype.FP32:
+        raise unsupported(node, x, w, y)
+    if bias is not None and (bias.datatype != Datatype.FP32 or bias.data is None):
+        raise unsupported(node, bias)
+    q = b.dynamic.get(x.id)
+    if q is None:
+        raise unsupported(node, x)
+    qname, scale_name, q_rows = q
+
+    def prepare():
+        if isinstance(w.quant, Blockwise):
+            # Block scales are folded into the weights (exact: a 4-bit integer times a bf16 scale), so
+            # the products are summed in another order than XNNPACK's per-block sums: float rounding only.
+            if transposed or w.quant.axis != 0:
+                raise unsupported(node, w)
+            ints = _unpack_4bit(w.data, k).to(torch.float32)
+            blocks = w.quant.scales.repeat_interleave(w.quant.block_size, dim=1)[:, :k]
+            return (ints * blocks).t().contiguous().to(b.device), torch.ones(n, device=b.device), torch.float32
+        if w.datatype in _4BIT_WEIGHTS:
+            if transposed:
+                raise unsupported(node, w)
+            wnk = _unpack_4bit(_constant_filter(node, b, w, transposed), k).to(torch.float64)
+        else:
+            wnk = _constant_filter(node, b, w, transposed).to(torch.float64)
+        dtype = qmath.accumulator_dtype(wnk.abs().sum(1), 255, None)
+        scales = qmath.weight_scales(w, n, node.where)
+        return wnk.t().contiguous().to(dtype).to(b.device), scales.to(b.device), dtype
+
+    wkn, wscale, dtype = b.cached("qd8", prepare)
+    if q_rows != rows:
+        raise InvalidArgument(f"XNNPACK {node.where}: {q_rows} quantized rows for {rows} input rows")
+    o = b.define(y.id, shape)
+    o2 = b.view(y.id, (rows, n))
+    wname, wsname = b.bind(wkn, "w"), b.bind(wscale, "wscale")
+    if dtype == torch.float32:
+        b.emit(f"torch.mm({qname}, {wname}, out={o2})")
+    else:
+        xf, acc = b.scratch((rows, k), dtype), b.scratch((rows, n), dtype)
+        b.emit(f"{xf}.copy_({qname})")
+        b.emit(f"torch.mm({xf}, {wname}, out={acc})")
+        b.emit(f"{o2}.copy_({acc})")
+    b.emit(f"{o2}.mul_({scale_name})")
+    b.emit(f"{o2}.mul_({wsname})")
+    if bias is not None:
+        b.emit(f"{o2}.add_({b.ref(bias.id)})")
+    emit_float_clamp(node, b, o)
+
+
+def _unpack_4bit(packed: torch.Tensor, k: int) -> torch.Tensor:
+    """[N, ceil(K/2)] bytes, element 2i in the low nibble and 2i+1 in the high one, stored plus 8 -> int [N, K]."""
+    low, high = (packed & 0xF).to(torch.int16), (packed >> 4).to(torch.int16)
+    return torch.stack([low, high], dim=2).reshape(packed.shape[0], -1)[:, :k] - 8
+
+
+def batch_matrix_multiply(node: Node, b: Builder) -> None:
+    p = node.p
+    x1, x2, y = b.value(p.input1_id), b.value(p.input2_id), b.value(p.output_id)
+    require_float(node, x1, x2, y)
+    s1, s2 = b.shape(x1.id), b.shape(x2.id)
+    transposed = bool(p.flags & FLAG_TRANSPOSE_WEIGHTS)
+    if len(s1) < 2 or len(s2) < 2:
+        raise InvalidArgument(f"XNNPACK {node.where}: operands {list(s1)} and {list(s2)} are not matrices")
+    m, k = s1[-2:]
+    k2, n = (s2[-1], s2[-2]) if transposed else s2[-2:]
+    if k != k2:
+        raise InvalidArgument(f"XNNPACK {node.where}: cannot multiply {list(s1)} by {list(s2)}")
+    try:
+        batch = tuple(torch.broadcast_shapes(s1[:-2], s2[:-2]))
+    except RuntimeError:
+        raise InvalidArgument(f"XNNPACK {node.where}: batch dimensions of {list(s1)} and {list(s2)} differ") from None
+    o = b.define(y.id, (*batch, m, n))
+    a, c = b.ref(x1.id), b.ref(x2.id)
+    if transposed:
+        c = f"{c}.transpose(-1, -2)"
+    if s1[:-2] == batch and s2[:-2] == batch:
+        nb = numel(batch)
+        a3 = b.view(x1.id, (nb, m, k))
+        c3 = b.view(x2.id, (nb, *s2[-2:]))
+        if transposed:
+            c3 = f"{c3}.transpose(1, 2)"
+        b.emit(f"torch.bmm({a3}, {c3}, out={b.view(y.id, (nb, m, n))})")
+    else:
+        b.emit(f"torch.matmul({a}, {c}, out={o})")
+
+
+TRANSLATORS = {
+    "XNNFullyConnected": fully_connected,
+    "XNNBatchMatrixMultiply": batch_matrix_multiply,
+}
