@@ -92,11 +92,14 @@ class Runtime:
         data_path: "str | os.PathLike | bytes | Sequence | None" = None,
         device: "str | torch.device | Device | None" = None,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+        cuda_graphs: bool = True,
     ) -> Program:
         """Loads a program; ``data_path`` names .ptd files (paths or bytes) holding tensors it stores outside.
 
         ``device`` runs every method on that device ("cuda", "cuda:1"): arenas
-        and constants are placed there and kernels run there.
+        and constants are placed there and kernels run there. On a CUDA device
+        each method is captured as a CUDA graph and replayed (``cuda_graphs=False``
+        runs it kernel by kernel instead).
         """
         del enable_etdump, debug_buffer_size  # ETDump profiling is not supported (see README)
         file = ProgramFile(data, Verification(verification))
@@ -113,6 +116,7 @@ class Runtime:
             data_files,
             None if device is None else Device.parse(device),
             dict(backend_options or {}),
+            cuda_graphs,
         )
 
 

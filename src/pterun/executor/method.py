@@ -31,15 +31,24 @@ from pterun.errors import (
     Internal, InvalidArgument, InvalidExternalData, InvalidProgram, InvalidState, NotFound, NotSupported, PteError,
 )
 from pterun.executor.codegen import DelegateStep, KernelStep, MethodValues, compile_method, failing_step
+from pterun.executor.graphs import CudaGraphRunner
 from pterun.executor.meta import MethodMeta, value_kind
 from pterun.executor.tensors import check_external_layout, from_bytes, shaped
-from pterun.format import DelegateCall, Dynamism, Kind, KernelCall, ListValue, MoveCall, Plan, Scalar, TensorSpec
+from pterun.format import (
+    DelegateCall, Dynamism, JumpFalseCall, Kind, KernelCall, ListValue, MoveCall, Plan, Scalar, TensorSpec,
+)
 from pterun.memory.pointer import device_memory_kind
 
 if TYPE_CHECKING:
     from pterun.executor.program import Program
 
 _UNSET = object()
+
+# Operators whose kernels read tensor values on the host (so a CUDA graph cannot hold them).
+_HOST_SYNCING = frozenset({
+    "aten::_local_scalar_dense", "aten::_local_scalar_dense.default", "aten::nonzero.out", "aten::masked_select.out",
+    "aten::unique_consecutive.out", "aten::_unique2.out", "aten::unique_dim.out",
+})
 
 
 class Method:
@@ -99,6 +108,12 @@ class Method:
         self._outputs: tuple | None = None
         self._run = self._compiled.run
         self._where = where
+        self._graph = self._graph_runner(plan, steps)
+        dynamic_inputs = [vi for vi in plan.inputs
+                          if isinstance(plan.values[vi], TensorSpec) and vi in dynamic]
+        # The graph is keyed by the input shapes; a method whose inputs cannot change shape needs no key.
+        self._shape_tensors = [objects[vi] for vi in dynamic_inputs if vi not in params_in]
+        self._shape_args = bool(dynamic_inputs)
 
     # -- load ------------------------------------------------------------------
 
@@ -414,6 +429,18 @@ class Method:
 
     # -- execute -----------------------------------------------------------------
 
+    def _graph_runner(self, plan: Plan, steps) -> CudaGraphRunner | None:
+        device = self._program.device
+        if device is None or device.type != DeviceType.CUDA or not self._program.cuda_graphs:
+            return None
+        # Host synchronization cannot be captured: control flow reads conditions, and these
+        # operators read tensor values into Python numbers.
+        if any(isinstance(s, JumpFalseCall) for s in steps):
+            return None
+        if any(isinstance(s, KernelStep) and s.name in _HOST_SYNCING for s in steps):
+            return None
+        return CudaGraphRunner(self._run, device.torch)
+
     def run(self) -> None:
         """Executes the method with the inputs set; outputs are read with :meth:`get_outputs`."""
         for i, ok in enumerate(self._input_set):
@@ -423,7 +450,14 @@ class Method:
             self._prepare_outputs()
         try:
             with torch.inference_mode():
-                self._outputs = self._run(*self._args)
+                if self._graph is None:
+                    self._outputs = self._run(*self._args)
+                else:
+                    key = None
+                    if self._shape_args:
+                        key = (tuple(a.shape for a in self._args if isinstance(a, torch.Tensor)),
+                               tuple(t.shape for t in self._shape_tensors))
+                    self._outputs = self._graph(self._args, key)
         except Exception as exc:  # noqa: BLE001 - translated into a PteError naming the instruction
             self._outputs = None
             raise self._translate(exc) from exc
@@ -434,6 +468,11 @@ class Method:
         if clone_outputs:
             return [o.clone() if isinstance(o, torch.Tensor) else _plain(o) for o in self._outputs]
         if self._out_specs:
+            if self._graph is not None and self._graph.replaying:
+                # A captured graph writes the same buffers on every replay: the caller gets copies.
+                unplanned = set(self._out_slot)
+                return [o.clone() if i in unplanned else (o if isinstance(o, torch.Tensor) else _plain(o))
+                        for i, o in enumerate(self._outputs)]
             # The caller now owns these buffers; the next call gets new ones.
             for k in range(len(self._out_buffers)):
                 self._handed_out[k] = True

@@ -35,6 +35,7 @@ class Program:
     data_files: Sequence[DataFile] = ()
     device: Device | None = None  # run every method on this device, whatever the plan says
     backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    cuda_graphs: bool = True  # replay CUDA methods as captured graphs (executor/graphs.py)
 
     def __post_init__(self) -> None:
         self._methods: dict[str, Method] = {}
@@ -74,7 +75,8 @@ class Program:
 
     def load_nested(self, data, device) -> "Program":
         """A program carried inside this one (a delegate blob), run by the same executor on ``device``."""
-        return Program(ProgramFile(bytes(data)), self.registries, device=Device.parse(device))
+        # The outer method captures the whole call, nested program included.
+        return Program(ProgramFile(bytes(data)), self.registries, device=Device.parse(device), cuda_graphs=False)
 
     # -- data --------------------------------------------------------------------
 

@@ -1,0 +1,47 @@
+"""Whole-method CUDA graphs: capture, replay, recapture on a new shape, fall back where impossible."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pterun
+from pterun.cli.main import example_program
+from tests.gpu.conftest import FIXTURES, load_fixture, on
+from tests.support.compare import assert_matches
+
+pytestmark = pytest.mark.gpu
+
+
+def _method(pte, **options):
+    return pterun.Runtime.get().load_program(pte, device="cuda", **options).load_method("forward")
+
+
+def test_replay_matches_kernel_by_kernel_and_the_graph_is_used():
+    graphed, plain = _method(example_program()), _method(example_program(), cuda_graphs=False)
+    tokens = torch.randint(0, 1024, (1, 24), device="cuda")
+    for call in range(4):
+        a, b = graphed.execute([tokens]), plain.execute([tokens])
+        torch.testing.assert_close(a[0], b[0], rtol=0, atol=0)
+    assert graphed._graph is not None and graphed._graph.graph is not None and graphed._graph.replaying
+    assert plain._graph is None
+
+
+def test_a_new_shape_runs_eagerly_then_is_captured_again():
+    method = _method(example_program())
+    reference = pterun.Runtime.get().load_program(example_program()).load_method("forward")
+    for length in (8, 8, 8, 17, 17, 17, 8):
+        tokens = torch.randint(0, 1024, (1, length), device="cuda")
+        (logits,) = method.execute([tokens])
+        assert logits.shape == (1, length, 1024)
+        assert_matches(logits.cpu(), reference.execute([tokens.cpu()])[0], rtol=2e-4)
+
+
+def test_outputs_handed_out_from_a_replayed_graph_are_not_overwritten():
+    resident = FIXTURES / "cuda" / "resident"
+    pte, ptd, calls, expected = load_fixture(resident if resident.exists() else None)
+    method = _method(pte)
+    results = [method.execute(on("cuda", calls[i % 2]), clone_outputs=False) for i in range(4)]
+    assert method._graph.replaying
+    for i, outputs in enumerate(results):
+        assert_matches(on("cpu", outputs), expected[i % 2], rtol=2e-4)
