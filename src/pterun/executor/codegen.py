@@ -46,7 +46,7 @@ class DelegateStep:
     args: tuple[int, ...]
 
 
-Step = KernelStep | DelegateStep | MoveCall | JumpFalseCall | FreeCall
+Step = KernelStep | DelegateStep | MoveCall | JumpFalseCall | FreeCall | None  # None: folded away at load
 
 
 @dataclass
@@ -173,6 +173,9 @@ class _Compiler:
         for a in step.args:
             self.list_updates(a, indent, n)
         self.emit(indent, f"{fn_name}({list_name})", n)
+        for j, a in enumerate(step.args):
+            if a in self.values.locals and not isinstance(self.values.objects[a], torch.Tensor):
+                self.emit(indent, f"v{a} = {list_name}[{j}]", n)
 
     def step(self, n: int, indent: int) -> None:
         step = self.steps[n]

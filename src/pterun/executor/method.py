@@ -31,6 +31,7 @@ from pterun.errors import (
     Internal, InvalidArgument, InvalidExternalData, InvalidProgram, InvalidState, NotFound, NotSupported, PteError,
 )
 from pterun.executor.codegen import DelegateStep, KernelStep, MethodValues, compile_method, failing_step
+from pterun.executor.fold import fold_constant_views
 from pterun.executor.graphs import CudaGraphRunner
 from pterun.executor.meta import MethodMeta, value_kind
 from pterun.executor.tensors import check_external_layout, from_bytes, shaped
@@ -66,6 +67,8 @@ class Method:
         handles, delegate_fns = self._delegates(plan)
         try:
             steps, locals_ = self._steps(plan, delegate_fns)
+            constants = {i for i, v in enumerate(plan.values) if isinstance(v, TensorSpec) and v.is_constant}
+            steps = fold_constant_views(plan, steps, objects, constants, locals_)
         except BaseException:
             self._destroy_delegates(handles)
             raise
@@ -245,6 +248,10 @@ class Method:
                 steps.append(KernelStep(full, binding, ins.args))
             elif isinstance(ins, DelegateCall):
                 d = plan.delegates[ins.delegate_index]
+                # A delegate returns scalars (symbolic sizes) by replacing them in its argument list;
+                # they are read back after the call.
+                locals_.update(a for a in ins.args if isinstance(plan.values[a], Scalar)
+                               and plan.values[a].kind in (Kind.INT, Kind.DOUBLE, Kind.BOOL))
                 steps.append(DelegateStep(d.backend_id, delegate_fns[ins.delegate_index], ins.args))
             else:
                 if isinstance(ins, MoveCall):

@@ -66,9 +66,11 @@ def schema_kernel(overload, name: str) -> KernelFactory:
         (i, _CONVERTERS[str(a.real_type)]) for i, a in enumerate(arguments) if str(a.real_type) in _CONVERTERS
     )
     writes = tuple(i for i, a in enumerate(arguments) if a.is_out)
+    mutates = tuple(i for i, a in enumerate(arguments)
+                    if not a.is_out and a.alias_info is not None and a.alias_info.is_write)
     # Results that alias a written argument are that argument: nothing to assign.
     returns_fresh = any(r.alias_info is None or not r.alias_info.is_write for r in schema.returns)
-    binding = Binding(overload._op, positional, keywords, n if returns_fresh else None, convert, writes)
+    binding = Binding(overload._op, positional, keywords, n if returns_fresh else None, convert, writes, mutates)
 
     def factory(count: int) -> Binding:
         if count != n + 1:

@@ -200,4 +200,4 @@ def _copy_index_factory(count: int) -> Binding:
     # The schema returns nothing; emitters have passed the three arguments alone and with a result slot.
     if count not in (3, 4):
         raise InvalidProgram(f"executorch_prim::et_copy_index.tensor takes 3 arguments; the call passes {count}")
-    return Binding(_et_copy_index, (0, 1, 2))
+    return Binding(_et_copy_index, (0, 1, 2), mutates=(0,))

@@ -34,6 +34,7 @@ class Binding:
     the positions of ``out`` tensors (or lists of them) that torch resizes to
     the result's shape; the executor empties the dynamic ones before the call,
     which is how torch expects an out tensor of a new shape to arrive.
+    ``mutates`` are other arguments written in place, left as they are.
     """
 
     fn: Callable
@@ -42,6 +43,7 @@ class Binding:
     result: int | None = None
     convert: tuple[tuple[int, Callable], ...] = ()
     writes: tuple[int, ...] = ()
+    mutates: tuple[int, ...] = ()  # positions of other arguments the kernel writes in place (``copy_``'s self)
 
 
 KernelFactory = Callable[[int], Binding]
