@@ -1,0 +1,48 @@
+"""Operator builders by the name the exporter writes into ``OperatorCall.name``.
+
+One module per family, each with its kernels under ``shaders/``. A builder
+declares a node's outputs, dependencies and dispatches through
+:class:`~pterun.backends.webgpu.program.NodeBuilder`.
+"""
+
+from __future__ import annotations
+
+from pterun.backends.webgpu.ops import (
+    conv,
+    creation,
+    elementwise,
+    embedding,
+    gather,
+    linear,
+    norm,
+    pool,
+    reduce,
+    rope,
+    shape,
+    softmax,
+    swiglu,
+    symint,
+)
+
+BUILDERS = {}
+for _family in (
+    elementwise,
+    creation,
+    shape,
+    linear,
+    norm,
+    softmax,
+    rope,
+    embedding,
+    gather,
+    conv,
+    pool,
+    reduce,
+    swiglu,
+    symint,
+):
+    BUILDERS.update(_family.OPS)
+
+SUPPORTED = sorted(BUILDERS)
+
+__all__ = ["BUILDERS", "SUPPORTED"]

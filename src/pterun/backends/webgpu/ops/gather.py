@@ -1,0 +1,52 @@
+"""Indexing by tensors: index.Tensor with one index tensor, index_select (shaders/gather.wgsl)."""
+
+from __future__ import annotations
+
+from pterun.backends.webgpu.graph import ValueList
+from pterun.backends.webgpu.ops.common import grid, norm_dim
+from pterun.backends.webgpu.program import NodeBuilder, TSlot, numel
+from pterun.errors import DelegateInvalidCompatibility
+
+
+def _gather(b: NodeBuilder, x: TSlot, dim: int, idx: TSlot, out_vid: int, flat_index: bool) -> None:
+    if idx.elem != "i32":
+        raise DelegateInvalidCompatibility(f"{b.op.name}: only integer indices are supported")
+
+    def shape():
+        middle = idx.shape if not flat_index else (idx.numel,)
+        return (*x.shape[:dim], *middle, *x.shape[dim + 1 :])
+
+    y = b.out(out_vid, shape)
+    b.dispatch(
+        "gather",
+        {"T": x.elem},
+        [x, idx, y],
+        lambda: [y.numel, x.shape[dim], numel(x.shape[dim + 1 :]), idx.numel],
+        lambda: grid(y.numel),
+    )
+
+
+def build_index(b: NodeBuilder, op) -> None:
+    args = op.args
+    x = b.tensor(args[0])
+    listed = b.value(args[1])
+    if not isinstance(listed, ValueList):
+        raise DelegateInvalidCompatibility("aten.index.Tensor: indices must be a list")
+    present = [(d, vid) for d, vid in enumerate(listed.items) if b.value(vid) is not None]
+    if len(present) != 1:
+        raise DelegateInvalidCompatibility("aten.index.Tensor: only one index tensor is supported")
+    dim, vid = present[0]
+    _gather(b, x, dim, b.tensor(vid), args[-1], flat_index=False)
+
+
+def build_index_select(b: NodeBuilder, op) -> None:
+    args = op.args
+    x = b.tensor(args[0])
+    rank = len(b.program.graph.tensor(args[0]).dims)
+    _gather(b, x, norm_dim(b.scalar(args[1]), rank), b.tensor(args[2]), args[-1], flat_index=True)
+
+
+OPS = {
+    "aten.index.Tensor": build_index,
+    "aten.index_select.default": build_index_select,
+}

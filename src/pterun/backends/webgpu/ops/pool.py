@@ -1,0 +1,112 @@
+"""2-d max and average pooling (shaders/max_pool2d.wgsl, shaders/avg_pool2d.wgsl)."""
+
+from __future__ import annotations
+
+from pterun.backends.webgpu.ops.common import grid
+from pterun.backends.webgpu.program import NodeBuilder
+from pterun.errors import DelegateInvalidCompatibility
+
+
+def _two(values: list[int], default: list[int]) -> list[int]:
+    if not values:
+        return list(default)
+    return values * 2 if len(values) == 1 else list(values)
+
+
+def _out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    span = size + 2 * p - d * (k - 1) - 1
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return max(out, 0)
+
+
+def _spatial(b: NodeBuilder, op, x, kernel, stride, padding, dilation, ceil_mode):
+    if x.elem != "f32" or x.ndim not in (3, 4):
+        raise DelegateInvalidCompatibility(f"{op.name}: needs a float32 [N, C, H, W] or [C, H, W] input")
+
+    def geometry():
+        h, w = x.shape[-2], x.shape[-1]
+        oh = _out_size(h, kernel[0], stride[0], padding[0], dilation[0], ceil_mode)
+        ow = _out_size(w, kernel[1], stride[1], padding[1], dilation[1], ceil_mode)
+        return h, w, oh, ow
+
+    def shape():
+        _, _, oh, ow = geometry()
+        return (*x.shape[:-2], oh, ow)
+
+    return geometry, shape
+
+
+def build_max_pool(b: NodeBuilder, op) -> None:
+    args = op.args
+    x = b.tensor(args[0])
+    kernel = _two(b.static_ints(args[1]), [1, 1])
+    stride = _two(b.static_ints(args[2]), kernel)
+    padding = _two(b.static_ints(args[3]), [0, 0])
+    dilation = _two(b.static_ints(args[4]), [1, 1])
+    ceil_mode = bool(b.scalar(args[5], False)) if len(args) > 6 else False
+    geometry, shape = _spatial(b, op, x, kernel, stride, padding, dilation, ceil_mode)
+    outs = b.outputs(args[-1])
+    y = b.out(outs[0], shape)
+    idx = b.out(outs[1], shape) if len(outs) > 1 else b.scratch(max(1, y.capacity), "i32")
+
+    def params():
+        h, w, oh, ow = geometry()
+        return [
+            y.numel,
+            h,
+            w,
+            oh,
+            ow,
+            kernel[0],
+            kernel[1],
+            stride[0],
+            stride[1],
+            padding[0],
+            padding[1],
+            dilation[0],
+            dilation[1],
+        ]
+
+    b.dispatch("max_pool2d", {}, [x, y, idx], params, lambda: grid(y.numel))
+
+
+def build_avg_pool(b: NodeBuilder, op) -> None:
+    args = op.args
+    x = b.tensor(args[0])
+    kernel = _two(b.static_ints(args[1]), [1, 1])
+    stride = _two(b.static_ints(args[2]), kernel)
+    padding = _two(b.static_ints(args[3]), [0, 0])
+    ceil_mode = bool(b.scalar(args[4], False))
+    include_pad = bool(b.scalar(args[5], True))
+    divisor = b.scalar(args[6], 0) if len(args) > 7 else 0
+    geometry, shape = _spatial(b, op, x, kernel, stride, padding, [1, 1], ceil_mode)
+    y = b.out(args[-1], shape)
+
+    def params():
+        h, w, oh, ow = geometry()
+        return [
+            y.numel,
+            h,
+            w,
+            oh,
+            ow,
+            kernel[0],
+            kernel[1],
+            stride[0],
+            stride[1],
+            padding[0],
+            padding[1],
+            int(include_pad),
+            int(divisor or 0),
+        ]
+
+    b.dispatch("avg_pool2d", {}, [x, y], params, lambda: grid(y.numel))
+
+
+OPS = {
+    "aten.max_pool2d_with_indices.default": build_max_pool,
+    "aten.max_pool2d.default": build_max_pool,
+    "aten.avg_pool2d.default": build_avg_pool,
+}

@@ -1,0 +1,39 @@
+"""Softmax and log-softmax along any dimension (shaders/softmax.wgsl)."""
+
+from __future__ import annotations
+
+from pterun.backends.webgpu.ops.common import norm_dim, row_dispatches
+from pterun.backends.webgpu.program import NodeBuilder, numel
+from pterun.errors import DelegateInvalidCompatibility
+
+
+def build_softmax(b: NodeBuilder, op) -> None:
+    args = op.args
+    x = b.tensor(args[0])
+    if x.elem != "f32":
+        raise DelegateInvalidCompatibility(f"{op.name}: only float32 is supported")
+    rank = len(b.program.graph.tensor(args[0]).dims)
+    dim = norm_dim(b.scalar(args[1]), rank)
+    y = b.out(args[-1], lambda: x.shape)
+
+    def layout():
+        if not x.shape:
+            return 1, 1, 1
+        length = x.shape[dim]
+        inner = numel(x.shape[dim + 1 :])
+        return numel(x.shape[:dim]) * inner, length, inner
+
+    row_dispatches(
+        b,
+        "softmax",
+        {"LOG": "true" if op.name == "aten._log_softmax.default" else "false"},
+        [x, y],
+        lambda: list(layout()),
+        lambda: layout()[:2],
+    )
+
+
+OPS = {
+    "aten._softmax.default": build_softmax,
+    "aten._log_softmax.default": build_softmax,
+}
