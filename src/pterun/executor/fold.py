@@ -1,29 +1,34 @@
-"""Folds copies of constants into views of them, once, at load.
+"""Turns copies the exporter made into views, at load.
 
-ExecuTorch's exporter turns ``linear`` into ``permute_copy(weight)`` followed by
-``addmm``, so a program transposes every weight on every call; the portable
-runtime does exactly that. The result only ever depends on the constant, so
-pterun computes it once at load, and as a view of the constant rather than a
-copy: no memory is spent (the file's bytes stay the only copy) and the
-kernels that read it take the strided view as it is (a transposed weight is
-what BLAS wants anyway).
+ExecuTorch's exporter has no views: ``linear`` becomes ``permute_copy(weight)``
+then ``addmm``, attention's transposes become ``permute_copy`` of activations,
+and reshapes become ``view_copy``. The portable runtime copies every time.
+PyTorch's kernels take strided inputs as they are, so a copy whose result is
+only read by them can be a view, computed either
 
-A ``<op>_copy`` instruction is folded when every tensor it reads is a
-constant (or itself folded), none of its arguments is computed at run time,
-the value it writes is written nowhere else, is
-no method output, is read only by ATen kernels, which accept any strides
-(a delegate or ``et_view`` may rely on the planned layout), and shares no
-bytes with a view the exporter planned on top of it.
+* once at load, when everything it reads is constant (a transposed weight: no
+  memory is spent, the file's bytes stay the only copy), or
+* at its place in the method, when the bytes it reads are not written by any
+  instruction before its last reader runs (an activation transpose).
+
+Either way a copy is replaced only when the value it writes is written
+nowhere else, is no method output, is read only by ATen kernels (a delegate
+or ``et_view`` may rely on the planned layout), and shares no bytes with a
+view the exporter planned on top of it (such a view is read, never written,
+and sees its base's bytes through the arena). Methods with jumps keep their
+copies: their instruction order is not the order they run in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 
 from pterun.executor.codegen import DelegateStep, KernelStep
-from pterun.format import Kind, ListValue, MoveCall, Plan, TensorSpec
+from pterun.format import JumpFalseCall, Kind, ListValue, MoveCall, Plan, TensorSpec
+from pterun.kernels import Binding
 
 _VIEWABLE_OUT = ("out", "Tensor_out", "int_out", "dims_out", "dim_out")
 
@@ -40,57 +45,56 @@ def _view_op(name: str):
     return getattr(packet, view_overload, None) if packet is not None else None
 
 
-def fold_constant_views(plan: Plan, steps: list, objects: list, constants: set[int], computed: set[int]) -> list:
-    """Returns the steps with folded ones replaced by None; folded values' objects are replaced in place."""
-    writes: dict[int, int] = {}
-    readers: dict[int, list] = {}
-    for step in steps:
+@dataclass
+class _Uses:
+    """Which values each step writes and reads (lists expanded to their tensors)."""
+
+    plan: Plan
+    writes: list[set[int]] = field(default_factory=list)
+    reads: list[set[int]] = field(default_factory=list)
+    writers: dict[int, int] = field(default_factory=dict)
+    readers: dict[int, list[int]] = field(default_factory=dict)
+
+    def items(self, vi: int) -> Sequence[int]:
+        value = self.plan.values[vi]
+        if isinstance(value, ListValue) and value.kind in (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST):
+            return [i for i in value.items if i >= 0]
+        return (vi,)
+
+    def add(self, n: int, written: list[int], read: list[int]) -> None:
+        w = {t for vi in written for t in self.items(vi)}
+        r = {t for vi in read for t in self.items(vi)}
+        self.writes.append(w)
+        self.reads.append(r)
+        for vi in w:
+            self.writers[vi] = self.writers.get(vi, 0) + 1
+        for vi in r:
+            self.readers.setdefault(vi, []).append(n)
+
+
+def _uses(plan: Plan, steps: list) -> _Uses:
+    uses = _Uses(plan)
+    for n, step in enumerate(steps):
         if isinstance(step, KernelStep):
             b = step.binding
-            outs = [step.args[p] for p in (*b.writes, *b.mutates)]
+            read = [step.args[p] for p in (*b.positional, *(i for _, i in b.keywords)) if p not in b.writes]
+            if step.name.startswith("aten::"):
+                written = [step.args[p] for p in (*b.writes, *b.mutates)]
+            else:
+                # Only ATen schemas say which arguments a kernel writes; assume the others write them all.
+                written = list(step.args)
             if b.result is not None:
-                outs.append(step.args[b.result])
-            for vi in outs:
-                for target in _items(plan, vi):
-                    writes[target] = writes.get(target, 0) + 1
-            for p in (*b.positional, *(i for _, i in b.keywords)):
-                if p not in b.writes:
-                    for vi in _items(plan, step.args[p]):
-                        readers.setdefault(vi, []).append(step)
+                written.append(step.args[b.result])
+            uses.add(n, written, read)
         elif isinstance(step, DelegateStep):
-            for vi in step.args:
-                for target in _items(plan, vi):
-                    writes[target] = writes.get(target, 0) + 1
-                    readers.setdefault(target, []).append(step)
+            uses.add(n, list(step.args), list(step.args))
         elif isinstance(step, MoveCall):
-            writes[step.target] = writes.get(step.target, 0) + 2
-            readers.setdefault(step.source, []).append(step)
-    outputs = set(plan.outputs)
-    folded = set(constants)
-    # The exporter removes static views by planning the view at its base's offset: such a tensor is
-    # read but written by nothing, and sees its base's bytes through the arena. A value one of them
-    # overlaps must stay in the arena.
-    written = set(writes) | set(plan.inputs)
-    aliases = [plan.values[vi] for vi in readers if vi not in written
-               and isinstance(plan.values[vi], TensorSpec) and plan.values[vi].memory_id is not None
-               and plan.values[vi].data_buffer_idx == 0]
-    # Folded instructions become None rather than disappearing: steps stay indexed by instruction,
-    # which jumps and error messages refer to.
-    # Values known only at run time (symbolic sizes) make a fold impossible, directly or inside a list.
-    moving = set(computed)
-    for li, value in enumerate(plan.values):
-        if isinstance(value, ListValue) and value.kind == Kind.INT_LIST and moving.intersection(value.items):
-            moving.add(li)
-    return [None if isinstance(step, KernelStep) and _fold(step, plan, objects, folded, writes, readers, outputs,
-                                                           moving, aliases)
-            else step for step in steps]
-
-
-def _items(plan: Plan, vi: int) -> Sequence[int]:
-    value = plan.values[vi]
-    if isinstance(value, ListValue) and value.kind in (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST):
-        return [i for i in value.items if i >= 0]
-    return (vi,)
+            uses.add(n, [step.target, step.target], [step.source])
+        elif isinstance(step, JumpFalseCall):
+            uses.add(n, [], [step.condition])
+        else:
+            uses.add(n, [], [])
+    return uses
 
 
 def _overlaps(a: TensorSpec, b: TensorSpec) -> bool:
@@ -98,43 +102,137 @@ def _overlaps(a: TensorSpec, b: TensorSpec) -> bool:
             and b.memory_offset < a.memory_offset + a.nbytes)
 
 
-def _fold(step: KernelStep, plan, objects, folded: set[int], writes, readers, outputs, moving: set[int],
-          aliases) -> bool:
-    view = _view_op(step.name)
+class _Rewriter:
+    def __init__(self, plan: Plan, steps: list, objects: list, computed: set[int]) -> None:
+        self.plan, self.steps, self.objects = plan, steps, objects
+        self.uses = _uses(plan, steps)
+        self.outputs = set(plan.outputs)
+        written = set(self.uses.writers) | set(plan.inputs)
+        self.aliases = [plan.values[vi] for vi in self.uses.readers if vi not in written
+                        and isinstance(plan.values[vi], TensorSpec) and plan.values[vi].memory_id is not None
+                        and plan.values[vi].data_buffer_idx == 0]
+        # Values known only at run time (symbolic sizes), directly or inside a list.
+        self.moving = set(computed)
+        for li, value in enumerate(plan.values):
+            if isinstance(value, ListValue) and value.kind == Kind.INT_LIST and self.moving.intersection(value.items):
+                self.moving.add(li)
+
+    def candidate(self, step) -> tuple | None:
+        """(view op, output value) when the step is a copy whose result could be a view."""
+        if not isinstance(step, KernelStep):
+            return None
+        view = _view_op(step.name)
+        b = step.binding
+        if view is None or len(b.writes) != 1:
+            return None
+        out = step.args[b.writes[0]]
+        spec = self.plan.values[out]
+        if self.uses.writers.get(out) != 1 or out in self.outputs or not isinstance(spec, TensorSpec):
+            return None
+        if not all(isinstance(self.steps[r], KernelStep) and self.steps[r].name.startswith("aten::")
+                   for r in self.uses.readers.get(out, ())):
+            return None
+        if spec.memory_id is not None and any(_overlaps(spec, a) for a in self.aliases):
+            return None
+        return view, out
+
+    def tensor_inputs(self, step: KernelStep) -> list[int]:
+        b = step.binding
+        return [step.args[p] for p in (*b.positional, *(i for _, i in b.keywords))
+                if p not in b.writes and isinstance(self.objects[step.args[p]], torch.Tensor)]
+
+
+def fold_constant_views(plan: Plan, steps: list, objects: list, constants: set[int], computed: set[int]) -> list:
+    """Steps with copies of constants replaced by None, their values' objects by views made now."""
+    rw = _Rewriter(plan, steps, objects, computed)
+    folded = set(constants)
+    result = []
+    for step in steps:
+        found = rw.candidate(step)
+        if found is None or not _fold_now(rw, step, found, folded):
+            result.append(step)
+        else:
+            # None rather than removal: steps stay indexed by instruction, as jumps and errors are.
+            result.append(None)
+    return result
+
+
+def _fold_now(rw: _Rewriter, step: KernelStep, found, folded: set[int]) -> bool:
+    view, out = found
     b = step.binding
-    if view is None or len(b.writes) != 1:
+    if any(step.args[p] in rw.moving for p in (*b.positional, *(i for _, i in b.keywords))):
         return False
-    spec = plan.values[step.args[b.writes[0]]]
-    if isinstance(spec, TensorSpec) and spec.memory_id is not None and any(_overlaps(spec, a) for a in aliases):
-        return False
-    if any(step.args[p] in moving for p in (*b.positional, *(i for _, i in b.keywords))):
-        return False
-    out = step.args[b.writes[0]]
-    if writes.get(out) != 1 or out in outputs:
-        return False
-    if not all(isinstance(r, KernelStep) and r.name.startswith("aten::") for r in readers.get(out, ())):
-        return False
-    inputs = [p for p in b.positional if p not in b.writes]
-    if not all(step.args[p] in folded for p in inputs if isinstance(objects[step.args[p]], torch.Tensor)):
-        return False
-    if not any(isinstance(objects[step.args[p]], torch.Tensor) for p in inputs):
+    inputs = rw.tensor_inputs(step)
+    if not inputs or not all(vi in folded for vi in inputs):
         return False
     converters = dict(b.convert)
-    args = [converters.get(p, lambda v: v)(objects[step.args[p]]) for p in inputs]
-    kwargs = {k: converters.get(p, lambda v: v)(objects[step.args[p]]) for k, p in b.keywords if p not in b.writes}
+    args = [converters.get(p, lambda v: v)(rw.objects[step.args[p]]) for p in b.positional if p not in b.writes]
+    kwargs = {k: converters.get(p, lambda v: v)(rw.objects[step.args[p]]) for k, p in b.keywords if p not in b.writes}
     try:
         result = view(*args, **kwargs)
     except (RuntimeError, TypeError, ValueError, IndexError):
         return False
-    planned = objects[out]
+    planned = rw.objects[out]
     if not isinstance(result, torch.Tensor) or result.shape != planned.shape or result.dtype != planned.dtype:
         return False
-    objects[out] = result
+    rw.objects[out] = result
     folded.add(out)
     # Lists that hold the value were built from the planned tensor; they must hold the view now.
-    for li, value in enumerate(plan.values):
+    for li, value in enumerate(rw.plan.values):
         if isinstance(value, ListValue) and value.kind in (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST):
             for j, item in enumerate(value.items):
                 if item == out:
-                    objects[li][j] = result
+                    rw.objects[li][j] = result
+    return True
+
+
+def elide_view_copies(plan: Plan, steps: list, objects: list, computed: set[int], params: set[int]) -> tuple[list, set[int]]:
+    """Copies of activations that can be views made in their place; returns the steps and the new locals."""
+    if any(isinstance(s, JumpFalseCall) for s in steps):
+        return steps, set()
+    rw = _Rewriter(plan, steps, objects, computed)
+    result = list(steps)
+    made: set[int] = set()
+    for n, step in enumerate(steps):
+        found = rw.candidate(step)
+        if found is None:
+            continue
+        view, out = found
+        inputs = rw.tensor_inputs(step)
+        if len(inputs) != 1 or inputs[0] in made:
+            continue
+        source = inputs[0]
+        spec = plan.values[source]
+        if not isinstance(spec, TensorSpec) or (spec.memory_id is None and source not in params):
+            continue
+        last = max(rw.uses.readers.get(out, [n]))
+        if not _untouched(rw, source, spec, n, last):
+            continue
+        b = step.binding
+        if view is torch.ops.aten.view.default:
+            # The source may be laid out so that no view has the new shape; reshape copies then.
+            view = torch.ops.aten.reshape.default
+        result[n] = KernelStep(step.name, Binding(
+            view,
+            tuple(p for p in b.positional if p not in b.writes),
+            tuple((k, p) for k, p in b.keywords if p not in b.writes),
+            b.writes[0],
+            b.convert,
+        ), step.args)
+        made.add(out)
+    return result, made
+
+
+def _untouched(rw: _Rewriter, source: int, spec: TensorSpec, first: int, last: int) -> bool:
+    """No step after ``first``, up to ``last``, writes the source value or bytes it occupies."""
+    for k in range(first + 1, last + 1):
+        for vi in rw.uses.writes[k]:
+            if vi == source:
+                return False
+            written = rw.plan.values[vi]
+            if (spec.memory_id is not None and isinstance(written, TensorSpec) and written.memory_id is not None
+                    and _overlaps(spec, written)):
+                return False
+        if isinstance(rw.steps[k], DelegateStep):
+            return False
     return True

@@ -31,7 +31,7 @@ from pterun.errors import (
     Internal, InvalidArgument, InvalidExternalData, InvalidProgram, InvalidState, NotFound, NotSupported, PteError,
 )
 from pterun.executor.codegen import DelegateStep, KernelStep, MethodValues, compile_method, failing_step
-from pterun.executor.fold import fold_constant_views
+from pterun.executor.fold import elide_view_copies, fold_constant_views
 from pterun.executor.graphs import CudaGraphRunner
 from pterun.executor.meta import MethodMeta, value_kind
 from pterun.executor.tensors import check_external_layout, from_bytes, shaped
@@ -69,6 +69,8 @@ class Method:
             steps, locals_ = self._steps(plan, delegate_fns)
             constants = {i for i, v in enumerate(plan.values) if isinstance(v, TensorSpec) and v.is_constant}
             steps = fold_constant_views(plan, steps, objects, constants, locals_)
+            steps, views = elide_view_copies(plan, steps, objects, locals_, {vi for vi in params if vi in plan.inputs})
+            locals_ |= views
         except BaseException:
             self._destroy_delegates(handles)
             raise
