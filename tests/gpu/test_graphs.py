@@ -45,3 +45,23 @@ def test_outputs_handed_out_from_a_replayed_graph_are_not_overwritten():
     assert method._graph.replaying
     for i, outputs in enumerate(results):
         assert_matches(on("cpu", outputs), expected[i % 2], rtol=2e-4)
+
+
+def test_inputs_passed_again_are_read_in_place_and_others_copied():
+    from tests.gpu.conftest import fixture_dirs
+
+    pte, ptd, calls, expected = load_fixture(FIXTURES / "cuda" / "resident")
+    method = _method(pte)
+    x, y = on("cuda", calls[0])
+    for _ in range(3):
+        method.execute([x, y])
+    runner = method._graph
+    assert runner.replaying and runner.bound == [True, True], "the same tensors three times: read in place"
+    x.copy_(on("cuda", calls[1])[0])
+    y.copy_(on("cuda", calls[1])[1])
+    assert_matches(on("cpu", method.execute([x, y])), expected[1], rtol=2e-4)
+    # New tensors: the moved inputs are copied from now on, and results stay right throughout.
+    for i in range(4):
+        outputs = method.execute(on("cuda", calls[i % 2]))
+        assert_matches(on("cpu", outputs), expected[i % 2], rtol=2e-4)
+    assert runner.replaying and runner.bound == [False, False]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pterun.core.layout import strides_for
+from pterun.errors import PteError
 from pterun.format import FreeCall, JumpFalseCall, MoveCall
 from pterun.kernels import Binding
 
@@ -141,7 +142,11 @@ class _Compiler:
                     exprs[pos] = f"{conv}({self.ref(vi)})"
                 else:
                     const = f"x{n}_{pos}"
-                    self.env[const] = converters[pos](self.values.objects[vi])
+                    try:
+                        self.env[const] = converters[pos](self.values.objects[vi])
+                    except PteError as exc:
+                        raise type(exc)(f"method {self.name!r} instruction {n} ({step.name}) argument {pos}: "
+                                        f"{exc.message}") from None
                     exprs[pos] = const
             else:
                 exprs[pos] = self.ref(vi)

@@ -4,9 +4,12 @@ A method on a GPU launches one kernel per instruction; for small inputs the
 launches, not the kernels, take the time. Replaying a captured graph launches
 them all at once. The first call with a new set of input shapes runs eagerly
 (which also warms up the libraries the kernels use); the next call with the
-same shapes captures, and later calls replay. Inputs the caller passes by
-reference are copied into the graph's own buffers before each replay; planned
-inputs are already in the method's arenas, which the graph reads in place.
+same shapes captures, and later calls replay. Planned inputs are already in
+the method's arenas, which the graph reads in place. An input the caller
+passes by reference is read where it is when the caller passed the same
+tensor to the first two calls (weights, or a buffer the caller refills), and
+otherwise copied into a buffer of the graph's before each replay; a bound
+input that later arrives in other memory is copied from then on.
 
 A new shape invalidates the graph: the call runs eagerly (setting every
 tensor's shape for the new sizes) and the graph is captured again once that
@@ -34,25 +37,49 @@ class CudaGraphRunner:
         self.outputs = None
         self.failure: Exception | None = None
         self.replaying = False
+        self.bound: list[bool] = []
+        self.copy_always: set[int] = set()
+        self.previous: list[int] = []
 
     def __call__(self, args: Sequence, key) -> tuple:
         if self.failure is None:
             if self.graph is not None and key == self.key:
-                for static, arg in zip(self.static, args):
-                    if static is not arg and isinstance(static, torch.Tensor):
-                        static.copy_(arg)
-                self.graph.replay()
-                self.replaying = True
-                return self.outputs
-            if key == self.seen:
+                if self._feed(args):
+                    self.graph.replay()
+                    self.replaying = True
+                    return self.outputs
+                # A bound input moved: run eagerly, capture again on the next call.
+            elif key == self.seen:
                 return self._capture(args, key)
             self.seen = key
+            self.previous = self._pointers(args)
         self.graph = None
         self.replaying = False
         return self.run(*args)
 
+    @staticmethod
+    def _pointers(args: Sequence) -> list[int]:
+        return [a.data_ptr() if isinstance(a, torch.Tensor) else 0 for a in args]
+
+    def _feed(self, args: Sequence) -> bool:
+        """Puts the inputs where the graph reads them; False if a bound input moved (recapture)."""
+        for i, (static, arg) in enumerate(zip(self.static, args)):
+            if not isinstance(static, torch.Tensor):
+                continue
+            if self.bound[i]:
+                if arg.data_ptr() != static.data_ptr():
+                    self.copy_always.add(i)
+                    return False
+            else:
+                static.copy_(arg)
+        return True
+
     def _capture(self, args: Sequence, key) -> tuple:
-        static = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        # Inputs that came at the same address twice are bound (read in place), others copied.
+        self.bound = [isinstance(a, torch.Tensor) and i not in self.copy_always and a.data_ptr() == self.previous[i]
+                      for i, a in enumerate(args)]
+        static = [a if bound else (a.clone() if isinstance(a, torch.Tensor) else a)
+                  for a, bound in zip(args, self.bound)]
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize(self.device)
         try:
@@ -64,8 +91,8 @@ class CudaGraphRunner:
             self.replaying = False
             return self.run(*args)
         self.graph, self.key, self.static, self.outputs = graph, key, static, outputs
-        for s, arg in zip(static, args):
-            if isinstance(s, torch.Tensor):
+        for s, arg, bound in zip(static, args, self.bound):
+            if isinstance(s, torch.Tensor) and not bound:
                 s.copy_(arg)
         graph.replay()
         self.replaying = True

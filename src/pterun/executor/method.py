@@ -156,6 +156,11 @@ class Method:
                     if value.external:
                         entry = program.external_entry(value.fqn, where, planned=True)
                         check_external_layout(value.fqn, entry.layout, value)
+                        if len(entry.data) < value.nbytes:
+                            raise InvalidExternalData(
+                                f"{where}: tensor {value.fqn!r} needs {value.nbytes} bytes; "
+                                f"the data file holds {len(entry.data)}"
+                            )
                         tensor.view(-1).copy_(from_bytes(entry.data[: value.nbytes], value).view(-1))
                     elif value.data_buffer_idx > 0:
                         data = program.file.mutable_initial_value(value.data_buffer_idx, value.nbytes)

@@ -14,7 +14,7 @@ from pterun.core.device import Device
 from pterun.errors import InvalidArgument, InvalidExternalData, InvalidState, NotFound
 from pterun.executor.meta import MethodMeta
 from pterun.executor.method import Method
-from pterun.executor.tensors import check_external_layout, from_bytes
+from pterun.executor.tensors import check_external_layout, from_bytes, shaped
 from pterun.format import DataFile, ProgramFile, TensorSpec
 from pterun.format.data_file import NamedEntry
 from pterun.kernels import KernelRegistry
@@ -115,6 +115,9 @@ class Program:
                 return host
             placed = self._constants.get((*key, device))
             if placed is None:
-                placed = host.to(device.torch)
+                # Device memory comes from the device's allocator, as arenas' does (and fails the same way).
+                buffer = self.registries.allocators.allocate(spec.nbytes, device)
+                placed = shaped(buffer.view(0, spec.nbytes), spec)
+                placed.copy_(host)
                 self._constants[(*key, device)] = placed
             return placed

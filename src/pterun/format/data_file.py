@@ -36,6 +36,18 @@ class NamedEntry:
     layout: TensorLayout | None
 
 
+def _check_layout(key: str, layout: TensorLayout, available: int) -> None:
+    """The segment holds all of the tensor its layout describes: readers take nbytes from it unchecked.
+
+    Other inconsistencies (an unknown scalar type, a bad dim order) are found
+    when a program asks for the tensor and its layout does not match.
+    """
+    if layout.scalar_type in ELEMENT_SIZE and all(s >= 0 for s in layout.sizes) and layout.nbytes > available:
+        raise InvalidExternalData(
+            f"tensor {key!r} is {layout.nbytes} bytes ({list(layout.sizes)}); its segment holds {available}"
+        )
+
+
 class DataFile:
     """Named data of a .ptd file. Keys are looked up by exact match; data is never copied."""
 
@@ -75,10 +87,12 @@ class DataFile:
                         tuple(int(x) for x in tl.SizesAsNumpy()) if tl.SizesLength() else (),
                         tuple(int(x) for x in tl.DimOrderAsNumpy()) if tl.DimOrderLength() else (),
                     )
+                    _check_layout(key, layout, len(segments[index]))
                 self.entries.setdefault(key, NamedEntry(segments[index], layout))
         except PteError:
             raise
-        except (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError) as exc:
+        except (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError,
+                AttributeError) as exc:
             raise InvalidExternalData(f"{self.file.name}: corrupt data file ({type(exc).__name__}: {exc})") from None
 
     def keys(self) -> list[str]:

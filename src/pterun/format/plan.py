@@ -10,11 +10,14 @@ described, not made.
 from __future__ import annotations
 
 import enum
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Union
 
 from pterun.errors import InvalidProgram, NotSupported
 from pterun.format._generated import program_generated as fb
+from pterun.format.verify import DATA_PER_BYTE
 
 
 class Kind(enum.IntEnum):
@@ -45,6 +48,10 @@ ELEMENT_SIZE = {
     22: 2, 23: 1, 24: 1, 25: 1, 26: 1, 27: 2, 28: 4, 29: 8,
 }
 _MAX_NBYTES = 1 << 63
+# The format's DeviceType, TensorDataLocation and DataLocation enums.
+_DEVICE_TYPES = (0, 1)
+_TENSOR_LOCATIONS = (fb.TensorDataLocation.SEGMENT, fb.TensorDataLocation.EXTERNAL)
+_DATA_LOCATIONS = (fb.DataLocation.INLINE, fb.DataLocation.SEGMENT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,15 +168,44 @@ class Plan:
 
 
 def _string(raw: bytes | None) -> str | None:
-    return None if raw is None else raw.decode("utf-8")
+    if raw is None:
+        return None
+    charge(len(raw))
+    return raw.decode("utf-8")
 
 
-def _vector(length: int, get) -> tuple:
-    return tuple(get(i) for i in range(length))
+# Elements a plan may still read. A verified program cannot exceed it (the
+# verifier bounds the same walk); an unverified one (Verification.Minimal)
+# whose vectors are shared over and over would otherwise keep the reader busy
+# for time quadratic in its size.
+_READ_BUDGET: ContextVar[list[int] | None] = ContextVar("_READ_BUDGET", default=None)
+
+
+@contextmanager
+def read_budget(buffer_size: int):
+    """Bounds the elements read inside the block to DATA_PER_BYTE per byte of the buffer."""
+    token = _READ_BUDGET.set([DATA_PER_BYTE * buffer_size])
+    try:
+        yield
+    finally:
+        _READ_BUDGET.reset(token)
+
+
+def charge(n: int) -> int:
+    """Counts ``n`` elements against the budget of the enclosing ``read_budget``; returns ``n``."""
+    left = _READ_BUDGET.get()
+    if left is not None:
+        left[0] -= n
+        if left[0] < 0:
+            raise InvalidProgram(
+                f"the program's vectors and strings, as read, add up to more than {DATA_PER_BYTE} "
+                f"elements per byte of it (data shared over and over)"
+            )
+    return n
 
 
 def _numpy_or_empty(length: int, as_numpy) -> tuple:
-    return tuple(int(x) for x in as_numpy()) if length else ()
+    return tuple(int(x) for x in as_numpy()) if charge(length) else ()
 
 
 def read_tensor(t: fb.Tensor, where: str) -> TensorSpec:
@@ -182,10 +218,12 @@ def read_tensor(t: fb.Tensor, where: str) -> TensorSpec:
         raise InvalidProgram(f"{where}: sizes {list(sizes)} include a negative size")
     if sorted(dim_order) != list(range(len(sizes))):
         raise InvalidProgram(f"{where}: dim_order {list(dim_order)} is not a permutation of {len(sizes)} dims")
-    numel = 1
+    # A zero size makes numel 0 but not the strides: the extent of every
+    # dimension must fit in 64 bits as well, or a stride of the tensor would not.
+    extent = 1
     for s in sizes:
-        numel *= s
-    if numel * ELEMENT_SIZE[scalar_type] >= _MAX_NBYTES:
+        extent *= max(s, 1)
+    if extent * ELEMENT_SIZE[scalar_type] >= _MAX_NBYTES:
         raise InvalidProgram(f"{where}: sizes {list(sizes)} overflow a 64-bit byte count")
     dynamism = t.ShapeDynamism()
     if dynamism not in (0, 1, 2):
@@ -202,14 +240,25 @@ def read_tensor(t: fb.Tensor, where: str) -> TensorSpec:
     fqn, external, device_type, device_index = None, False, 0, 0
     if extra is not None:
         fqn = _string(extra.FullyQualifiedName())
-        external = extra.Location() == fb.TensorDataLocation.EXTERNAL
+        location = extra.Location()
+        if location not in _TENSOR_LOCATIONS:
+            raise InvalidProgram(f"{where}: data location {location} is not one of SEGMENT, EXTERNAL")
+        external = location == fb.TensorDataLocation.EXTERNAL
         device_type, device_index = extra.DeviceType(), extra.DeviceIndex()
+        _check_device(device_type, device_index, where)
         if external and not fqn:
             raise InvalidProgram(f"{where}: stored externally but has no fully qualified name")
     return TensorSpec(
         scalar_type, sizes, dim_order, Dynamism(dynamism), t.DataBufferIdx(), memory_id, offset,
         fqn, external, device_type, device_index,
     )
+
+
+def _check_device(device_type: int, device_index: int, where: str) -> None:
+    if device_type not in _DEVICE_TYPES:
+        raise NotSupported(f"{where}: device type {device_type} is not one this runtime knows (0: CPU, 1: CUDA)")
+    if device_index < 0:
+        raise InvalidProgram(f"{where}: device index {device_index} is negative")
 
 
 def _read_value(ev: fb.EValue, where: str) -> Value:
@@ -247,7 +296,7 @@ def _read_value(ev: fb.EValue, where: str) -> Value:
         raise InvalidProgram(f"{where}: unknown value kind {tag}")
     v = list_class()
     v.Init(table.Bytes, table.Pos)
-    n = v.ItemsLength()
+    n = charge(v.ItemsLength())
     items = tuple(v.ItemsAsNumpy().tolist()) if n else ()
     if tag == Kind.BOOL_LIST:
         items = tuple(bool(x) for x in items)
@@ -285,47 +334,56 @@ def _read_instruction(ins: fb.Instruction, where: str) -> Instruction:
 
 
 def read_plan(p: fb.ExecutionPlan) -> Plan:
+    with read_budget(len(p._tab.Bytes)):
+        return _read_plan(p)
+
+
+def _read_plan(p: fb.ExecutionPlan) -> Plan:
     name = _string(p.Name())
     if name is None:
         raise InvalidProgram("an execution plan has no name")
     where = f"method {name!r}"
     if p.InputsIsNone() or p.OutputsIsNone() or p.NonConstBufferSizesIsNone():
         raise InvalidProgram(f"{where}: inputs, outputs or non_const_buffer_sizes is missing")
-    values = tuple(_read_value(p.Values(i), f"{where} value {i}") for i in range(p.ValuesLength()))
-    chains = [p.Chains(i) for i in range(p.ChainsLength())]
+    values = tuple(_read_value(p.Values(i), f"{where} value {i}") for i in range(charge(p.ValuesLength())))
+    chains = [p.Chains(i) for i in range(min(p.ChainsLength(), 1))]
     instructions: tuple[Instruction, ...] = ()
     if chains:
         chain = chains[0]
         instructions = tuple(
             _read_instruction(chain.Instructions(i), f"{where} instruction {i}")
-            for i in range(chain.InstructionsLength())
+            for i in range(charge(chain.InstructionsLength()))
         )
     operators = []
-    for i in range(p.OperatorsLength()):
+    for i in range(charge(p.OperatorsLength())):
         op = p.Operators(i)
         op_name = _string(op.Name())
         if not op_name:
             raise InvalidProgram(f"{where}: operator {i} has no name")
         operators.append((op_name, _string(op.Overload()) or ""))
     delegates = []
-    for i in range(p.DelegatesLength()):
+    for i in range(charge(p.DelegatesLength())):
         d = p.Delegates(i)
         backend_id = _string(d.Id())
         processed = d.Processed()
         if not backend_id or processed is None:
             raise InvalidProgram(f"{where}: delegate {i} has no backend id or no processed data")
         specs = []
-        for j in range(d.CompileSpecsLength()):
+        for j in range(charge(d.CompileSpecsLength())):
             spec = d.CompileSpecs(j)
-            value = spec.ValueAsNumpy().tobytes() if spec.ValueLength() else b""
+            value = spec.ValueAsNumpy().tobytes() if charge(spec.ValueLength()) else b""
             specs.append((_string(spec.Key()) or "", value))
+        location = processed.Location()
+        if location not in _DATA_LOCATIONS:
+            raise InvalidProgram(f"{where}: delegate {i} data location {location} is not one of INLINE, SEGMENT")
         delegates.append(
-            DelegateSpec(backend_id, processed.Location() == fb.DataLocation.INLINE, processed.Index(), tuple(specs))
+            DelegateSpec(backend_id, location == fb.DataLocation.INLINE, processed.Index(), tuple(specs))
         )
     buffer_sizes = _numpy_or_empty(p.NonConstBufferSizesLength(), p.NonConstBufferSizesAsNumpy)
     devices = {}
-    for i in range(p.NonConstBufferDeviceLength()):
+    for i in range(charge(p.NonConstBufferDeviceLength())):
         dev = p.NonConstBufferDevice(i)
+        _check_device(dev.DeviceType(), dev.DeviceIndex(), f"{where} buffer {dev.BufferIdx()}")
         devices[dev.BufferIdx()] = (dev.DeviceType(), dev.DeviceIndex())
     meta = p.ContainerMetaType()
     plan = Plan(

@@ -17,7 +17,7 @@ from pterun.errors import InvalidArgument, InvalidProgram, NotFound, PteError
 from pterun.format._generated import program_generated as fb
 from pterun.format._generated import program_layout
 from pterun.format.header import HEADER_OFFSET, read_program_header
-from pterun.format.plan import Plan, read_plan
+from pterun.format.plan import Plan, charge, read_budget, read_plan
 from pterun.format.source import FileBytes, Source, read_source
 from pterun.format.verify import verify_buffer
 
@@ -25,6 +25,12 @@ MAX_SUPPORTED_VERSION = 0
 
 # What a reader of a corrupt, unverified buffer can raise.
 _READ_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError, AttributeError)
+
+
+def _text(raw: bytes | None) -> str:
+    raw = raw or b""
+    charge(len(raw))
+    return raw.decode()
 
 
 class Verification(enum.IntEnum):
@@ -50,7 +56,8 @@ class ProgramFile:
         self.verification = Verification(verification)
         try:
             self._root = fb.Program.GetRootAs(self._program_bytes, 0)
-            self._read_tables()
+            with read_budget(len(self._program_bytes)):
+                self._read_tables()
         except PteError:
             raise
         except _READ_ERRORS as exc:
@@ -67,7 +74,7 @@ class ProgramFile:
                 f"program schema version is {self.version}; this runtime reads versions up to {MAX_SUPPORTED_VERSION}"
             )
         self.method_names: tuple[str, ...] = tuple(
-            (root.ExecutionPlan(i).Name() or b"").decode() for i in range(root.ExecutionPlanLength())
+            _text(root.ExecutionPlan(i).Name()) for i in range(charge(root.ExecutionPlanLength()))
         )
         self._segment_count = root.SegmentsLength()
         self._segments: dict[int, memoryview] = {}
@@ -81,21 +88,22 @@ class ProgramFile:
                     f"program has both {root.ConstantBufferLength()} inline constant buffers and a constant "
                     f"segment of {cs.OffsetsLength()} entries; only one may be used"
                 )
+            charge(cs.OffsetsLength())
             self._constant_offsets = tuple(int(x) for x in cs.OffsetsAsNumpy())
             if cs.OffsetsLength() > 1:
                 self._constant_segment = self.segment(cs.SegmentIndex(), what="constant segment")
         self._inline_constants = root.ConstantBufferLength()
 
         self._mutable: list[tuple[memoryview, tuple[int, ...]]] = []
-        for i in range(root.MutableDataSegmentsLength()):
+        for i in range(charge(root.MutableDataSegmentsLength())):
             ms = root.MutableDataSegments(i)
-            offsets = tuple(int(x) for x in ms.OffsetsAsNumpy()) if ms.OffsetsLength() else ()
+            offsets = tuple(int(x) for x in ms.OffsetsAsNumpy()) if charge(ms.OffsetsLength()) else ()
             self._mutable.append((self.segment(ms.SegmentIndex(), what="mutable data segment"), offsets))
 
         self.named_data: dict[str, memoryview] = {}
-        for i in range(root.NamedDataLength()):
+        for i in range(charge(root.NamedDataLength())):
             nd = root.NamedData(i)
-            key = (nd.Key() or b"").decode()
+            key = _text(nd.Key())
             if key in self.named_data:
                 raise InvalidProgram(f"named data key {key!r} appears twice")
             self.named_data[key] = self.segment(nd.SegmentIndex(), what=f"named data {key!r}")
@@ -172,6 +180,12 @@ class ProgramFile:
             start = buf._tab.Vector(buf._tab.Offset(4)) if length else 0
         except _READ_ERRORS as exc:
             raise InvalidProgram(f"constant buffer {buffer_idx} is corrupt ({exc})") from None
+        # Verified programs cannot get here with a buffer outside the flatbuffer; unverified ones can.
+        if start + length > len(self._program_bytes):
+            raise InvalidProgram(
+                f"constant buffer {buffer_idx} spans bytes {start}..{start + length} of a "
+                f"{len(self._program_bytes)}-byte program"
+            )
         return self._program_bytes[start : start + nbytes]
 
     def mutable_initial_value(self, buffer_idx: int, nbytes: int) -> memoryview:
@@ -192,14 +206,19 @@ class ProgramFile:
     def delegate_data(self, inline: bool, index: int) -> memoryview:
         if not inline:
             return self.segment(index, what="delegate data")
-        if not 0 <= index < self._root.BackendDelegateDataLength():
-            raise InvalidProgram(
-                f"delegate data {index} is past the program's {self._root.BackendDelegateDataLength()} inline blobs"
-            )
         try:
+            # Read here, where it is first needed, so an unverified program fails cleanly here too.
+            count = self._root.BackendDelegateDataLength()
+            if not 0 <= index < count:
+                raise InvalidProgram(f"delegate data {index} is past the program's {count} inline blobs")
             entry = self._root.BackendDelegateData(index)
             length = entry.DataLength()
             start = entry._tab.Vector(entry._tab.Offset(4)) if length else 0
         except _READ_ERRORS as exc:
             raise InvalidProgram(f"inline delegate data {index} is corrupt ({exc})") from None
+        if start + length > len(self._program_bytes):
+            raise InvalidProgram(
+                f"inline delegate data {index} spans bytes {start}..{start + length} of a "
+                f"{len(self._program_bytes)}-byte program"
+            )
         return self._program_bytes[start : start + length]

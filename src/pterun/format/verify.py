@@ -3,10 +3,16 @@
 The ``flatbuffers`` Python package has no verifier, and its readers trust every
 offset they follow. This walks a buffer the way FlatBuffers' C++ ``Verifier``
 does: every table, vtable, string and vector must lie inside the buffer and be
-aligned, required fields must be present, nesting stays under ``max_depth``, and
-the walk visits at most one table per four bytes of input, so a crafted file of
-shared sub-tables cannot make it run for long. Once a buffer passes, the
-generated readers cannot read outside it.
+aligned, required fields must be present, and nesting stays under ``MAX_DEPTH``.
+Once a buffer passes, the generated readers cannot read outside it.
+
+FlatBuffers lets any number of offsets share one table, string or vector, so
+a small file can describe a huge tree. The walk is bounded as readers see the
+tree, path by path: it visits at most one table or string per four bytes of
+input and reads at most ``DATA_PER_BYTE`` bytes of vector and string data per
+byte of input. A file written without sharing (as ExecuTorch writes them)
+stays far inside both bounds; one that is not is rejected in time linear in
+its size, rather than keeping this walk or any reader after it busy for hours.
 
 The layout tables (``_generated/*_layout.py``) are derived from each ``.fbs``
 file by ``scripts/regen_schema.py``, so one verifier serves every schema
@@ -26,6 +32,7 @@ _u32 = struct.Struct("<I").unpack_from
 _i32 = struct.Struct("<i").unpack_from
 
 MAX_DEPTH = 64
+DATA_PER_BYTE = 4
 
 
 class _Failed(Exception):
@@ -39,6 +46,17 @@ class _Walk:
         self.tables = layout.TABLES
         self.unions = layout.UNIONS
         self.budget = max(16, self.size // 4)
+        self.data_budget = DATA_PER_BYTE * self.size
+
+    def spend(self, what: str) -> None:
+        self.budget -= 1
+        if self.budget < 0:
+            raise _Failed(f"more {what} than the buffer can hold")
+
+    def spend_data(self, nbytes: int, what: str) -> None:
+        self.data_budget -= nbytes
+        if self.data_budget < 0:
+            raise _Failed(f"{what}: shared vectors and strings add up to more than {DATA_PER_BYTE} times the buffer")
 
     def need(self, pos: int, nbytes: int, align: int, what: str) -> None:
         if pos < 0 or pos + nbytes > self.size:
@@ -47,8 +65,15 @@ class _Walk:
             raise _Failed(f"{what} at byte {pos} is not {align}-byte aligned")
 
     def follow(self, pos: int, what: str) -> int:
+        # As FlatBuffers' VerifyOffset: the offset is non-zero, positive as a
+        # signed 32-bit value, and lands inside the buffer, even where the
+        # target itself is not verified (a union member of an unknown type).
         self.need(pos, 4, 4, what)
-        return pos + _u32(self.buf, pos)[0]
+        offset = _u32(self.buf, pos)[0]
+        if offset == 0 or offset >= 1 << 31:
+            raise _Failed(f"{what} at byte {pos} has offset {offset}")
+        self.need(pos + offset, 1, 1, what)
+        return pos + offset
 
     def string(self, pos: int, what: str) -> None:
         self.need(pos, 4, 4, what)
@@ -56,19 +81,19 @@ class _Walk:
         self.need(pos + 4, length + 1, 1, what)
         if self.buf[pos + 4 + length] != 0:
             raise _Failed(f"{what} at byte {pos} is not NUL-terminated")
+        self.spend_data(length, what)
 
     def vector(self, pos: int, elem_size: int, what: str) -> int:
         self.need(pos, 4, 4, what)
         length = _u32(self.buf, pos)[0]
         self.need(pos + 4, length * elem_size, 1, what)
+        self.spend_data(length * elem_size, what)
         return length
 
     def table(self, pos: int, name: str, depth: int) -> None:
         if depth > MAX_DEPTH:
             raise _Failed(f"{name} nested deeper than {MAX_DEPTH} tables")
-        self.budget -= 1
-        if self.budget < 0:
-            raise _Failed("more tables than the buffer can hold")
+        self.spend("tables")
         buf = self.buf
         self.need(pos, 4, 4, name)
         vtable = pos - _i32(buf, pos)[0]
@@ -111,6 +136,9 @@ class _Walk:
             elif kind == "vstring":
                 start = self.follow(fpos, where)
                 for i in range(self.vector(start, 4, where)):
+                    # Charged like tables: a vector of strings shared by many
+                    # tables would otherwise be walked once per table.
+                    self.spend("strings")
                     self.string(self.follow(start + 4 + 4 * i, where), where)
             elif kind == "vtable":
                 start = self.follow(fpos, where)

@@ -21,15 +21,27 @@ _MEMORY_FORMATS = (torch.contiguous_format, torch.preserve_format, torch.channel
 _LAYOUTS = {0: torch.strided, 1: torch.sparse_coo}
 
 
+def _code(value, what: str, valid) -> int | None:
+    # These arguments are ints in the program; anything else is a corrupt program, not a kernel error.
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value not in valid:
+        raise InvalidProgram(f"{value!r} is not a {what}")
+    return value
+
+
 def _dtype(code):
+    code = _code(code, "scalar type", range(64))
     return None if code is None else to_torch(code)
 
 
 def _memory_format(code):
+    code = _code(code, "memory format", range(len(_MEMORY_FORMATS)))
     return None if code is None else _MEMORY_FORMATS[code]
 
 
 def _layout(code):
+    code = _code(code, "layout", _LAYOUTS)
     return None if code is None else _LAYOUTS[code]
 
 
