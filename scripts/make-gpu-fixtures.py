@@ -107,6 +107,7 @@ def delegate_programs(out: Path) -> None:
         for name, (export, _) in test_xnnpack_gpu.CASES.items():
             export()
             print("xnnpack", name)
+        test_xnnpack_gpu.export_model("llama_dynamic")  # test_dynamic_lengths_on_cuda
     finally:
         exporting._ROOT = saved
 

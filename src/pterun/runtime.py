@@ -93,13 +93,17 @@ class Runtime:
         device: "str | torch.device | Device | None" = None,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
         cuda_graphs: bool = True,
+        compile: bool = False,
     ) -> Program:
         """Loads a program; ``data_path`` names .ptd files (paths or bytes) holding tensors it stores outside.
 
         ``device`` runs every method on that device ("cuda", "cuda:1"): arenas
         and constants are placed there and kernels run there. On a CUDA device
         each method is captured as a CUDA graph and replayed (``cuda_graphs=False``
-        runs it kernel by kernel instead).
+        runs it kernel by kernel instead). ``compile=True`` hands each method,
+        rewritten as a pure function, to ``torch.compile`` (TorchInductor fuses
+        its elementwise chains); methods it cannot express run as usual, and
+        ``Method.compile_status`` says why. Compilation happens on the first call.
         """
         del enable_etdump, debug_buffer_size  # ETDump profiling is not supported (see README)
         file = ProgramFile(data, Verification(verification))
@@ -117,6 +121,7 @@ class Runtime:
             None if device is None else Device.parse(device),
             dict(backend_options or {}),
             cuda_graphs,
+            compile,
         )
 
 

@@ -143,9 +143,11 @@ class _Rewriter:
 
 
 def fold_constant_views(plan: Plan, steps: list, objects: list, constants: set[int], computed: set[int]) -> list:
-    """Steps with copies of constants replaced by None, their values' objects by views made now."""
+    """Steps with copies of constants replaced by None, their values' objects by views made now.
+
+    ``constants`` gains the folded values."""
     rw = _Rewriter(plan, steps, objects, computed)
-    folded = set(constants)
+    folded = constants
     result = []
     for step in steps:
         found = rw.candidate(step)

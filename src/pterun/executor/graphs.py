@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+_NOTHING = object()
+
 
 class CudaGraphRunner:
     def __init__(self, run: Callable, device: torch.device) -> None:
@@ -32,7 +34,7 @@ class CudaGraphRunner:
         self.pool = torch.cuda.graph_pool_handle()
         self.graph: torch.cuda.CUDAGraph | None = None
         self.key = None
-        self.seen = None
+        self.seen = _NOTHING  # the shapes of the last eager call (None is a key: a method of static shapes)
         self.static: list = []
         self.outputs = None
         self.failure: Exception | None = None

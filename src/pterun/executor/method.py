@@ -32,6 +32,8 @@ from pterun.errors import (
 )
 from pterun.executor.codegen import DelegateStep, KernelStep, MethodValues, compile_method, failing_step
 from pterun.executor.fold import elide_view_copies, fold_constant_views
+from pterun.executor.functional import Unsupported as FunctionalUnsupported
+from pterun.executor.functional import functional_method
 from pterun.executor.graphs import CudaGraphRunner
 from pterun.executor.meta import MethodMeta, value_kind
 from pterun.executor.tensors import check_external_layout, from_bytes, shaped
@@ -94,6 +96,22 @@ class Method:
         except BaseException:
             self._destroy_delegates(handles)
             raise
+        run = self._compiled.run
+        self.compile_status = "off"
+        if program.compile:
+            try:
+                device = (program.device or Device()).torch
+                functional, self.functional_source = functional_method(plan, steps, objects, device, constants)
+            except FunctionalUnsupported as reason:
+                self.compile_status = f"not compiled: {reason}"
+            else:
+                # Every tensor input is passed in; nothing is copied into planned memory and the
+                # function returns its results, so no output needs a buffer.
+                params_in = [vi for vi in plan.inputs if isinstance(plan.values[vi], TensorSpec)]
+                outputs_unplanned = []
+                values.params = params_in
+                run = torch.compile(functional, dynamic=any(vi in dynamic for vi in params_in))
+                self.compile_status = "compiled"
 
         # Everything succeeded: keep it.
         self._arenas = arenas
@@ -111,7 +129,10 @@ class Method:
         self._out_slot = {pos: outputs_unplanned.index(vi) for pos, vi in enumerate(plan.outputs)
                           if vi in outputs_unplanned}
         self._outputs: tuple | None = None
-        self._run = self._compiled.run
+        self._run = run
+        # Outputs the method does not plan belong to the caller once handed out (see get_outputs).
+        self._owned = {pos for pos, vi in enumerate(plan.outputs)
+                       if isinstance(plan.values[vi], TensorSpec) and not plan.values[vi].is_memory_planned}
         self._where = where
         self._graph = self._graph_runner(plan, steps)
         dynamic_inputs = [vi for vi in plan.inputs
@@ -481,12 +502,11 @@ class Method:
             raise InvalidState(f"{self._where}: has not been executed")
         if clone_outputs:
             return [o.clone() if isinstance(o, torch.Tensor) else _plain(o) for o in self._outputs]
+        if self._graph is not None and self._graph.replaying and self._owned:
+            # A captured graph writes the same buffers on every replay: the caller gets copies.
+            return [o.clone() if i in self._owned else (o if isinstance(o, torch.Tensor) else _plain(o))
+                    for i, o in enumerate(self._outputs)]
         if self._out_specs:
-            if self._graph is not None and self._graph.replaying:
-                # A captured graph writes the same buffers on every replay: the caller gets copies.
-                unplanned = set(self._out_slot)
-                return [o.clone() if i in unplanned else (o if isinstance(o, torch.Tensor) else _plain(o))
-                        for i, o in enumerate(self._outputs)]
             # The caller now owns these buffers; the next call gets new ones.
             for k in range(len(self._out_buffers)):
                 self._handed_out[k] = True

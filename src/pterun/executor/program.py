@@ -36,6 +36,7 @@ class Program:
     device: Device | None = None  # run every method on this device, whatever the plan says
     backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     cuda_graphs: bool = True  # replay CUDA methods as captured graphs (executor/graphs.py)
+    compile: bool = False  # run methods through torch.compile (executor/functional.py)
 
     def __post_init__(self) -> None:
         self._methods: dict[str, Method] = {}
