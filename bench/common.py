@@ -19,6 +19,9 @@ console = Console(width=140)
 def report(title: str, rows: dict[str, list[Timing]], base: str, against: list[str], out_json: Path | None) -> dict:
     """One row per model: median per way, and base's time over each other way's (below 1: base is faster)."""
     table = Table(title=title)
+    if not rows:
+        console.print(f"{title}: no results")
+        return {}
     ways = [t.name for t in next(iter(rows.values()))]
     table.add_column("model")
     for way in ways:

@@ -56,8 +56,8 @@ def ways_for(name: str, pte: Path, include_compile: bool) -> list[Way]:
     program = pterun.Runtime.get().load_program(pte, device="cuda")
     method = program.load_method("forward")
     plain = pterun.Runtime.get().load_program(pte, device="cuda", cuda_graphs=False).load_method("forward")
-    compiled = pterun.Runtime.get().load_program(pte, device="cuda", compile=True).load_method("forward")
-    console.print(f"{name}: pterun-compile {compiled.compile_status}")
+    inductor = pterun.Runtime.get().load_program(pte, device="cuda", compile=True).load_method("forward")
+    console.print(f"{name}: pterun-compile {inductor.compile_status}")
 
     def eager():
         with torch.inference_mode():
@@ -65,7 +65,7 @@ def ways_for(name: str, pte: Path, include_compile: bool) -> list[Way]:
 
     ways = [
         Way("pterun", lambda: method.execute(inputs, clone_outputs=False), cuda=True),
-        Way("pterun-compile", lambda: compiled.execute(inputs, clone_outputs=False), cuda=True),
+        Way("pterun-compile", lambda: inductor.execute(inputs, clone_outputs=False), cuda=True),
         Way("pterun-no-graph", lambda: plain.execute(inputs, clone_outputs=False), cuda=True),
         Way("eager", eager, cuda=True),
         Way("eager-graph", eager_graph(module, inputs), cuda=True),
@@ -82,7 +82,7 @@ def ways_for(name: str, pte: Path, include_compile: bool) -> list[Way]:
     # Check pterun against eager once, so a fast wrong answer cannot pass unnoticed.
     theirs = eager()
     theirs = (theirs[0] if isinstance(theirs, (tuple, list)) else theirs).float()
-    for label, m in (("pterun", method), ("pterun-compile", compiled)):
+    for label, m in (("pterun", method), ("pterun-compile", inductor)):
         ours = m.execute(inputs)[0].float()
         error = ((ours - theirs).norm() / theirs.norm().clamp_min(1e-12)).item()
         console.print(f"{name}: {label} vs eager relative error {error:.2e}")
@@ -128,6 +128,7 @@ def main() -> None:
             try:
                 rows[name] = measure(ways_for(name, pte, not args.no_compile), warmup=args.warmup,
                                      repeat=args.repeat)
+                console.print(name, "  ".join(f"{t.name} {t.median:.3f}" for t in rows[name]))
             except Exception:  # noqa: BLE001 - one model failing should not hide the others' numbers
                 console.print(f"[red]{name} failed[/red]\n{traceback.format_exc()}")
             if name == "swiglu_bf16" and name in rows:

@@ -139,7 +139,7 @@ class _Rewriter:
     def tensor_inputs(self, step: KernelStep) -> list[int]:
         b = step.binding
         return [step.args[p] for p in (*b.positional, *(i for _, i in b.keywords))
-                if p not in b.writes and isinstance(self.objects[step.args[p]], torch.Tensor)]
+                if p not in b.writes and isinstance(self.plan.values[step.args[p]], TensorSpec)]
 
 
 def fold_constant_views(plan: Plan, steps: list, objects: list, constants: set[int], computed: set[int]) -> list:

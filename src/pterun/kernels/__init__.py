@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+from pterun.core.device import DeviceType
 from pterun.kernels.registry import Binding, KernelFactory, KernelRegistry, fixed_arity
 
 
 def default_registry() -> KernelRegistry:
     """A registry holding every built-in kernel, with ATen as the fallback provider."""
-    from pterun.kernels import aten, device_copy, dim_order, llm, prim, quantized
+    from pterun.kernels import aten, device_copy, dim_order, llm, prim, quantized, views
 
     registry = KernelRegistry()
     for module in (prim, dim_order, device_copy, quantized, llm):
         module.register(registry)
+    registry.add_provider(views.view_copy_provider, lambda: ())
     registry.add_provider(aten.aten_provider, aten.aten_names)
+    registry.register("aten::mm.out", _cuda_mm, DeviceType.CUDA)
     return registry
+
+
+def _cuda_mm(count: int) -> Binding:
+    """mm on CUDA: one-row products in half precision go to a Triton matrix-vector kernel."""
+    from pterun.kernels import aten
+
+    generic = aten.aten_provider("aten::mm.out")(count)
+    try:
+        from pterun.kernels.triton.gemv import mm_out
+    except ImportError:  # no Triton: torch's kernel
+        return generic
+    return Binding(mm_out, (0, 1), (("out", 2),), None, (), generic.writes)
 
 
 __all__ = ["Binding", "KernelFactory", "KernelRegistry", "default_registry", "fixed_arity"]

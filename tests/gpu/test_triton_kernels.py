@@ -1,0 +1,35 @@
+"""Triton kernels against PyTorch, on random inputs, odd sizes included; outputs poisoned first."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("n, k", [(1, 7), (37, 200), (4096, 4096), (11008, 4096), (4096, 11008), (1000, 1001)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gemv_matches_a_float64_reference(n, k, dtype):
+    from pterun.kernels.triton.gemv import applies, mm_out
+
+    generator = torch.Generator(device="cuda").manual_seed(n * 7 + k)
+    weight = torch.randn(n, k, device="cuda", generator=generator).to(dtype)
+    x = torch.randn(1, k, device="cuda", generator=generator).to(dtype)
+    out = torch.full((1, n), float("nan"), device="cuda", dtype=dtype)
+    assert applies(x, weight.t(), out), "premise: the one-row path is taken"
+    mm_out(x, weight.t(), out)
+    reference = (x.double() @ weight.double().t())
+    error = ((out.double() - reference).norm() / reference.norm()).item()
+    assert not torch.isnan(out).any() and error < 1e-2, error
+    torch_error = ((torch.mm(x, weight.t()).double() - reference).norm() / reference.norm()).item()
+    assert error <= 2 * torch_error + 1e-3
+
+
+def test_other_shapes_take_torch_s_matmul():
+    from pterun.kernels.triton.gemv import applies, mm_out
+
+    a, b = torch.randn(3, 64, device="cuda"), torch.randn(64, 5, device="cuda")
+    out = torch.empty(3, 5, device="cuda")
+    assert not applies(a, b, out)
+    torch.testing.assert_close(mm_out(a, b, out), a @ b)
