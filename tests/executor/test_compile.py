@@ -41,3 +41,23 @@ def test_what_cannot_be_compiled_runs_as_usual_and_says_why():
     assert method.compile_status.startswith("not compiled: ") and "control flow" in method.compile_status
     for x in (torch.ones(3), -torch.ones(3)):
         assert_matches(method.execute([x]), run_reference(exported.pte, [x]))
+
+
+@pytest.mark.parametrize("name", sorted(__import__("tests.support.models", fromlist=["MODELS"]).MODELS))
+def test_functional_form_computes_what_the_method_computes(name):
+    """The function handed to torch.compile, run as plain Python: the same outputs as the method."""
+    exported = export_model(name, "portable")
+    plain = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
+    functional = pterun.Runtime.get().load_program(exported.pte, compile=True).load_method("forward")
+    if not functional.compile_status == "compiled":
+        assert functional.compile_status.startswith("not compiled: ")
+        pytest.skip(functional.compile_status)
+    make_inputs = build(name).make_inputs
+    stateful = any(isinstance(v, pterun.format.TensorSpec) and v.memory_id is not None and v.fqn
+                   for v in functional._plan.values)
+    for seed in (0,) if stateful else (0, 1):
+        args = flat(make_inputs(seed))
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        with torch.inference_mode():
+            outputs = list(functional._functional(*tensors))
+        assert_matches(outputs, plain.execute(args), rtol=1e-5, what=f"{name} seed {seed}")

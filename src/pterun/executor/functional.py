@@ -26,7 +26,6 @@ import torch
 from pterun.core.dtype import storage_dtype
 from pterun.core.layout import CHANNELS_LAST_4D, CHANNELS_LAST_5D
 from pterun.executor.codegen import DelegateStep, KernelStep
-from pterun.executor.fold import _uses
 from pterun.format import Kind, ListValue, Plan, TensorSpec
 from pterun.kernels.aten import overload_of
 
@@ -93,7 +92,7 @@ class _Writer:
         for vi, value in enumerate(plan.values):
             if not isinstance(value, TensorSpec) or value.memory_id is None or vi in self.inputs or vi in constants:
                 self.defined.add(vi)  # constants, scalars, lists: fixed at load
-        self.written = set(_uses(plan, list(steps)).writers)
+        self.written = self.all_written()
         # The last value written to each planned region: the exporter removes a view by planning it
         # on its base's bytes, and the view is then read without ever being written.
         self.region: dict[tuple, int] = {}
@@ -128,6 +127,24 @@ class _Writer:
         name = f"c{vi}"
         self.env.setdefault(name, self.objects[vi])
         return name
+
+    def all_written(self) -> set[int]:
+        """Every value some instruction writes: out arguments, results, in-place updates."""
+        written: set[int] = set()
+        for step in self.steps:
+            if not isinstance(step, KernelStep):
+                continue
+            b = step.binding
+            positions = set(b.writes) | set(b.mutates)
+            if b.result is not None:
+                positions.add(b.result)
+            if step.name.startswith("dim_order_ops::"):
+                positions.add(len(step.args) - 2)
+            elif step.name.startswith("et_copy::"):
+                positions.add(1)
+            for p in positions:
+                written.update(self.targets(step.args[p]))
+        return written
 
     def note_region(self, vi: int) -> None:
         value = self.plan.values[vi]

@@ -110,6 +110,7 @@ class Method:
                 params_in = [vi for vi in plan.inputs if isinstance(plan.values[vi], TensorSpec)]
                 outputs_unplanned = []
                 values.params = params_in
+                self._functional = functional
                 run = torch.compile(functional, dynamic=any(vi in dynamic for vi in params_in))
                 self.compile_status = "compiled"
 

@@ -19,7 +19,7 @@ import triton.language as tl
         triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
         for bn, bk, w, s in [
             (4, 512, 4, 3), (8, 512, 4, 3), (8, 1024, 8, 3), (16, 512, 8, 3), (4, 1024, 4, 4), (16, 256, 4, 4),
-            (2, 1024, 4, 4), (8, 256, 4, 4), (16, 1024, 8, 2), (32, 512, 8, 2), (8, 2048, 8, 2), (4, 2048, 8, 2),
+            (2, 1024, 4, 4), (8, 256, 4, 4),
         ]
     ],
     key=["N", "K"],
@@ -34,9 +34,7 @@ def _gemv(w_ptr, x_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: 
     for k0 in range(0, K, BLOCK_K):
         k = k0 + cols
         k_ok = k < K
-        # The weights are read once: stream them past the cache.
-        w = tl.load(w_ptr + rows[:, None] * stride_wn + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0,
-                    eviction_policy="evict_first")
+        w = tl.load(w_ptr + rows[:, None] * stride_wn + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         x = tl.load(x_ptr + k, mask=k_ok, other=0.0)
         acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
     y = tl.sum(acc, axis=1)
