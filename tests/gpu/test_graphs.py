@@ -48,7 +48,6 @@ def test_outputs_handed_out_from_a_replayed_graph_are_not_overwritten():
 
 
 def test_inputs_passed_again_are_read_in_place_and_others_copied():
-    from tests.gpu.conftest import fixture_dirs
 
     pte, ptd, calls, expected = load_fixture(FIXTURES / "cuda" / "resident")
     method = _method(pte)

@@ -58,7 +58,7 @@ class CompilerDemoBackend(BackendInterface):
 
     def execute(self, handle, args: list) -> None:
         out = args[-1]
-        for op, numel, dtype, debug_handle in handle:
+        for op, _, dtype, debug_handle in handle:
             if not dtype.startswith("torch.float32"):
                 raise NotSupported(f"{NAME} runs float32 only; got {dtype} (debug handle {debug_handle})")
             if op == "aten.sin.default":

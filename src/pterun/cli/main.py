@@ -144,7 +144,9 @@ def bench(
     method: str = typer.Option("forward", "--method", "-m"),
     data: Optional[list[Path]] = typer.Option(None, "--data", "-d"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
-    against: str = typer.Option("executorch", "--against", help="Comma-separated: executorch, eager."),
+    against: str = typer.Option(
+        "auto", "--against", help="Comma-separated: executorch, eager; 'auto' is executorch where it is installed."
+    ),
     model: Optional[str] = typer.Option(
         None, "--model", help="For eager: 'package.module:function' returning the nn.Module the program came from."
     ),
@@ -160,6 +162,10 @@ def bench(
     from pterun.cli.timing import measure
 
     path = program or example_program()
+    if against == "auto":
+        import importlib.util
+
+        against = "executorch" if importlib.util.find_spec("executorch") and device == "cpu" else ""
     try:
         loaded = Runtime.get().load_program(path, data_path=data or None, device=None if device == "cpu" else device)
         m = loaded.load_method(method)

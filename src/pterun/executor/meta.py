@@ -138,9 +138,9 @@ class MethodMeta:
             raise IndexOutOfRange(f"{what} {index} is a {_TAG_NAMES[value.kind]}, not a tensor")
         return TensorInfo(value)
 
-    def _describe(self, indices, what: str) -> list[str]:
+    def _describe(self, indices) -> list[str]:
         out = []
-        for i, vi in enumerate(indices):
+        for vi in indices:
             value = self._plan.values[vi]
             out.append(repr(TensorInfo(value)) if isinstance(value, TensorSpec) else _TAG_NAMES[value.kind])
         return out
@@ -148,6 +148,6 @@ class MethodMeta:
     def __repr__(self) -> str:
         return (
             f"MethodMeta(name={self._plan.name!r}, num_inputs={self.num_inputs()}, "
-            f"input_tensor_meta={self._describe(self._plan.inputs, 'input')}, num_outputs={self.num_outputs()}, "
-            f"output_tensor_meta={self._describe(self._plan.outputs, 'output')})"
+            f"input_tensor_meta={self._describe(self._plan.inputs)}, num_outputs={self.num_outputs()}, "
+            f"output_tensor_meta={self._describe(self._plan.outputs)})"
         )

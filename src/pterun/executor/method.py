@@ -26,9 +26,9 @@ from pterun.backends import BackendInitContext, CompileSpec
 from pterun.core.device import Device, DeviceType
 from pterun.core.dtype import name as dtype_name
 from pterun.core.dtype import storage_dtype
-from pterun.core.layout import dim_order_of, is_contiguous_order, strides_for
+from pterun.core.layout import is_contiguous_order, strides_for
 from pterun.errors import (
-    Internal, InvalidArgument, InvalidExternalData, InvalidProgram, InvalidState, NotFound, NotSupported, PteError,
+    Internal, InvalidArgument, InvalidExternalData, InvalidState, NotFound, NotSupported, PteError,
 )
 from pterun.executor.codegen import DelegateStep, KernelStep, MethodValues, compile_method, failing_step
 from pterun.executor.fold import elide_view_copies, fold_constant_views
@@ -44,8 +44,6 @@ from pterun.memory.pointer import device_memory_kind
 
 if TYPE_CHECKING:
     from pterun.executor.program import Program
-
-_UNSET = object()
 
 # Operators whose kernels read tensor values on the host (so a CUDA graph cannot hold them).
 _HOST_SYNCING = frozenset({
@@ -122,7 +120,6 @@ class Method:
         self._binders = [self._input_binder(i, vi, objects, params_in) for i, vi in enumerate(plan.inputs)]
         self._args: list[Any] = [None] * len(values.params)
         self._input_set = [False] * len(plan.inputs)
-        self._n_in = len(params_in)
         self._out_specs = [(k + len(params_in), plan.values[vi]) for k, vi in enumerate(outputs_unplanned)]
         self._out_buffers: list[torch.Tensor | None] = [None] * len(outputs_unplanned)
         self._handed_out = [False] * len(outputs_unplanned)
@@ -268,7 +265,7 @@ class Method:
             )
         steps: list = []
         locals_: set[int] = set()
-        for pc, ins in enumerate(plan.instructions):
+        for ins in plan.instructions:
             if isinstance(ins, KernelCall):
                 full, factory = factories[plan.operators[ins.op_index]]
                 binding = factory(len(ins.args))
@@ -407,7 +404,7 @@ class Method:
         """Gives every unplanned output a buffer, replacing those handed to a caller. All or nothing:
         if one allocation fails, no buffer changes and the next call starts over."""
         fresh = {}
-        for k, (slot, spec) in enumerate(self._out_specs):
+        for k, (_, spec) in enumerate(self._out_specs):
             if not self._caller_bound[k] and (self._out_buffers[k] is None or self._handed_out[k]):
                 fresh[k] = self._output_buffer(spec, k)
         for k, tensor in fresh.items():
@@ -589,9 +586,3 @@ def _close(a: float, b: float) -> bool:
 def _plain(value):
     return list(value) if isinstance(value, list) else value
 
-
-def input_dim_order_ok(tensor: torch.Tensor) -> bool:
-    return dim_order_of(tensor) is not None
-
-
-__all__ = ["Method", "InvalidExternalData", "InvalidProgram"]

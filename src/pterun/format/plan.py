@@ -419,7 +419,7 @@ def check_plan(plan: Plan) -> None:
         value(i, "an output")
     if any(s < 0 for s in plan.buffer_sizes):
         raise InvalidProgram(f"{where}: non_const_buffer_sizes {list(plan.buffer_sizes)} has a negative size")
-    for idx, (dtype, _) in plan.buffer_devices.items():
+    for idx in plan.buffer_devices:
         if not 1 <= idx < len(plan.buffer_sizes):
             raise InvalidProgram(f"{where}: device tag for buffer {idx}; the plan has {len(plan.buffer_sizes)} buffers")
     for vi, v in enumerate(plan.values):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from pterun.core.layout import strides_for
-from pterun.kernels.registry import Binding, KernelRegistry, fixed_arity
+from pterun.kernels.registry import KernelRegistry, fixed_arity
 
 
 def _reshape_like(out: torch.Tensor, sizes, dim_order) -> None:
