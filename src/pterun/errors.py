@@ -127,15 +127,3 @@ class DelegateMemoryAllocationFailed(PteError):
 
 class DelegateInvalidHandle(PteError):
     code = ErrorCode.DelegateInvalidHandle
-
-
-_BY_CODE = {cls.code: cls for cls in PteError.__subclasses__()}
-
-
-def error_for(code: int, message: str) -> PteError:
-    """The exception class for ``code``, for errors whose code is data (a delegate's)."""
-    try:
-        cls = _BY_CODE.get(ErrorCode(code), PteError)
-    except ValueError:
-        cls = PteError
-    return cls(message)

@@ -59,7 +59,3 @@ class Device:
 
 CPU = Device(DeviceType.CPU, 0)
 
-
-def describe(device: torch.device) -> str:
-    """A torch device as Python spells it, with its index when it has one."""
-    return str(device)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
 
 CHANNELS_LAST_4D = (0, 2, 3, 1)
 CHANNELS_LAST_5D = (0, 2, 3, 4, 1)
@@ -26,15 +25,3 @@ def strides_for(sizes: Sequence[int], dim_order: Sequence[int]) -> tuple[int, ..
 
 def is_contiguous_order(dim_order: Sequence[int]) -> bool:
     return all(d == i for i, d in enumerate(dim_order))
-
-
-def dim_order_of(tensor: torch.Tensor) -> tuple[int, ...] | None:
-    """The dim order a tensor's strides express: contiguous or channels-last, else None."""
-    rank = tensor.dim()
-    if tensor.is_contiguous():
-        return tuple(range(rank))
-    if rank == 4 and tensor.is_contiguous(memory_format=torch.channels_last):
-        return CHANNELS_LAST_4D
-    if rank == 5 and tensor.is_contiguous(memory_format=torch.channels_last_3d):
-        return CHANNELS_LAST_5D
-    return None

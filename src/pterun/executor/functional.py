@@ -138,10 +138,6 @@ class _Writer:
             positions = set(b.writes) | set(b.mutates)
             if b.result is not None:
                 positions.add(b.result)
-            if step.name.startswith("dim_order_ops::"):
-                positions.add(len(step.args) - 2)
-            elif step.name.startswith("et_copy::"):
-                positions.add(1)
             for p in positions:
                 written.update(self.targets(step.args[p]))
         return written

@@ -33,6 +33,6 @@ def _empty_dim_order(size, dim_order, out: torch.Tensor) -> torch.Tensor:
 def register(registry: KernelRegistry) -> None:
     for op in ("_to_dim_order_copy", "_clone_dim_order"):
         name = f"dim_order_ops::{op}.out"
-        registry.register(name, fixed_arity(_to_dim_order_copy, 5, name, result=False))
+        registry.register(name, fixed_arity(_to_dim_order_copy, 5, name, result=False, mutates=(3,)))
     name = "dim_order_ops::_empty_dim_order.out"
-    registry.register(name, fixed_arity(_empty_dim_order, 4, name, result=False))
+    registry.register(name, fixed_arity(_empty_dim_order, 4, name, result=False, mutates=(2,)))

@@ -53,7 +53,7 @@ Provider = Callable[[str], "KernelFactory | None"]
 
 
 def fixed_arity(fn: Callable, nargs: int, name: str, *, result: bool = True, writes: tuple[int, ...] = (),
-                keywords: dict[int, str] | None = None) -> KernelFactory:
+                mutates: tuple[int, ...] = (), keywords: dict[int, str] | None = None) -> KernelFactory:
     """A factory for kernels that take exactly ``nargs`` values (result included)."""
     keywords = keywords or {}
 
@@ -62,9 +62,8 @@ def fixed_arity(fn: Callable, nargs: int, name: str, *, result: bool = True, wri
             raise InvalidProgram(f"{name} takes {nargs - 1} arguments and a result; the call passes {count} values")
         last = nargs - 1
         positional = tuple(i for i in range(last) if i not in keywords)
-        return Binding(
-            fn, positional, tuple((k, i) for i, k in keywords.items()), last if result else None, writes=writes,
-        )
+        named = tuple((k, i) for i, k in keywords.items())
+        return Binding(fn, positional, named, last if result else None, writes=writes, mutates=mutates)
 
     return factory
 
