@@ -116,6 +116,8 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    # pterun computes float32 in float32 whatever is set (docs/precision.md); so must the eager and
+    # torch.compile baselines, or they would be timed on TF32 convolutions.
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     console.print(environment(), torch.cuda.get_device_name())
     bandwidth = copy_bandwidth()

@@ -94,6 +94,7 @@ class Runtime:
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
         cuda_graphs: bool = True,
         compile: bool = False,
+        allow_tf32: bool = False,
     ) -> Program:
         """Loads a program; ``data_path`` names .ptd files (paths or bytes) holding tensors it stores outside.
 
@@ -104,6 +105,11 @@ class Runtime:
         rewritten as a pure function, to ``torch.compile`` (TorchInductor fuses
         its elementwise chains); methods it cannot express run as usual, and
         ``Method.compile_status`` says why. Compilation happens on the first call.
+
+        Float32 is computed in float32 whatever precision switches the process
+        has set (``torch.set_float32_matmul_precision``, cuDNN's TF32, autocast);
+        ``allow_tf32=True`` lets float32 matrix products and convolutions on CUDA
+        use TF32 instead (faster, about 1e-3 relative error; docs/precision.md).
         """
         del enable_etdump, debug_buffer_size  # ETDump profiling is not supported (see README)
         file = ProgramFile(data, Verification(verification))
@@ -122,6 +128,7 @@ class Runtime:
             dict(backend_options or {}),
             cuda_graphs,
             compile,
+            allow_tf32,
         )
 
 

@@ -1,6 +1,8 @@
 """The GPU suite: runs programs exported ahead of time (scripts/make-gpu-fixtures.py) on a CUDA device.
 
 Tests here need no ExecuTorch: ExecuTorch's outputs on the CPU were saved next to each program.
+They run under PyTorch's default settings, as users do (cuDNN's TF32 on): pterun must compute float32
+in float32 whatever the process has set.
 """
 
 from __future__ import annotations
@@ -24,15 +26,6 @@ def fixture_params(kind: str):
     if not dirs:
         return [pytest.param(None, id=f"no-{kind}-fixtures")]
     return [pytest.param(d, id=d.name) for d in dirs]
-
-
-@pytest.fixture(autouse=True)
-def exact_float32():
-    # TF32 would round matmul and convolution inputs to 10 mantissa bits; the reference is float32.
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def load_fixture(directory: Path | None):

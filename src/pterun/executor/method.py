@@ -31,11 +31,13 @@ from pterun.errors import (
     Internal, InvalidArgument, InvalidExternalData, InvalidState, NotFound, NotSupported, PteError,
 )
 from pterun.executor.codegen import DelegateStep, KernelStep, MethodValues, compile_method, failing_step
+from pterun.executor.compiled import CompiledFunction
 from pterun.executor.fold import elide_view_copies, fold_constant_views
 from pterun.executor.functional import Unsupported as FunctionalUnsupported
 from pterun.executor.functional import functional_method
 from pterun.executor.graphs import CudaGraphRunner
 from pterun.executor.meta import MethodMeta, value_kind
+from pterun.executor.precision import Precision
 from pterun.executor.tensors import check_external_layout, from_bytes, shaped
 from pterun.format import (
     DelegateCall, Dynamism, JumpFalseCall, Kind, KernelCall, ListValue, MoveCall, Plan, Scalar, TensorSpec,
@@ -95,13 +97,14 @@ class Method:
             self._destroy_delegates(handles)
             raise
         run = self._compiled.run
-        self.compile_status = "off"
+        self._compile_status = "off"
+        self._compiled_function: CompiledFunction | None = None
         if program.compile:
             try:
                 device = (program.device or Device()).torch
                 functional, self.functional_source = functional_method(plan, steps, objects, device, constants)
             except FunctionalUnsupported as reason:
-                self.compile_status = f"not compiled: {reason}"
+                self._compile_status = f"not compiled: {reason}"
             else:
                 # Every tensor input is passed in; nothing is copied into planned memory and the
                 # function returns its results, so no output needs a buffer.
@@ -109,8 +112,8 @@ class Method:
                 outputs_unplanned = []
                 values.params = params_in
                 self._functional = functional
-                run = torch.compile(functional, dynamic=any(vi in dynamic for vi in params_in))
-                self.compile_status = "compiled"
+                run = self._compiled_function = CompiledFunction(
+                    functional, dynamic=any(vi in dynamic for vi in params_in))
 
         # Everything succeeded: keep it.
         self._arenas = arenas
@@ -132,6 +135,7 @@ class Method:
         self._owned = {pos for pos, vi in enumerate(plan.outputs)
                        if isinstance(plan.values[vi], TensorSpec) and not plan.values[vi].is_memory_planned}
         self._where = where
+        self._precision = Precision(tf32=program.allow_tf32)
         self._graph = self._graph_runner(plan, steps)
         dynamic_inputs = [vi for vi in plan.inputs
                           if isinstance(plan.values[vi], TensorSpec) and vi in dynamic]
@@ -482,7 +486,7 @@ class Method:
         if self._out_specs:
             self._prepare_outputs()
         try:
-            with torch.inference_mode():
+            with self._precision, torch.inference_mode():
                 if self._graph is None:
                     self._outputs = self._run(*self._args)
                 else:
@@ -542,6 +546,13 @@ class Method:
         return Internal(f"{where}: {type(exc).__name__}: {exc}")
 
     # -- introspection -----------------------------------------------------------
+
+    @property
+    def compile_status(self) -> str:
+        """With ``compile=True``: "compiled", or "not compiled: <why>" (it then runs as plain Python)."""
+        if self._compiled_function is not None:
+            return self._compiled_function.status
+        return self._compile_status
 
     @property
     def metadata(self) -> MethodMeta:

@@ -37,6 +37,7 @@ class Program:
     backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     cuda_graphs: bool = True  # replay CUDA methods as captured graphs (executor/graphs.py)
     compile: bool = False  # run methods through torch.compile (executor/functional.py)
+    allow_tf32: bool = False  # float32 products and convolutions may use TF32 on CUDA (executor/precision.py)
 
     def __post_init__(self) -> None:
         self._methods: dict[str, Method] = {}
@@ -77,7 +78,8 @@ class Program:
     def load_nested(self, data, device) -> "Program":
         """A program carried inside this one (a delegate blob), run by the same executor on ``device``."""
         # The outer method captures the whole call, nested program included.
-        return Program(ProgramFile(bytes(data)), self.registries, device=Device.parse(device), cuda_graphs=False)
+        return Program(ProgramFile(bytes(data)), self.registries, device=Device.parse(device), cuda_graphs=False,
+                       allow_tf32=self.allow_tf32)
 
     # -- data --------------------------------------------------------------------
 
