@@ -61,3 +61,40 @@ def test_functional_form_computes_what_the_method_computes(name):
         with torch.inference_mode():
             outputs = list(functional._functional(*tensors))
         assert_matches(outputs, plain.execute(args), rtol=1e-5, what=f"{name} seed {seed}")
+
+
+def test_every_compiled_method_gets_compiled_code_of_its_own():
+    """Many programs compiled in one process: each method's own frame holds compiled code.
+
+    A generated function torch.compile cannot find the source of is wrapped in a frame shared by every
+    such function, and after the eighth its recompilation limit made the rest run uncompiled while
+    their status still said "compiled"."""
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from tests.executor import programs
+
+    exported = programs.add_mul()
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    methods = []
+    for _ in range(torch._dynamo.config.recompile_limit + 3):
+        method = pterun.Runtime.get().load_program(exported.pte, compile=True).load_method("forward")
+        outputs = method.execute([x, y])
+        assert_matches(outputs, [x + y, x * y])
+        methods.append(method)
+    for i, method in enumerate(methods):
+        assert method.compile_status == "compiled", (i, method.compile_status)
+        assert _debug_get_cache_entry_list(method._compiled_function.functional.__code__), f"method {i}"
+
+
+def test_a_method_torch_compile_leaves_uncompiled_says_so_and_still_runs():
+    from tests.executor import programs
+
+    exported = programs.add_mul()
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    method = pterun.Runtime.get().load_program(exported.pte, compile=True).load_method("forward")
+    assert method.compile_status == "compiled", "premise: the method has a functional form"
+    with torch._dynamo.config.patch(accumulated_recompile_limit=0):  # the process-wide budget is spent
+        outputs = method.execute([x, y])
+    assert method.compile_status.startswith("not compiled: "), method.compile_status
+    assert_matches(outputs, [x + y, x * y])
+    assert_matches(method.execute([y, x]), [y + x, y * x])

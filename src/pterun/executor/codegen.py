@@ -29,6 +29,7 @@ import torch
 
 from pterun.core.layout import strides_for
 from pterun.errors import PteError
+from pterun.executor.source import make_function
 from pterun.format import FreeCall, JumpFalseCall, MoveCall
 from pterun.kernels import Binding
 
@@ -238,14 +239,7 @@ class _Compiler:
         self.emit(4, "raise RuntimeError(f'jumped to instruction {pc}, which starts no block')")
 
     def _build(self) -> CompiledMethod:
-        names = sorted(self.env)
-        header = f"def __make({', '.join(names)}):"
-        body = self.lines
-        source = "\n".join([header, *body, "    return run", ""])
-        filename = f"<pterun method {self.name!r}>"
-        scope: dict[str, object] = {}
-        exec(compile(source, filename, "exec"), scope)  # noqa: S102 - source generated above from the plan
-        run = scope["__make"](*(self.env[n] for n in names))
+        run, source, filename = make_function("method", self.name, self.lines, self.env)
         lines = {line + 1: step for line, step in self.line_step.items()}  # +1: the header line
         return CompiledMethod(run, source, lines, filename)
 

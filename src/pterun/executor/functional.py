@@ -26,6 +26,7 @@ import torch
 from pterun.core.dtype import storage_dtype
 from pterun.core.layout import CHANNELS_LAST_4D, CHANNELS_LAST_5D
 from pterun.executor.codegen import DelegateStep, KernelStep
+from pterun.executor.source import make_function
 from pterun.format import Kind, ListValue, Plan, TensorSpec
 from pterun.kernels.aten import overload_of
 
@@ -255,11 +256,8 @@ class _Writer:
         outputs = "".join(f"{self.ref(o, -1)}, " for o in self.plan.outputs)
         params = ", ".join(self.inputs.values())
         body = [f"    def run({params}):", *self.lines, f"        return ({outputs})"]
-        names = sorted(self.env)
-        source = "\n".join([f"def __make({', '.join(names)}):", *body, "    return run", ""])
-        scope: dict[str, object] = {}
-        exec(compile(source, f"<pterun functional {self.name!r}>", "exec"), scope)  # noqa: S102
-        return scope["__make"](*(self.env[k] for k in names)), source
+        run, source, _ = make_function("functional", self.name, body, self.env)
+        return run, source
 
 
 def functional_method(plan: Plan, steps: Sequence, objects: list, device: torch.device, constants: set[int]) -> tuple:
