@@ -6,6 +6,7 @@ written with its inputs and expected outputs under ``fixtures/gpu`` (git-ignored
 which travels with the working tree to the GPU machine:
 
     corpus/<model>/   every model of tests/support/models.py (portable lowering)
+    half/<model>-<dtype>/  models with normalization layers converted to float16 and bfloat16
     cuda/<case>/      programs lowered with pterun.export.CudaPartitioner
     cache/            exported programs the delegate backends' GPU tests load (PTERUN_PROGRAM_CACHE)
 
@@ -55,6 +56,59 @@ def corpus(out: Path) -> None:
         calls = [flat(make_inputs(seed)) for seed in SEEDS]
         write(out / "corpus" / name, exported.pte, exported.ptd, calls, reference_calls(exported.pte, exported.ptd, calls))
         print("corpus", name)
+
+
+# Models whose normalization layers (layer, batch and group norm) write statistics in the program's dtype.
+HALF_MODELS = ("bert", "gpt2", "vit", "mobilenet_v2", "et_mobilenet_v1_025", "resnet", "convnext", "llama",
+               "wav2vec2")
+HALF_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _cast(values, dtype):
+    return [v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
+
+
+def half(out: Path) -> None:
+    for name in HALF_MODELS:
+        for label, dtype in HALF_DTYPES.items():
+            def spec(name=name, dtype=dtype) -> ExportSpec:
+                model = build(name)
+                return ExportSpec(model.module.to(dtype), tuple(_cast(flat(model.example_inputs), dtype)))
+
+            try:
+                exported = export_program(f"gpu-half-{name}-{label}", spec)
+                make_inputs = build(name).make_inputs
+                calls = [_cast(flat(make_inputs(seed)), dtype) for seed in SEEDS]
+                expected = reference_calls(exported.pte, exported.ptd, calls)
+            except Exception as exc:  # noqa: BLE001 - a model ExecuTorch cannot run in half precision is skipped
+                print("half", name, label, "skipped:", type(exc).__name__, str(exc).splitlines()[0][:200])
+                continue
+            write(out / "half" / f"{name}-{label}", exported.pte, exported.ptd, calls, expected)
+            print("half", name, label)
+
+
+class SwiGLU(torch.nn.Module):
+    """A SwiGLU MLP on one token: its products are one-row matmuls (the Triton matrix-vector kernel)."""
+
+    def __init__(self, width: int = 256, hidden: int = 704):
+        super().__init__()
+        self.gate = torch.nn.Linear(width, hidden, bias=False)
+        self.up = torch.nn.Linear(width, hidden, bias=False)
+        self.down = torch.nn.Linear(hidden, width, bias=False)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+def swiglu(out: Path) -> None:
+    torch.manual_seed(0)
+    module = SwiGLU().to(torch.bfloat16).eval()
+    x = torch.randn(1, 256, dtype=torch.bfloat16)
+    exported = export_program("gpu-swiglu-bf16", lambda: ExportSpec(module, (x,)))
+    calls = [[x], [torch.randn(1, 256, dtype=torch.bfloat16)]]
+    write(out / "half" / "swiglu-bfloat16", exported.pte, exported.ptd, calls,
+          reference_calls(exported.pte, exported.ptd, calls))
+    print("half swiglu bfloat16")
 
 
 class Block(torch.nn.Module):
@@ -118,6 +172,8 @@ def main() -> None:
         shutil.rmtree(out)
     cuda_cases(out)
     corpus(out)
+    half(out)
+    swiglu(out)
     delegate_programs(out)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"wrote {out} ({size / 2**20:.1f} MiB)")

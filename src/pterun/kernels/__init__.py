@@ -8,7 +8,7 @@ from pterun.kernels.registry import Binding, KernelFactory, KernelRegistry, fixe
 
 def default_registry() -> KernelRegistry:
     """A registry holding every built-in kernel, with ATen as the fallback provider."""
-    from pterun.kernels import aten, device_copy, dim_order, llm, prim, quantized, views
+    from pterun.kernels import aten, device_copy, dim_order, float_stats, llm, prim, quantized, views
 
     registry = KernelRegistry()
     for module in (prim, dim_order, device_copy, quantized, llm):
@@ -16,6 +16,8 @@ def default_registry() -> KernelRegistry:
     registry.add_provider(views.view_copy_provider, lambda: ())
     registry.add_provider(aten.aten_provider, aten.aten_names)
     registry.register("aten::mm.out", _cuda_mm, DeviceType.CUDA)
+    for name in float_stats.STATISTICS:
+        registry.register(name, float_stats.float_statistics(name), DeviceType.CUDA)
     return registry
 
 

@@ -55,6 +55,8 @@ def applies(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
         a.is_cuda and a.dim() == 2 and a.shape[0] == 1 and a.dtype in (torch.bfloat16, torch.float16)
         and b.dtype == a.dtype and out.dtype == a.dtype and b.dim() == 2 and b.stride(0) == 1
         and b.stride(1) == b.shape[0] and a.stride(1) == 1 and out.is_contiguous() and out.shape == (1, b.shape[1])
+        # The kernel reads K elements of the row: shapes that do not agree are torch's error, not a wild read.
+        and a.shape[1] == b.shape[0] and a.device == b.device == out.device
     )
 
 
