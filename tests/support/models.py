@@ -334,6 +334,23 @@ def vit() -> Model:
     return Model(Field(transformers.ViTForImageClassification(config), "logits"), _images(32))
 
 
+@builder("dinov2")
+def dinov2() -> Model:
+    """DINOv2 on images larger than its config's: bicubic position-embedding interpolation, layer scale."""
+    import transformers
+
+    config = transformers.Dinov2Config(
+        image_size=32,
+        patch_size=8,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        mlp_ratio=2,
+        attn_implementation="sdpa",
+    )
+    return Model(Field(transformers.Dinov2Model(config), "last_hidden_state", "pooler_output"), _images(48))
+
+
 @builder("mobilenet_v2")
 def mobilenet_v2() -> Model:
     """MobileNetV2: inverted residuals, depthwise convs, ReLU6, batch norm (folded into eval)."""

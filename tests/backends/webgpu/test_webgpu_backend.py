@@ -17,11 +17,8 @@ from pterun.backends.webgpu.blob import HEADER_MAGIC, split_blob
 from pterun.backends.webgpu.graph import TensorValue, read_graph
 from pterun.errors import DelegateInvalidCompatibility, ErrorCode, InvalidProgram, NotFound, PteError
 from pterun.format import ProgramFile
+from tests.backends.webgpu.adapter import needs_adapter
 from tests.backends.webgpu.programs import export
-
-needs_adapter = pytest.mark.skipif(
-    not device.available(), reason=f"no WebGPU adapter: {device.unavailable_reason()}"
-)
 
 
 @pytest.fixture(scope="module")

@@ -11,15 +11,14 @@ import pterun
 from pterun.backends.webgpu import WebGPUDelegate, device
 from pterun.backends.webgpu.graph import DType
 from pterun.errors import InvalidArgument
+from tests.backends.webgpu.adapter import needs_adapter
 from tests.backends.webgpu.crafted import Craft, run
 from tests.backends.webgpu.programs import delegate_ops, dynamic_inputs, export
 from tests.support.compare import assert_matches
 from tests.support.differential import flat
 from tests.support.oracle import run_reference
 
-pytestmark = pytest.mark.skipif(
-    not device.available(), reason=f"no WebGPU adapter: {device.unavailable_reason()}"
-)
+pytestmark = needs_adapter
 
 RTOL = 1e-4
 

@@ -8,12 +8,10 @@ import math
 import pytest
 import torch
 
-from pterun.backends.webgpu import device
+from tests.backends.webgpu.adapter import needs_adapter
 from tests.backends.webgpu.kernels import check
 
-pytestmark = pytest.mark.skipif(
-    not device.available(), reason=f"no WebGPU adapter: {device.unavailable_reason()}"
-)
+pytestmark = needs_adapter
 
 SHAPES = [(1,), (7,), (3, 5, 9), (130, 67)]
 

@@ -9,14 +9,13 @@ import pterun
 from pterun.backends.webgpu import WebGPUDelegate, device
 from pterun.backends.webgpu.program import TSlot
 from pterun.format import ProgramFile
+from tests.backends.webgpu.adapter import needs_adapter
 from tests.backends.webgpu.programs import delegate_ops, export, graphs, model
 from tests.support.compare import assert_matches
 from tests.support.differential import flat
 from tests.support.oracle import reference_module, run_reference
 
-pytestmark = pytest.mark.skipif(
-    not device.available(), reason=f"no WebGPU adapter: {device.unavailable_reason()}"
-)
+pytestmark = needs_adapter
 
 RTOL = 1e-4
 

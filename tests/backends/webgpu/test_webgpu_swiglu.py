@@ -8,18 +8,17 @@ import pytest
 import torch
 
 import pterun
-from pterun.backends.webgpu import FUSE_SWIGLU, NAME, WebGPUDelegate, device
+from pterun.backends.webgpu import FUSE_SWIGLU, NAME, WebGPUDelegate
 from pterun.backends.webgpu.blob import split_blob
 from pterun.backends.webgpu.graph import DType, Op, constant_bytes, read_graph
 from pterun.format import ProgramFile
+from tests.backends.webgpu.adapter import needs_adapter
 from tests.backends.webgpu.crafted import Craft, run
 from tests.backends.webgpu.programs import delegate_ops, export, model
 from tests.support.compare import assert_matches
 from tests.support.oracle import run_reference
 
-pytestmark = pytest.mark.skipif(
-    not device.available(), reason=f"no WebGPU adapter: {device.unavailable_reason()}"
-)
+pytestmark = needs_adapter
 
 RTOL = 1e-4
 FUSED = "silu_mul_fused"

@@ -26,6 +26,8 @@ MODELS = {
     "gpt2": {"XNNFullyConnected", "XNNBatchMatrixMultiply", "XNNSoftmax", "XNNTanh", "XNNMultiply", "XNNAdd"},
     "bert": {"XNNFullyConnected", "XNNBatchMatrixMultiply", "XNNSoftmax", "XNNGelu", "XNNTanh", "XNNCopy"},
     "vit": {"XNNConv2d", "XNNFullyConnected", "XNNConcatenate2", "XNNGelu", "XNNSoftmax"},
+    # The bicubic position-embedding resize ends channels-last, outside any delegate, feeding the next one.
+    "dinov2": {"XNNConv2d", "XNNFloor", "XNNClamp", "XNNConcatenate2", "XNNBatchMatrixMultiply", "XNNGelu"},
     "mobilenet_v2": {"XNNConv2d", "XNNDepthwiseConv2d", "XNNStaticConstantPad", "XNNGlobalAvgPooling2d"},
     "resnet": {"XNNConv2d", "XNNMaxPooling2d", "XNNGlobalAvgPooling2d", "XNNAdd", "XNNFullyConnected"},
     "convnext": {"XNNDepthwiseConv2d", "XNNConv2d", "XNNFullyConnected", "XNNGelu", "XNNMultiply"},

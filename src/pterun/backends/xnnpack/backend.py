@@ -5,6 +5,12 @@ to the method's device, and the graph translated for the shapes it was
 serialized with. Execute checks the arguments' input shapes: the usual case
 runs the translation made at init; other shapes (a dynamic dimension) are
 translated once and kept.
+
+An argument laid out channels-last (dim order 0, 2, 3, 1) is an NHWC buffer,
+and the graph sees it as one: ExecuTorch's XNNPACK executor hands XNNPACK its
+bytes with the dimensions N, H, W, C, and sizes a channels-last output from the
+NHWC shape XNNPACK computed. The translation is given the argument permuted to
+NHWC, a contiguous view of the same bytes.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pterun.backends.xnnpack.compiler import Translation, translate
 from pterun.backends.xnnpack.graph import NODE_NAMES, Graph, read_graph
 from pterun.backends.xnnpack.nodes import TRANSLATORS
 from pterun.backends.xnnpack.optimize import optimize
+from pterun.core.layout import CHANNELS_LAST_4D, strides_for
 from pterun.errors import (
     DelegateInvalidCompatibility, DelegateInvalidHandle, Internal, InvalidArgument, InvalidProgram, PteError,
 )
@@ -44,6 +51,9 @@ class XnnpackDelegate:
         self.device = device
         self._cache: dict = {}
         self._inputs = [(v.external_id, v.id) for v in graph.inputs]
+        # Arguments that may come channels-last: those of 4-d values.
+        self._four_d_inputs = [v.external_id for v in graph.inputs if len(v.dims) == 4]
+        self._four_d_outputs = [(v.external_id, v.id) for v in graph.outputs if len(v.dims) == 4]
         self._num_args = graph.num_externs
         shapes = {v.id: v.dims for v in graph.inputs}
         self._translations: OrderedDict[tuple, Translation] = OrderedDict()
@@ -67,11 +77,21 @@ class XnnpackDelegate:
         if len(args) != self._num_args:
             raise InvalidArgument(f"{NAME}: the delegate takes {self._num_args} arguments, got {len(args)}")
         try:
+            nhwc = [k for k in self._four_d_inputs if _channels_last(args[k])]
+            if nhwc:
+                args = list(args)
+                for k in nhwc:
+                    args[k] = args[k].permute(CHANNELS_LAST_4D)
             key = tuple(args[k].shape for k, _ in self._inputs)
         except AttributeError:
             raise InvalidArgument(f"{NAME}: the delegate's inputs must be tensors") from None
         translation = self._first if key == self._key else self._for_shapes(key)
+        outputs = [(k, vid) for k, vid in self._four_d_outputs if _channels_last(args[k])]
         try:
+            if outputs:
+                args = list(args)
+                for k, vid in outputs:
+                    args[k] = _nhwc_output(args[k], translation.shapes[vid])
             with self._precision():
                 translation.run(args)
         except PteError:
@@ -96,6 +116,27 @@ class XnnpackDelegate:
     def source(self) -> str:
         """The generated code for the serialized shapes (for debugging)."""
         return self._translations[self._key].source if self._key in self._translations else ""
+
+
+def _channels_last(t) -> bool:
+    """Whether a 4-d tensor is laid out with dim order (0, 2, 3, 1) rather than contiguously.
+
+    Strides are those the dim order gives (torch's channels-last strides are the same), compared exactly:
+    a size-1 dimension makes torch's ``is_contiguous`` true for both layouts, but not these strides."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 4 or t.stride(1) != 1:
+        return False
+    strides = t.stride()
+    return strides == strides_for(t.shape, CHANNELS_LAST_4D) and strides != strides_for(t.shape, range(4))
+
+
+def _nhwc_output(t: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """The NHWC view a channels-last output is written through, once ``t`` has the sizes of ``shape`` (NHWC).
+
+    (Permuted by its dim order, a tensor is its bytes in memory order: contiguous.)"""
+    n, h, w, c = shape
+    if tuple(t.shape) != (n, c, h, w):
+        t.resize_((n, c, h, w), memory_format=torch.channels_last)
+    return t.permute(CHANNELS_LAST_4D)
 
 
 class _ieee_float32:
