@@ -54,7 +54,12 @@ def corpus(out: Path) -> None:
         exported = export_model(name, "portable")
         make_inputs = build(name).make_inputs
         calls = [flat(make_inputs(seed)) for seed in SEEDS]
-        write(out / "corpus" / name, exported.pte, exported.ptd, calls, reference_calls(exported.pte, exported.ptd, calls))
+        try:
+            expected = reference_calls(exported.pte, exported.ptd, calls)
+        except RuntimeError as exc:  # ExecuTorch's portable kernels refuse a few models (dinov2's dim orders)
+            print("corpus", name, "skipped: ExecuTorch cannot run it:", str(exc).splitlines()[0])
+            continue
+        write(out / "corpus" / name, exported.pte, exported.ptd, calls, expected)
         print("corpus", name)
 
 

@@ -21,7 +21,6 @@ from pterun.kernels.registry import Binding, KernelFactory
 # Operator -> the keyword names of its statistics outputs.
 STATISTICS = {
     "aten::native_layer_norm.out": ("out1", "out2"),
-    "aten::native_group_norm.out": ("out1", "out2"),
     "aten::_native_batch_norm_legit_no_training.out": ("out1", "out2"),
     "aten::_native_batch_norm_legit.out": ("save_mean", "save_invstd"),
     "aten::_native_batch_norm_legit.no_stats_out": ("save_mean", "save_invstd"),
