@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import functools
 
-import torch
-
 from pterun.kernels.aten import overload_of, split_name
 from pterun.kernels.registry import Binding, KernelFactory
 
@@ -28,13 +26,17 @@ def _copier(view):
     return copy
 
 
-@functools.lru_cache(maxsize=None)
-def view_copy_provider(name: str) -> KernelFactory | None:
+def view_of(name: str):
+    """The view an ``aten::<view>_copy`` out-variant copies (permute_copy.out -> permute.default), or None."""
     namespace, op, overload = split_name(name)
     if namespace != "aten" or not op.endswith("_copy") or overload not in _OUT_OVERLOADS:
         return None
-    packet = getattr(torch.ops.aten, op[: -len("_copy")], None)
-    view = getattr(packet, "default" if overload == "out" else overload[: -len("_out")], None) if packet else None
+    return overload_of(f"aten::{op[: -len('_copy')]}.{'default' if overload == 'out' else overload[: -len('_out')]}")
+
+
+@functools.lru_cache(maxsize=None)
+def view_copy_provider(name: str) -> KernelFactory | None:
+    view = view_of(name)
     out_variant = overload_of(name)
     if view is None or out_variant is None:
         return None
