@@ -261,7 +261,7 @@ def test_fallback_copies():
 
 def test_registry_binds_every_operator_by_arity():
     registry = default_registry()
-    for name, (_, nargs) in L._KERNELS.items():
+    for name, (_, nargs, _) in L._KERNELS.items():
         factory = registry.lookup(name)
         assert factory(nargs + 1).positional == tuple(range(nargs))
         with pytest.raises(InvalidProgram):

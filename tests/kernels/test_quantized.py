@@ -312,7 +312,7 @@ def test_invalid_arguments_raise():
 
 def test_registry_binds_every_operator_by_arity():
     registry = default_registry()
-    for suffix, (_, nargs, _) in K._KERNELS.items():
+    for suffix, (_, nargs, _, _) in K._KERNELS.items():
         name = f"quantized_decomposed::{suffix}"
         factory = registry.lookup(name)
         binding = factory(nargs + 1)

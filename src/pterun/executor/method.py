@@ -31,6 +31,7 @@ from pterun.errors import (
     Internal, InvalidArgument, InvalidExternalData, InvalidState, NotFound, NotSupported, PteError,
 )
 from pterun.executor.codegen import DelegateStep, KernelStep, MethodValues, compile_method, failing_step
+from pterun.executor.effects import MethodEffects, check_writes, delegate_writes, written_inputs
 from pterun.executor.fold import elide_view_copies, fold_constant_views
 from pterun.executor.functional import Unsupported as FunctionalUnsupported
 from pterun.executor.functional import functional_method
@@ -67,9 +68,13 @@ class Method:
         handles, delegate_fns = self._delegates(plan)
         try:
             steps, locals_ = self._steps(plan, delegate_fns)
+            # What every step writes and reads; nothing may write a constant (effects.py).
+            effects = MethodEffects(plan, steps, delegate_writes(plan, handles))
+            check_writes(plan, steps, effects)
             constants = {i for i, v in enumerate(plan.values) if isinstance(v, TensorSpec) and v.is_constant}
-            steps = fold_constant_views(plan, steps, objects, constants, locals_)
-            steps, views = elide_view_copies(plan, steps, objects, locals_, {vi for vi in params if vi in plan.inputs})
+            steps = fold_constant_views(plan, steps, objects, constants, locals_, effects)
+            steps, views = elide_view_copies(plan, steps, objects, locals_, {vi for vi in params if vi in plan.inputs},
+                                             effects)
             locals_ |= views
         except BaseException:
             self._destroy_delegates(handles)
@@ -113,6 +118,7 @@ class Method:
                 self.compile_status = "compiled"
 
         # Everything succeeded: keep it.
+        self.written_inputs = written_inputs(plan, effects)  # inputs the method updates in place
         self._arenas = arenas
         self._scratch = scratch
         self._objects = objects

@@ -113,7 +113,13 @@ def schema_kernel(overload, name: str) -> KernelFactory:
                     if not a.is_out and a.alias_info is not None and a.alias_info.is_write)
     # Results that alias a written argument are that argument: nothing to assign.
     returns_fresh = any(r.alias_info is None or not r.alias_info.is_write for r in schema.returns)
-    binding = Binding(overload._op, positional, keywords, n if returns_fresh else None, convert, writes, mutates)
+    # A result that is a view (``Tensor(a)``, or a list of them) shares memory with the arguments
+    # annotated with an alias set; the schema's contained types are not inspected, so any such
+    # argument counts.
+    views = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+    aliases = tuple(i for i, a in enumerate(arguments) if a.alias_info is not None) if views else ()
+    binding = Binding(overload._op, positional, keywords, n if returns_fresh else None, convert, writes, mutates,
+                      aliases)
 
     def factory(count: int) -> Binding:
         if count != n + 1:

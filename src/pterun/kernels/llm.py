@@ -418,8 +418,9 @@ def tile_crop(input, tile_size, out):
 # -- registration --------------------------------------------------------------
 
 
-def _factory(fn: Callable, nargs: int, name: str) -> KernelFactory:
-    binding = Binding(fn, tuple(range(nargs)))
+def _factory(fn: Callable, nargs: int, name: str, writes: tuple[int, ...]) -> KernelFactory:
+    # Every kernel here writes its tensors in place, resizing an out itself where the shape can vary.
+    binding = Binding(fn, tuple(range(nargs)), mutates=writes)
 
     def factory(count: int) -> Binding:
         if count != nargs + 1:
@@ -429,20 +430,21 @@ def _factory(fn: Callable, nargs: int, name: str) -> KernelFactory:
     return factory
 
 
-_KERNELS: dict[str, tuple[Callable, int]] = {
-    "llama::sdpa_with_kv_cache.out": (sdpa_with_kv_cache, 12),
-    "llama::custom_sdpa.out": (custom_sdpa, 9),
-    "llama::custom_quantized_sdpa.out": (custom_quantized_sdpa, 16),
-    "llama::update_cache.out": (update_cache, 4),
-    "llama::update_cache_with_indices.out": (update_cache_with_indices, 5),
-    "llama::gated_delta_rule.out": (gated_delta_rule, 8),
-    "llama::channelwise_gated_delta_rule.out": (gated_delta_rule, 8),
-    "llama::fast_hadamard_transform.out": (fast_hadamard_transform, 2),
-    "llama::fallback.out": (fallback, 2),
-    "preprocess::tile_crop.out": (tile_crop, 3),
+# name -> (kernel, number of schema arguments, positions of the arguments it writes)
+_KERNELS: dict[str, tuple[Callable, int, tuple[int, ...]]] = {
+    "llama::sdpa_with_kv_cache.out": (sdpa_with_kv_cache, 12, (3, 4, 11)),  # both caches, then out
+    "llama::custom_sdpa.out": (custom_sdpa, 9, (8,)),
+    "llama::custom_quantized_sdpa.out": (custom_quantized_sdpa, 16, (15,)),
+    "llama::update_cache.out": (update_cache, 4, (1,)),  # the cache; out is a placeholder, left untouched
+    "llama::update_cache_with_indices.out": (update_cache_with_indices, 5, (1,)),
+    "llama::gated_delta_rule.out": (gated_delta_rule, 8, (6, 7)),
+    "llama::channelwise_gated_delta_rule.out": (gated_delta_rule, 8, (6, 7)),
+    "llama::fast_hadamard_transform.out": (fast_hadamard_transform, 2, (1,)),
+    "llama::fallback.out": (fallback, 2, (1,)),
+    "preprocess::tile_crop.out": (tile_crop, 3, (2,)),
 }
 
 
 def register(registry: KernelRegistry) -> None:
-    for name, (fn, nargs) in _KERNELS.items():
-        registry.register(name, _factory(fn, nargs, name))
+    for name, (fn, nargs, writes) in _KERNELS.items():
+        registry.register(name, _factory(fn, nargs, name, writes))

@@ -192,7 +192,8 @@ def register(registry: KernelRegistry) -> None:
     registry.register(
         "aten::_local_scalar_dense.default", fixed_arity(_local_scalar_dense, 2, "aten::_local_scalar_dense")
     )
-    registry.register("executorch_prim::et_view.default", fixed_arity(_et_view, 3, "executorch_prim::et_view"))
+    registry.register("executorch_prim::et_view.default",
+                      fixed_arity(_et_view, 3, "executorch_prim::et_view", aliases=(0,)))
     registry.register("executorch_prim::et_copy_index.tensor", _copy_index_factory)
 
 

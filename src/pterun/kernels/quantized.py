@@ -536,9 +536,11 @@ def mixed_linear(input, weight, weight_scales, weight_zero_points, dtype, out):
 # -- registration --------------------------------------------------------------
 
 
-def _factory(fn: Callable, nargs: int, name: str, dtypes: tuple[int, ...] = ()) -> KernelFactory:
-    """Binds the ``nargs`` schema arguments positionally; ints at ``dtypes`` are ScalarType codes."""
-    binding = Binding(fn, tuple(range(nargs)), convert=tuple((i, _dtype) for i in dtypes))
+def _factory(fn: Callable, nargs: int, name: str, dtypes: tuple[int, ...], outs: int) -> KernelFactory:
+    """Binds the ``nargs`` schema arguments positionally; ints at ``dtypes`` are ScalarType codes, and the
+    last ``outs`` arguments are written (resized by the kernel where the result's shape can vary)."""
+    binding = Binding(fn, tuple(range(nargs)), convert=tuple((i, _dtype) for i in dtypes),
+                      mutates=tuple(range(nargs - outs, nargs)))
 
     def factory(count: int) -> Binding:
         if count != nargs + 1:
@@ -548,30 +550,31 @@ def _factory(fn: Callable, nargs: int, name: str, dtypes: tuple[int, ...] = ()) 
     return factory
 
 
-_KERNELS: dict[str, tuple[Callable, int, tuple[int, ...]]] = {
-    "quantize_per_tensor.out": (quantize_per_tensor, 7, (5,)),
-    "quantize_per_tensor.Tensor_out": (quantize_per_tensor_tensor, 7, (5,)),
-    "quantize_per_channel.out": (quantize_per_channel, 8, (6,)),
-    "quantize_per_token.out": (quantize_per_token, 7, (5,)),
-    "dequantize_per_tensor.out": (dequantize_per_tensor, 8, (5, 6)),
-    "dequantize_per_tensor.Tensor_out": (dequantize_per_tensor_tensor, 8, (5, 6)),
-    "dequantize_per_channel.out": (dequantize_per_channel, 9, (6, 7)),
-    "dequantize_per_token.out": (dequantize_per_token, 8, (5, 6)),
-    "choose_qparams.Tensor_out": (choose_qparams, 7, (4,)),
-    "choose_qparams_per_token_asymmetric.out": (choose_qparams_per_token_asymmetric, 4, (1,)),
-    "add.out": (add, 15, ()),
-    "embedding_byte.out": (_embedding_kernel(8, False), 7, ()),
-    "embedding_byte.dtype_out": (_embedding_kernel(8, True), 8, (6,)),
-    "embedding_4bit.out": (_embedding_kernel(4, False), 7, ()),
-    "embedding_4bit.dtype_out": (_embedding_kernel(4, True), 8, (6,)),
-    "embedding_2bit.out": (_embedding_kernel(2, False), 7, ()),
-    "embedding_2bit.dtype_out": (_embedding_kernel(2, True), 8, (6,)),
-    "mixed_mm.out": (mixed_mm, 5, ()),
-    "mixed_linear.out": (mixed_linear, 6, (4,)),
+# name -> (kernel, number of schema arguments, positions of ScalarType codes, number of outs, which come last)
+_KERNELS: dict[str, tuple[Callable, int, tuple[int, ...], int]] = {
+    "quantize_per_tensor.out": (quantize_per_tensor, 7, (5,), 1),
+    "quantize_per_tensor.Tensor_out": (quantize_per_tensor_tensor, 7, (5,), 1),
+    "quantize_per_channel.out": (quantize_per_channel, 8, (6,), 1),
+    "quantize_per_token.out": (quantize_per_token, 7, (5,), 1),
+    "dequantize_per_tensor.out": (dequantize_per_tensor, 8, (5, 6), 1),
+    "dequantize_per_tensor.Tensor_out": (dequantize_per_tensor_tensor, 8, (5, 6), 1),
+    "dequantize_per_channel.out": (dequantize_per_channel, 9, (6, 7), 1),
+    "dequantize_per_token.out": (dequantize_per_token, 8, (5, 6), 1),
+    "choose_qparams.Tensor_out": (choose_qparams, 7, (4,), 2),
+    "choose_qparams_per_token_asymmetric.out": (choose_qparams_per_token_asymmetric, 4, (1,), 2),
+    "add.out": (add, 15, (), 1),
+    "embedding_byte.out": (_embedding_kernel(8, False), 7, (), 1),
+    "embedding_byte.dtype_out": (_embedding_kernel(8, True), 8, (6,), 1),
+    "embedding_4bit.out": (_embedding_kernel(4, False), 7, (), 1),
+    "embedding_4bit.dtype_out": (_embedding_kernel(4, True), 8, (6,), 1),
+    "embedding_2bit.out": (_embedding_kernel(2, False), 7, (), 1),
+    "embedding_2bit.dtype_out": (_embedding_kernel(2, True), 8, (6,), 1),
+    "mixed_mm.out": (mixed_mm, 5, (), 1),
+    "mixed_linear.out": (mixed_linear, 6, (4,), 1),
 }
 
 
 def register(registry: KernelRegistry) -> None:
-    for suffix, (fn, nargs, dtypes) in _KERNELS.items():
+    for suffix, (fn, nargs, dtypes, outs) in _KERNELS.items():
         name = f"quantized_decomposed::{suffix}"
-        registry.register(name, _factory(fn, nargs, name, dtypes))
+        registry.register(name, _factory(fn, nargs, name, dtypes, outs))

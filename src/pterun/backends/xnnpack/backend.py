@@ -63,6 +63,12 @@ class XnnpackDelegate:
             # A graph whose parameters torch rejects (a view that cannot be made, ...).
             raise InvalidProgram(f"{NAME}: cannot translate the graph ({type(exc).__name__}: {exc})") from None
 
+    def written_arguments(self, count: int) -> list[int]:
+        """The arguments the graph writes: its external outputs (inputs are only read)."""
+        if count != self._num_args:
+            raise InvalidProgram(f"{NAME}: the delegate takes {self._num_args} arguments; the call passes {count}")
+        return [v.external_id for v in self.graph.outputs]
+
     def __call__(self, args: list) -> None:
         if len(args) != self._num_args:
             raise InvalidArgument(f"{NAME}: the delegate takes {self._num_args} arguments, got {len(args)}")
@@ -123,6 +129,11 @@ class XnnpackBackend(BackendInterface):
         if not isinstance(handle, XnnpackDelegate):
             raise DelegateInvalidHandle(f"{NAME}: execute got a handle it did not make")
         handle(args)
+
+    def written_arguments(self, handle, count: int) -> list[int]:
+        if not isinstance(handle, XnnpackDelegate):
+            raise DelegateInvalidHandle(f"{NAME}: got a handle it did not make")
+        return handle.written_arguments(count)
 
     def destroy(self, handle) -> None:
         if isinstance(handle, XnnpackDelegate):
