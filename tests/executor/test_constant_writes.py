@@ -125,7 +125,8 @@ def test_out_retargeted_at_a_constant_of_a_read_only_map_is_refused(linear, tmp_
             except PteError as exc:
                 print(type(exc).__name__, hex(exc.code), exc)
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO,
+                          check=False)
     assert done.returncode == 0, f"exit status {done.returncode}: {done.stderr[-2000:]}"
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith("InvalidProgram 0x23") for line in lines), done.stdout
