@@ -232,10 +232,11 @@ def test_a_quantized_kernel_writing_a_constant_is_refused():
 
 
 def test_a_result_assigned_to_a_constant_is_refused():
-    """sym_size's result (a new value) assigned to the constant's value index."""
-    data = _program([X, W, ("int", 0)], [("kernel", 0, [0, 2, 1])], [("aten::sym_size", "int")], outputs=[0])
+    """et_view's result (a new tensor) assigned to the constant's value index."""
+    data = _program([X, W, ("int", 2), ("int_list", [2])], [("kernel", 0, [0, 3, 1])],
+                    [("executorch_prim::et_view", "default")], outputs=[0])
     error = _refused(data)
-    assert "instruction 0 (aten::sym_size.int) assigns value 1, a constant" in str(error)
+    assert "instruction 0 (executorch_prim::et_view.default) assigns value 1, a constant" in str(error)
 
 
 def test_a_constant_input_is_refused():
@@ -278,8 +279,8 @@ class _Doubler(BackendInterface):
     def execute(self, handle, args: list) -> None:
         args[-1].copy_(args[0] * 2)
 
-    def written_arguments(self, handle, count: int):
-        return [count - 1] if self.precise else super().written_arguments(handle, count)
+    def written_arguments(self, handle, args):
+        return [len(args) - 1] if self.precise else super().written_arguments(handle, args)
 
 
 def _delegate_runtime(precise: bool) -> pterun.Runtime:
@@ -316,8 +317,8 @@ def test_by_default_a_delegate_writes_every_argument():
 
 def test_a_delegate_naming_arguments_it_does_not_have_is_refused():
     class Wild(_Doubler):
-        def written_arguments(self, handle, count):
-            return [count]
+        def written_arguments(self, handle, args):
+            return [len(args)]
 
     backends = default_backend_registry()
     backends.register("Doubler", Wild(True))
@@ -349,7 +350,7 @@ def test_every_built_in_kernel_declares_an_effect():
 
 def test_update_cache_declares_its_cache_written():
     registry = default_registry()
-    assert registry.lookup("llama::update_cache.out")(5).mutates == (1,)
+    assert registry.lookup("llama::update_cache.out")(5).mutates == (1, 3)  # out too, as its schema says
     assert registry.lookup("llama::sdpa_with_kv_cache.out")(13).mutates == (3, 4, 11)
     assert registry.lookup("quantized_decomposed::choose_qparams.Tensor_out")(8).mutates == (5, 6)
 
@@ -369,7 +370,15 @@ def test_the_cuda_backend_reports_the_inputs_its_nested_method_updates():
     method = pterun.Runtime.get().load_program(data).load_method("forward")
     assert method.written_inputs == {0}
     backend = CudaBackend()
-    assert backend.written_arguments(_Handle(method, 2, [None]), 3) == [0, 2]
+    assert backend.written_arguments(_Handle(method, 2, [None]), [None] * 3) == [0, 2]
     with pytest.raises(InvalidProgram) as info:
-        backend.written_arguments(_Handle(method, 2, [None]), 4)
+        backend.written_arguments(_Handle(method, 2, [None]), [None] * 4)
     assert info.value.code == 0x23 and "takes 2 inputs and 1 outputs; the call passes 4" in str(info.value)
+
+
+def test_a_delegate_writing_a_value_it_also_reads_is_refused():
+    """One value passed as the input and as the output: the delegate would read what it overwrites."""
+    runtime = _delegate_runtime(precise=True)
+    error = _refused(_delegated([0, 0]), runtime=runtime)
+    assert "instruction 0 (delegate Doubler): passes value 0 more than once and writes it" in str(error)
+    _still_works(runtime)

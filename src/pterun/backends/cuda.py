@@ -43,9 +43,9 @@ class CudaBackend(BackendInterface):
         meta = method.metadata
         return _Handle(method, meta.num_inputs(), [None] * meta.num_outputs())
 
-    def written_arguments(self, handle: _Handle, count: int) -> list[int]:
+    def written_arguments(self, handle: _Handle, args) -> list[int]:
         """The outer values the nested method writes: its outputs, and any input it updates in place."""
-        n, outputs = handle.inputs, len(handle.bound)
+        n, outputs, count = handle.inputs, len(handle.bound), len(args)
         if count != n + outputs:
             raise InvalidProgram(
                 f"{BACKEND_ID}: the nested method takes {n} inputs and {outputs} outputs; the call passes {count} values"

@@ -56,9 +56,9 @@ class CompilerDemoBackend(BackendInterface):
             raise DelegateInvalidCompatibility(f"{NAME}: cannot tell how {', '.join(names)} connect")
         return tuple(ops)
 
-    def written_arguments(self, handle, count: int) -> range:
+    def written_arguments(self, handle, args) -> range:
         # Every blob writes its last argument (``z`` of mm-then-add, the one output otherwise), no other.
-        return range(max(count - 1, 0), count)
+        return range(max(len(args) - 1, 0), len(args))
 
     def execute(self, handle, args: list) -> None:
         out = args[-1]

@@ -26,7 +26,7 @@ from ``execute`` is reported as ``Internal``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,15 +71,19 @@ class BackendInterface(ABC):
     def execute(self, handle: Any, args: list) -> None:
         """Runs the delegate: reads the inputs and writes the outputs in ``args``."""
 
-    def written_arguments(self, handle: Any, count: int) -> Iterable[int]:
-        """Positions in ``execute``'s ``args`` (a call passing ``count`` values) that the delegate writes.
+    def written_arguments(self, handle: Any, args: Sequence) -> Iterable[int]:
+        """Positions in ``execute``'s ``args`` that the delegate writes, for a call passing ``args``.
 
-        Asked once per delegate call at method load, after ``init``. Include every argument written in
-        place, inputs too. Raise a :class:`pterun.errors.PteError` (``InvalidProgram``) when the call
-        cannot be right for this blob (``count`` is not the number of values it takes). The default,
-        every argument, is conservative: never wrong, but it refuses programs that pass constants.
+        Asked once per delegate call at method load, after ``init``, with the call's values as they
+        are known then: tensors of the dtype and sizes the call passes (upper bounds where a size is
+        dynamic; on the ``meta`` device when the caller binds a new tensor on each call), and scalars.
+        Include every argument written in place, inputs too. Raise a :class:`pterun.errors.PteError`
+        (``InvalidProgram``) when the call cannot be right for this blob (too many values, a tensor of
+        another dtype or size than the blob's), so that it fails at load rather than while running.
+        The default, every argument, checks nothing and is conservative: never wrong, but it refuses
+        programs that pass constants.
         """
-        return range(count)
+        return range(len(args))
 
     def destroy(self, handle: Any) -> None:  # noqa: B027 - optional hook
         """Releases what ``init`` acquired."""

@@ -23,6 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import torch
+
+from pterun.core.dtype import storage_dtype
 from pterun.errors import InvalidProgram, PteError
 from pterun.executor.codegen import DelegateStep, KernelStep
 from pterun.format import DelegateCall, JumpFalseCall, Kind, ListValue, MoveCall, Plan, TensorSpec
@@ -120,24 +123,37 @@ class MethodEffects:
         return frozenset(found)
 
 
-def delegate_writes(plan: Plan, delegates: Sequence[tuple]) -> dict[int, tuple[int, ...]]:
-    """Per delegate call: the argument positions its backend says it writes.
+def delegate_writes(plan: Plan, delegates: Sequence[tuple], objects: Sequence) -> dict[int, tuple[int, ...]]:
+    """Per delegate call: the argument positions its backend says it writes (and the backend's checks of
+    the call's arguments).
 
-    ``delegates`` are the initialized ``(backend, handle)`` pairs, in the plan's order."""
+    ``delegates`` are the initialized ``(backend, handle)`` pairs, in the plan's order; ``objects`` the
+    values made at load (None for tensors the caller binds, which the backend sees as meta tensors)."""
     found: dict[int, tuple[int, ...]] = {}
     for n, ins in enumerate(plan.instructions):
         if not isinstance(ins, DelegateCall):
             continue
         backend, handle = delegates[ins.delegate_index]
         where = f"method {plan.name!r} instruction {n} (delegate {plan.delegates[ins.delegate_index].backend_id})"
+        args = [_as_known(plan.values[a], objects[a]) for a in ins.args]
         try:
-            positions = tuple(sorted(set(backend.written_arguments(handle, len(ins.args)))))
+            positions = tuple(sorted(set(backend.written_arguments(handle, args))))
         except PteError as exc:
             raise type(exc)(f"{where}: {exc.message}") from None
         if any(not isinstance(p, int) or not 0 <= p < len(ins.args) for p in positions):
             raise InvalidProgram(f"{where}: its backend names arguments {list(positions)} of {len(ins.args)}")
+        repeated = [p for p in positions if ins.args.count(ins.args[p]) > 1]
+        if repeated:
+            # One value as an output and as another argument: the delegate would read what it overwrites.
+            raise InvalidProgram(f"{where}: passes value {ins.args[repeated[0]]} more than once and writes it")
         found[n] = positions
     return found
+
+
+def _as_known(value, obj):
+    if obj is None and isinstance(value, TensorSpec):
+        return torch.empty(value.sizes, dtype=storage_dtype(value.scalar_type), device="meta")
+    return obj
 
 
 def check_writes(plan: Plan, steps: Sequence, effects: MethodEffects) -> None:

@@ -8,7 +8,9 @@ Load (``Method.__init__``), in ExecuTorch's order:
    (so aliasing and in-place updates behave as planned), constants view the
    file's bytes, initial values of mutable buffers are copied in;
 3. initialize delegates, then resolve every operator to a kernel;
-4. compile the instruction chain into one Python function (codegen.py).
+4. check every call's arguments (arguments.py) and that no step writes a
+   constant (effects.py), then turn copies into views (fold.py);
+5. compile the instruction chain into one Python function (codegen.py).
 
 Everything is built in locals and only kept once all of it succeeded, so a
 failed load leaves nothing behind and other methods are untouched.
@@ -30,6 +32,7 @@ from pterun.core.layout import is_contiguous_order, strides_for
 from pterun.errors import (
     Internal, InvalidArgument, InvalidExternalData, InvalidState, NotFound, NotSupported, PteError,
 )
+from pterun.executor.arguments import check_arguments
 from pterun.executor.codegen import DelegateStep, KernelStep, MethodValues, compile_method, failing_step
 from pterun.executor.effects import MethodEffects, check_writes, delegate_writes, written_inputs
 from pterun.executor.fold import elide_view_copies, fold_constant_views
@@ -68,8 +71,10 @@ class Method:
         handles, delegate_fns = self._delegates(plan)
         try:
             steps, locals_ = self._steps(plan, delegate_fns)
-            # What every step writes and reads; nothing may write a constant (effects.py).
-            effects = MethodEffects(plan, steps, delegate_writes(plan, handles))
+            # Every call gets values of the kinds it takes (arguments.py); what every step writes and
+            # reads, and nothing may write a constant (effects.py).
+            check_arguments(plan, steps)
+            effects = MethodEffects(plan, steps, delegate_writes(plan, handles, objects))
             check_writes(plan, steps, effects)
             constants = {i for i, v in enumerate(plan.values) if isinstance(v, TensorSpec) and v.is_constant}
             steps = fold_constant_views(plan, steps, objects, constants, locals_, effects)

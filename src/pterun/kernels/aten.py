@@ -16,6 +16,7 @@ import torch
 from pterun.core.dtype import to_torch
 from pterun.errors import InvalidProgram
 from pterun.kernels.registry import Binding, KernelFactory
+from pterun.kernels.schema import argument_kinds, result_kinds
 
 _MEMORY_FORMATS = (torch.contiguous_format, torch.preserve_format, torch.channels_last, torch.channels_last_3d)
 _LAYOUTS = {0: torch.strided, 1: torch.sparse_coo}
@@ -119,7 +120,7 @@ def schema_kernel(overload, name: str) -> KernelFactory:
     views = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
     aliases = tuple(i for i, a in enumerate(arguments) if a.alias_info is not None) if views else ()
     binding = Binding(overload._op, positional, keywords, n if returns_fresh else None, convert, writes, mutates,
-                      aliases)
+                      aliases, argument_kinds(schema), result_kinds(schema) if returns_fresh else None)
 
     def factory(count: int) -> Binding:
         if count != n + 1:

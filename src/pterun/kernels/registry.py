@@ -43,6 +43,11 @@ class Binding:
     * ``mutates``: other arguments written in place, left as they are (an
       in-place update, or an ``out`` the kernel resizes itself);
     * ``aliases``: arguments the result may share memory with (a view's input).
+
+    ``accepts`` gives, per argument, the value kinds it takes (named as the
+    format names them, in lower case: "tensor", "int_list", "null"; None or a
+    missing entry: any), and ``returns`` those of the value the result is
+    assigned to. The executor refuses at load a call that passes anything else.
     """
 
     fn: Callable
@@ -53,6 +58,8 @@ class Binding:
     writes: tuple[int, ...] = ()
     mutates: tuple[int, ...] = ()
     aliases: tuple[int, ...] = ()
+    accepts: tuple[frozenset[str] | None, ...] = ()
+    returns: frozenset[str] | None = None
 
 
 KernelFactory = Callable[[int], Binding]
@@ -63,7 +70,8 @@ Provider = Callable[[str], "KernelFactory | None"]
 
 def fixed_arity(fn: Callable, nargs: int, name: str, *, result: bool = True, writes: tuple[int, ...] = (),
                 mutates: tuple[int, ...] = (), aliases: tuple[int, ...] = (),
-                keywords: dict[int, str] | None = None) -> KernelFactory:
+                keywords: dict[int, str] | None = None, accepts: tuple = (),
+                returns: frozenset[str] | None = None) -> KernelFactory:
     """A factory for kernels that take exactly ``nargs`` values (result included)."""
     keywords = keywords or {}
 
@@ -74,7 +82,7 @@ def fixed_arity(fn: Callable, nargs: int, name: str, *, result: bool = True, wri
         positional = tuple(i for i in range(last) if i not in keywords)
         named = tuple((k, i) for i, k in keywords.items())
         return Binding(fn, positional, named, last if result else None, writes=writes, mutates=mutates,
-                       aliases=aliases)
+                       aliases=aliases, accepts=tuple(accepts), returns=returns)
 
     return factory
 

@@ -12,6 +12,7 @@ import functools
 
 from pterun.kernels.aten import overload_of, split_name
 from pterun.kernels.registry import Binding, KernelFactory
+from pterun.kernels.schema import argument_kinds
 
 _OUT_OVERLOADS = ("out", "Tensor_out", "int_out", "dims_out", "dim_out")
 
@@ -48,6 +49,7 @@ def view_copy_provider(name: str) -> KernelFactory | None:
         return None
     n = len(arguments)
     copy = _copier(view)
+    accepts = argument_kinds(out_variant._schema)
     positional = tuple(i for i, a in enumerate(arguments) if not a.is_out and not a.kwarg_only)
     keywords = tuple((a.name, i) for i, a in enumerate(arguments) if a.kwarg_only)
 
@@ -57,6 +59,6 @@ def view_copy_provider(name: str) -> KernelFactory | None:
         if count != n + 1:
             raise InvalidProgram(f"{name} takes {n} arguments and a result; the call passes {count} values")
         out_position = dict(keywords)["out"]
-        return Binding(copy, positional, keywords, None, writes=(out_position,))
+        return Binding(copy, positional, keywords, None, writes=(out_position,), accepts=accepts)
 
     return factory

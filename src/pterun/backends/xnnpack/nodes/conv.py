@@ -77,6 +77,8 @@ def convolution(node: Node, b: Builder) -> None:
         raise unsupported(node, f)
     xshape = b.shape(x.id)
     shape, _, cout = _geometry(node, b, xshape, f.dims)
+    if bias is not None and tuple(bias.dims) != (cout,):
+        raise InvalidProgram(f"XNNPACK {node.where}: bias {list(bias.dims)} for {cout} output channels")
     transposed = node.kind == "XNNConvTranspose2d"
     groups = p.groups
     symmetric = p.padding_top == p.padding_bottom and p.padding_left == p.padding_right

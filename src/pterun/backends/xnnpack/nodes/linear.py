@@ -33,6 +33,8 @@ def fully_connected(node: Node, b: Builder) -> None:
     xshape = b.shape(x.id)
     if not xshape or xshape[-1] != k:
         raise InvalidArgument(f"XNNPACK {node.where}: input {list(xshape)} does not have {k} input channels")
+    if bias is not None and tuple(b.shape(bias.id)) != (n,):
+        raise InvalidProgram(f"XNNPACK {node.where}: bias {list(b.shape(bias.id))} for {n} output channels")
     rows = numel(xshape[:-1])
     shape = (*xshape[:-1], n)
     if isinstance(x.quant, DynamicRows):
