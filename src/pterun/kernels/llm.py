@@ -422,32 +422,34 @@ def tile_crop(input, tile_size, out):
 # Each kernel with the schema ExecuTorch registers for it: its arguments in order (the kernel takes them
 # positionally) and which it writes (caches in place, outs).
 _KERNELS: list[tuple[Callable, str]] = [
-    (sdpa_with_kv_cache,
-     "llama::sdpa_with_kv_cache.out(Tensor query, Tensor key, Tensor value, Tensor(a!) key_cache, "
-     "Tensor(b!) value_cache, SymInt start_pos, SymInt seq_len, Tensor? attn_mask=None, float drpout_p=0., "
-     "bool is_causal=False, float? scale=None, *, Tensor(c!) out) -> Tensor(c!)"),
-    (custom_sdpa,
-     "llama::custom_sdpa.out(Tensor query, Tensor key, Tensor value, SymInt start_pos, Tensor? attn_mask=None, "
-     "float drpout_p=0., bool is_causal=False, float? scale=None, *, Tensor(a!) out) -> Tensor(a!)"),
-    (custom_quantized_sdpa,
-     "llama::custom_quantized_sdpa.out(Tensor query, Tensor key, Tensor value, SymInt start_pos, "
-     "Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None, "
-     "Tensor? q_zero_points=None, Tensor? q_scales=None, Tensor? k_zero_points=None, Tensor? k_scales=None, "
-     "Tensor? v_zero_points=None, Tensor? v_scales=None, bool is_seq_at_dim_2=False, *, "
-     "Tensor(a!) out) -> Tensor(a!)"),
+    (sdpa_with_kv_cache, (
+        "llama::sdpa_with_kv_cache.out(Tensor query, Tensor key, Tensor value, Tensor(a!) key_cache, "
+        "Tensor(b!) value_cache, SymInt start_pos, SymInt seq_len, Tensor? attn_mask=None, "
+        "float drpout_p=0., bool is_causal=False, float? scale=None, *, Tensor(c!) out) -> Tensor(c!)")),
+    (custom_sdpa, (
+        "llama::custom_sdpa.out(Tensor query, Tensor key, Tensor value, SymInt start_pos, "
+        "Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None, *, "
+        "Tensor(a!) out) -> Tensor(a!)")),
+    (custom_quantized_sdpa, (
+        "llama::custom_quantized_sdpa.out(Tensor query, Tensor key, Tensor value, SymInt start_pos, "
+        "Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None, "
+        "Tensor? q_zero_points=None, Tensor? q_scales=None, Tensor? k_zero_points=None, Tensor? k_scales=None, "
+        "Tensor? v_zero_points=None, Tensor? v_scales=None, bool is_seq_at_dim_2=False, *, "
+        "Tensor(a!) out) -> Tensor(a!)")),
     # The schema says out is written too; the kernel leaves that placeholder as it is.
-    (update_cache,
-     "llama::update_cache.out(Tensor value, Tensor(a!) cache, SymInt start_pos, *, Tensor(b!) out) -> Tensor(b!)"),
-    (update_cache_with_indices,
-     "llama::update_cache_with_indices.out(Tensor value, Tensor(a!) cache, SymInt start_pos, Tensor indices, *, "
-     "Tensor(b!) out) -> Tensor(b!)"),
-    (gated_delta_rule,
-     "llama::gated_delta_rule.out(Tensor query, Tensor key, Tensor value, Tensor decay, Tensor beta, "
-     "Tensor initial_state, *, Tensor(a!) out, Tensor(b!) final_state_out) -> (Tensor(a!), Tensor(b!))"),
-    (gated_delta_rule,
-     "llama::channelwise_gated_delta_rule.out(Tensor query, Tensor key, Tensor value, Tensor decay, "
-     "Tensor beta, Tensor initial_state, *, Tensor(a!) out, Tensor(b!) final_state_out) "
-     "-> (Tensor(a!), Tensor(b!))"),
+    (update_cache, (
+        "llama::update_cache.out(Tensor value, Tensor(a!) cache, SymInt start_pos, *, "
+        "Tensor(b!) out) -> Tensor(b!)")),
+    (update_cache_with_indices, (
+        "llama::update_cache_with_indices.out(Tensor value, Tensor(a!) cache, SymInt start_pos, "
+        "Tensor indices, *, Tensor(b!) out) -> Tensor(b!)")),
+    (gated_delta_rule, (
+        "llama::gated_delta_rule.out(Tensor query, Tensor key, Tensor value, Tensor decay, Tensor beta, "
+        "Tensor initial_state, *, Tensor(a!) out, Tensor(b!) final_state_out) -> (Tensor(a!), Tensor(b!))")),
+    (gated_delta_rule, (
+        "llama::channelwise_gated_delta_rule.out(Tensor query, Tensor key, Tensor value, Tensor decay, "
+        "Tensor beta, Tensor initial_state, *, Tensor(a!) out, Tensor(b!) final_state_out) "
+        "-> (Tensor(a!), Tensor(b!))")),
     (fast_hadamard_transform, "llama::fast_hadamard_transform.out(Tensor mat, *, Tensor(a!) out) -> Tensor(a!)"),
     (fallback, "llama::fallback.out(Tensor input, *, Tensor(a!) output) -> Tensor(a!)"),
     (tile_crop, "preprocess::tile_crop.out(Tensor input, int tile_size, *, Tensor(a!) out) -> Tensor(a!)"),

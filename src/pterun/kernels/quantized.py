@@ -541,67 +541,67 @@ def mixed_linear(input, weight, weight_scales, weight_zero_points, dtype, out):
 # arguments in order (the kernel takes them positionally), which are ScalarType codes, and which it
 # writes (its outs).
 _KERNELS: list[tuple[Callable, str]] = [
-    (add,
-     "add.out(Tensor a, float a_scale, int a_zero_point, int a_quant_min, int a_quant_max, Tensor b, "
-     "float b_scale, int b_zero_point, int b_quant_min, int b_quant_max, float out_scale, "
-     "int out_zero_point, int out_quant_min, int out_quant_max, *, Tensor(a!) out) -> Tensor(a!)"),
-    (choose_qparams,
-     "choose_qparams.Tensor_out(Tensor input, int quant_min, int quant_max, float eps, ScalarType dtype, *, "
-     "Tensor(a!) scale_out, Tensor(b!) zero_point_out) -> (Tensor(a!), Tensor(b!))"),
-    (dequantize_per_tensor,
-     "dequantize_per_tensor.out(Tensor input, float scale, int zero_point, int quant_min, int quant_max, "
-     "ScalarType dtype, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)"),
-    (dequantize_per_tensor_tensor,
-     "dequantize_per_tensor.Tensor_out(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
-     "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)"),
-    (quantize_per_channel,
-     "quantize_per_channel.out(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, "
-     "int quant_max, ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)"),
-    (dequantize_per_channel,
-     "dequantize_per_channel.out(Tensor input, Tensor scales, Tensor? zero_points, int axis, int quant_min, "
-     "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)"),
-    (_embedding_kernel(8, False),
-     "embedding_byte.out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
-     "int weight_quant_min, int weight_quant_max, Tensor indices, *, Tensor(a!) out) -> Tensor(a!)"),
-    (_embedding_kernel(8, True),
-     "embedding_byte.dtype_out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
-     "int weight_quant_min, int weight_quant_max, Tensor indices, *, ScalarType? dtype=None, "
-     "Tensor(a!) out) -> Tensor(a!)"),
-    (_embedding_kernel(2, False),
-     "embedding_2bit.out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
-     "int weight_quant_min, int weight_quant_max, Tensor indices, *, Tensor(a!) out) -> Tensor(a!)"),
-    (_embedding_kernel(2, True),
-     "embedding_2bit.dtype_out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
-     "int weight_quant_min, int weight_quant_max, Tensor indices, ScalarType? dtype=None, *, "
-     "Tensor(a!) out) -> Tensor(a!)"),
-    (_embedding_kernel(4, False),
-     "embedding_4bit.out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
-     "int weight_quant_min, int weight_quant_max, Tensor indices, *, Tensor(a!) out) -> Tensor(a!)"),
-    (_embedding_kernel(4, True),
-     "embedding_4bit.dtype_out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
-     "int weight_quant_min, int weight_quant_max, Tensor indices, ScalarType? dtype=None, *, "
-     "Tensor(a!) out) -> Tensor(a!)"),
-    (mixed_mm,
-     "mixed_mm.out(Tensor input, Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, *, "
-     "Tensor(a!) out) -> Tensor(a!)"),
-    (mixed_linear,
-     "mixed_linear.out(Tensor input, Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
-     "ScalarType? dtype=None, *, Tensor(a!) out) -> Tensor(a!)"),
-    (quantize_per_tensor,
-     "quantize_per_tensor.out(Tensor input, float scale, int zero_point, int quant_min, int quant_max, "
-     "ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)"),
-    (quantize_per_tensor_tensor,
-     "quantize_per_tensor.Tensor_out(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
-     "int quant_max, ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)"),
-    (choose_qparams_per_token_asymmetric,
-     "choose_qparams_per_token_asymmetric.out(Tensor input, ScalarType dtype, *, Tensor(a!) scale_out, "
-     "Tensor(b!) zero_point_out) -> (Tensor(a!), Tensor(b!))"),
-    (quantize_per_token,
-     "quantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, "
-     "ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)"),
-    (dequantize_per_token,
-     "dequantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points, int quant_min, "
-     "int quant_max, ScalarType dtype, ScalarType output_dtype, *, Tensor(a!) out) -> Tensor(a!)"),
+    (add, (
+        "add.out(Tensor a, float a_scale, int a_zero_point, int a_quant_min, int a_quant_max, Tensor b, "
+        "float b_scale, int b_zero_point, int b_quant_min, int b_quant_max, float out_scale, "
+        "int out_zero_point, int out_quant_min, int out_quant_max, *, Tensor(a!) out) -> Tensor(a!)")),
+    (choose_qparams, (
+        "choose_qparams.Tensor_out(Tensor input, int quant_min, int quant_max, float eps, ScalarType dtype, *, "
+        "Tensor(a!) scale_out, Tensor(b!) zero_point_out) -> (Tensor(a!), Tensor(b!))")),
+    (dequantize_per_tensor, (
+        "dequantize_per_tensor.out(Tensor input, float scale, int zero_point, int quant_min, int quant_max, "
+        "ScalarType dtype, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)")),
+    (dequantize_per_tensor_tensor, (
+        "dequantize_per_tensor.Tensor_out(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
+        "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)")),
+    (quantize_per_channel, (
+        "quantize_per_channel.out(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, "
+        "int quant_max, ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)")),
+    (dequantize_per_channel, (
+        "dequantize_per_channel.out(Tensor input, Tensor scales, Tensor? zero_points, int axis, int quant_min, "
+        "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)")),
+    (_embedding_kernel(8, False), (
+        "embedding_byte.out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+        "int weight_quant_min, int weight_quant_max, Tensor indices, *, Tensor(a!) out) -> Tensor(a!)")),
+    (_embedding_kernel(8, True), (
+        "embedding_byte.dtype_out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+        "int weight_quant_min, int weight_quant_max, Tensor indices, *, ScalarType? dtype=None, "
+        "Tensor(a!) out) -> Tensor(a!)")),
+    (_embedding_kernel(2, False), (
+        "embedding_2bit.out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+        "int weight_quant_min, int weight_quant_max, Tensor indices, *, Tensor(a!) out) -> Tensor(a!)")),
+    (_embedding_kernel(2, True), (
+        "embedding_2bit.dtype_out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+        "int weight_quant_min, int weight_quant_max, Tensor indices, ScalarType? dtype=None, *, "
+        "Tensor(a!) out) -> Tensor(a!)")),
+    (_embedding_kernel(4, False), (
+        "embedding_4bit.out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+        "int weight_quant_min, int weight_quant_max, Tensor indices, *, Tensor(a!) out) -> Tensor(a!)")),
+    (_embedding_kernel(4, True), (
+        "embedding_4bit.dtype_out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+        "int weight_quant_min, int weight_quant_max, Tensor indices, ScalarType? dtype=None, *, "
+        "Tensor(a!) out) -> Tensor(a!)")),
+    (mixed_mm, (
+        "mixed_mm.out(Tensor input, Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, *, "
+        "Tensor(a!) out) -> Tensor(a!)")),
+    (mixed_linear, (
+        "mixed_linear.out(Tensor input, Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+        "ScalarType? dtype=None, *, Tensor(a!) out) -> Tensor(a!)")),
+    (quantize_per_tensor, (
+        "quantize_per_tensor.out(Tensor input, float scale, int zero_point, int quant_min, int quant_max, "
+        "ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)")),
+    (quantize_per_tensor_tensor, (
+        "quantize_per_tensor.Tensor_out(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
+        "int quant_max, ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)")),
+    (choose_qparams_per_token_asymmetric, (
+        "choose_qparams_per_token_asymmetric.out(Tensor input, ScalarType dtype, *, Tensor(a!) scale_out, "
+        "Tensor(b!) zero_point_out) -> (Tensor(a!), Tensor(b!))")),
+    (quantize_per_token, (
+        "quantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, "
+        "ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)")),
+    (dequantize_per_token, (
+        "dequantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points, int quant_min, "
+        "int quant_max, ScalarType dtype, ScalarType output_dtype, *, Tensor(a!) out) -> Tensor(a!)")),
 ]
 
 
