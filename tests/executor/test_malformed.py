@@ -26,8 +26,20 @@ test in this process could not survive are observed instead:
 After each test the unmodified program must still load and give the outputs
 it gave before any mutated file was read.
 
+Structure-aware mutations keep the flatbuffer valid and change what it
+means: an instruction argument, a method input or output, a list item, a
+memory id or offset, a tensor's sizes, dim order or scalar type, a delegate
+index, a compile spec, an XNNPACK blob's value ids and flags, each retargeted
+at another value of the file (a constant, another tensor, a list). Such a
+file passes the verifier, so only the checks made at load stand between it
+and a kernel. For these, and every other mutation, two more outcomes count
+as failures: a ``PteError`` with code ``Internal`` (an exception a kernel or
+backend did not expect: a check missing at load), and a write into the
+caller's memory (the program's ``bytes`` changed after the run; a program
+read from a read-only map would fault instead, which the worker reports).
+
 ``PTERUN_FUZZ_EXAMPLES`` sets the number of examples per test (default 60:
-the whole file runs in well under a minute on two cores); raise it for longer
+the whole file runs in about a minute on two cores); raise it for longer
 runs.
 """
 
@@ -363,12 +375,25 @@ def _exercise(runtime, pte, ptd: list, level: int, inputs: dict) -> tuple:
     return ("ok", results)
 
 
+def _verdict(outcome: tuple, codes) -> tuple:
+    """The outcome, or ("error", why) for an invalid error code or an Internal one (a check missing at load)."""
+    errors = [outcome] if outcome[0] == "pte" else [r for r in outcome[1].values() if isinstance(r, tuple)]
+    for _, code, message in errors:
+        if code not in set(codes) or code == 0:
+            return ("error", f"invalid error code {code}: {message}")
+        if code == codes.Internal:
+            return ("error", f"Internal: {message}")
+    return outcome
+
+
 def _address_space() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _worker_main() -> None:
+    import hashlib
+    import mmap
     import resource
 
     # Replies go to the original stdout; anything a library prints goes to stderr.
@@ -415,10 +440,22 @@ def _worker_main() -> None:
                 written = [pte, *ptd]
             elif request.get("source") == "memoryview":
                 pte = memoryview(bytearray(pte))
+            elif request.get("source") == "readonly":
+                # A read-only map: a write into the program's bytes faults (and the worker dies).
+                count += 1
+                path = scratch / f"program-{count}.pte"
+                path.write_bytes(request["pte"])
+                with open(path, "rb") as f:
+                    pte = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+                written = [path]
+            digest = hashlib.sha256(pte).digest() if isinstance(pte, bytes) else None
             try:
-                outcome = _exercise(runtime, pte, ptd, level, request["inputs"])
-                if outcome[0] == "pte" and (outcome[1] not in set(ErrorCode) or outcome[1] == 0):
-                    outcome = ("error", f"invalid error code {outcome[1]}: {outcome[2]}")
+                outcome = _verdict(_exercise(runtime, pte, ptd, level, request["inputs"]), ErrorCode)
+                if digest is not None and hashlib.sha256(pte).digest() != digest:
+                    outcome = ("error", "the program's bytes were written")
+                elif request.get("summary") and outcome[0] == "ok":
+                    # Outputs of a mutated file are not compared (and may be of dtypes that do not pickle).
+                    outcome = ("ok", {k: r if isinstance(r, tuple) else "ran" for k, r in outcome[1].items()})
             except BaseException as exc:  # noqa: BLE001 - reported to the test, which fails on it
                 outcome = ("error", "".join(traceback.format_exception(exc)))
             for path in written:
@@ -503,6 +540,82 @@ class Worker:
 # -- programs and the checks every test makes -----------------------------------------------------------
 
 
+@dataclass
+class Pools:
+    """What indices in a program may be retargeted at: the values, operators, delegates, buffers it has.
+
+    Value indices are those of the method with the fewest values, so a retargeted index exists in every
+    method; each category lists the indices that are of that kind in some method."""
+
+    values: int = 0
+    tensors: list[int] = field(default_factory=list)
+    constants: list[int] = field(default_factory=list)
+    lists: list[int] = field(default_factory=list)
+    scalars: list[int] = field(default_factory=list)
+    operators: int = 0
+    delegates: int = 0
+    instructions: int = 0
+    buffers: list[int] = field(default_factory=list)  # planned buffer sizes, index 0 included
+    offsets: list[int] = field(default_factory=list)  # memory offsets of planned tensors
+    sizes: list[int] = field(default_factory=list)  # every size of every tensor
+    constant_buffers: int = 0
+    xnn_values: int = 0  # value ids of the smallest XNNPACK graph
+    xnn_externs: int = 0
+
+
+def _pools(pte: bytes) -> Pools:
+    from pterun.format import Kind, ListValue, ProgramFile, Scalar, TensorSpec
+
+    program = ProgramFile(pte)
+    plans = [program.plan(name) for name in program.method_names]
+    p = Pools(values=min(len(plan.values) for plan in plans), operators=min(len(plan.operators) for plan in plans),
+              delegates=min(len(plan.delegates) for plan in plans),
+              instructions=min(len(plan.instructions) for plan in plans))
+    for plan in plans:
+        p.buffers = max(p.buffers, list(plan.buffer_sizes), key=len)
+        for i, v in enumerate(plan.values[: p.values]):
+            if isinstance(v, TensorSpec):
+                (p.constants if v.is_constant else p.tensors).append(i)
+                p.sizes.extend(v.sizes)
+                if v.memory_id is not None:
+                    p.offsets.append(v.memory_offset)
+                p.constant_buffers = max(p.constant_buffers, v.data_buffer_idx)
+            elif isinstance(v, ListValue) and v.kind in (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST, Kind.INT_LIST):
+                p.lists.append(i)
+            elif isinstance(v, Scalar):
+                p.scalars.append(i)
+    for category in (p.tensors, p.constants, p.lists, p.scalars, p.offsets, p.sizes):
+        category[:] = sorted(set(category)) or [0]
+    return p
+
+
+def map_xnnpack_blobs(pte: bytes, pools: Pools) -> list[Field]:
+    """The fields of every XNNPACK blob of the program, at their positions in the .pte."""
+    from pterun.backends.xnnpack._generated import xnngraph_generated as xfb
+    from pterun.backends.xnnpack._generated import xnngraph_layout
+    from pterun.backends.xnnpack.blob import split_blob
+    from pterun.format import ProgramFile
+
+    program = ProgramFile(pte)
+    found: list[Field] = []
+    counts = []
+    for name in program.method_names:
+        for d in program.plan(name).delegates:
+            if d.backend_id != "XnnpackBackend":
+                continue
+            blob = bytes(program.delegate_data(d.inline, d.index))
+            flatbuffer = bytes(split_blob(memoryview(blob)).flatbuffer)
+            at = pte.find(blob) + blob.find(flatbuffer)
+            m = StructureMap(len(flatbuffer))
+            _walk_flatbuffer(flatbuffer, xnngraph_layout, m)
+            found += [Field(f.name, at + f.pos, f.size) for f in m.fields]
+            root = xfb.XNNGraph.GetRootAs(flatbuffer, 0)
+            counts.append((root.XvaluesLength(), root.NumExterns()))
+    if counts:
+        pools.xnn_values, pools.xnn_externs = min(c[0] for c in counts), min(c[1] for c in counts)
+    return found
+
+
 @dataclass(repr=False)
 class Subject:
     name: str
@@ -512,19 +625,26 @@ class Subject:
     map: StructureMap
     ptd_map: StructureMap | None = None
     baseline: tuple | None = None
+    pools: Pools = field(default_factory=Pools)
+    blob_fields: list[Field] = field(default_factory=list)  # XNNPACK blobs' fields, at .pte positions
 
     def __repr__(self) -> str:
         return f"Subject({self.name!r})"
 
 
 def _subject(name: str, pte: bytes, ptd: list[bytes], inputs: dict) -> Subject:
-    return Subject(name, pte, ptd, inputs, map_program(pte), map_data_file(ptd[0]) if ptd else None)
+    pools = _pools(pte)
+    blob_fields = map_xnnpack_blobs(pte, pools)
+    return Subject(name, pte, ptd, inputs, map_program(pte), map_data_file(ptd[0]) if ptd else None,
+                   pools=pools, blob_fields=blob_fields)
 
 
 @pytest.fixture(scope="module")
 def subjects() -> dict[str, Subject]:
+    from tests.backends.xnnpack.programs import export_model, export_quantized
     from tests.format import programs
 
+    xnn_linear, xnn_q8 = export_model("et_toy_linear"), export_quantized("mlp", "per-tensor")
     stateful, external = programs.stateful(), programs.external()
     sin_segment, sin_inline = programs.delegated(inline=False), programs.delegated(inline=True)
     train = programs.trainable_external()
@@ -545,6 +665,9 @@ def subjects() -> dict[str, Subject]:
                  external.inputs),
         # Memory-planned tensors whose initial values are in a .ptd file.
         _subject("train-dense", dense_program(train.pte.read_bytes()), [dense_data_file(train_ptd)], train.inputs),
+        # XNNPACK blobs: a float linear layer with its weights, an 8-bit MLP (convert nodes, scales).
+        _subject("xnnpack-linear", xnn_linear.pte.read_bytes(), [], xnn_linear.inputs),
+        _subject("xnnpack-q8-dense", dense_program(xnn_q8.pte.read_bytes()), [], xnn_q8.inputs),
     ]
     return {s.name: s for s in made}
 
@@ -609,7 +732,7 @@ class Mutation:
 def check(worker: Worker, s: Subject, mutation: Mutation, source: str = "bytes") -> None:
     pte = mutation.apply(s.pte) if mutation.target == "pte" else s.pte
     ptd = [mutation.apply(s.ptd[0])] if mutation.target == "ptd" else s.ptd
-    request = {"pte": pte, "ptd": ptd, "inputs": s.inputs, "levels": [0, 1], "source": source}
+    request = {"pte": pte, "ptd": ptd, "inputs": s.inputs, "levels": [0, 1], "source": source, "summary": True}
     try:
         reply = worker.ask(request)
     except WorkerDied as died:
@@ -710,6 +833,95 @@ def oversized(draw, subjects: dict, ptd: bool = False):
     return s, Mutation(target, [("write", pos, _le(value, size))], f"{name} = {value}")
 
 
+# -- structure-aware: indices retargeted at other things the file has ------------------------------------
+
+# Fields holding a value index, and what else each may be retargeted at.
+VALUE_FIELDS = (
+    "pte.KernelCall.args[]", "pte.DelegateCall.args[]", "pte.ExecutionPlan.inputs[]", "pte.ExecutionPlan.outputs[]",
+    "pte.Chain.inputs[]", "pte.Chain.outputs[]", "pte.TensorList.items[]", "pte.OptionalTensorList.items[]",
+    "pte.IntList.items[]", "pte.MoveCall.move_from", "pte.MoveCall.move_to", "pte.JumpFalseCall.cond_value_index",
+    "pte.FreeCall.value_index",
+)
+SCALAR_TYPES = [0, 1, 2, 3, 4, 5, 6, 7, 11, 15, 22, 23, 24, 26, 27, 28, 44, 100]  # valid ones and a few that are not
+
+
+def _retarget_value(f: Field, p: Pools):
+    """What a field may be retargeted at: in range, and of a kind that makes the change mean something."""
+    name = f.name
+    if name in VALUE_FIELDS:
+        return st.one_of(st.sampled_from(p.tensors), st.sampled_from(p.constants), st.sampled_from(p.lists),
+                         st.sampled_from(p.scalars), st.integers(0, max(p.values - 1, 0)), st.just(-1))
+    if name == "pte.KernelCall.op_index":
+        return st.integers(0, max(p.operators - 1, 0))
+    if name in ("pte.DelegateCall.delegate_index", "pte.BackendDelegateDataReference.index"):
+        return st.integers(0, max(p.delegates, 1))
+    if name == "pte.JumpFalseCall.destination_instruction":
+        return st.integers(0, p.instructions)
+    if name == "pte.AllocationDetails.memory_id":
+        return st.integers(0, len(p.buffers))
+    if name == "pte.AllocationDetails.memory_offset_low":
+        return st.one_of(st.sampled_from(p.offsets), st.sampled_from(p.buffers),
+                         st.integers(0, max(p.buffers)).map(lambda v: v & ~15))
+    if name in ("pte.Tensor.sizes[]",):
+        return st.one_of(st.sampled_from(p.sizes), st.integers(0, 9))
+    if name == "pte.Tensor.dim_order[]":
+        return st.integers(0, 5)
+    if name == "pte.Tensor.scalar_type":
+        return st.sampled_from(SCALAR_TYPES)
+    if name == "pte.Tensor.data_buffer_idx":
+        return st.integers(0, p.constant_buffers + 1)
+    if name in ("pte.Tensor.shape_dynamism", "pte.BackendDelegateDataReference.location",
+                "pte.ExtraTensorInfo.location", "pte.ExtraTensorInfo.device_type"):
+        return st.integers(0, 3)
+    if name == "pte.Int.int_val":
+        return st.one_of(st.integers(-3, 9), st.sampled_from(p.sizes), st.sampled_from(p.offsets))
+    if name.startswith("xnngraph.") and name.endswith(("_id", "id_out", "_ids[]")) and "external" not in name:
+        return st.one_of(st.integers(0, max(p.xnn_values - 1, 0)), st.just(0xFFFFFFFF))
+    if name == "xnngraph.XNNTensorValue.external_id":
+        return st.one_of(st.integers(0, p.xnn_externs), st.just(0xFFFFFFFF))
+    if name.endswith(".flags"):
+        return st.integers(0, 3)
+    if name == "xnngraph.XNNTensorValue.datatype":
+        return st.integers(0, 15)
+    if name.endswith(("dims[]", "num_dims", "perm[]", "axis", "new_shape[]", "offsets[]", "sizes[]")):
+        return st.integers(0, 6)
+    return st.integers(0, 16)
+
+
+RETARGETED = (*VALUE_FIELDS, "pte.KernelCall.op_index", "pte.DelegateCall.delegate_index",
+              "pte.BackendDelegateDataReference", "pte.JumpFalseCall.destination_instruction",
+              "pte.AllocationDetails.memory_id", "pte.AllocationDetails.memory_offset_low", "pte.Tensor.sizes[]",
+              "pte.Tensor.dim_order[]", "pte.Tensor.scalar_type", "pte.Tensor.data_buffer_idx",
+              "pte.Tensor.shape_dynamism", "pte.ExtraTensorInfo", "pte.Int.int_val", "pte.CompileSpec.value[]")
+
+
+@st.composite
+def retargets(draw, subjects: dict, ptd: bool = False):
+    """One or two indices of a program set to other things it has (the flatbuffer stays valid)."""
+    s = subjects[draw(st.sampled_from(list(subjects)))]
+    spots = s.map.named(*RETARGETED)
+    writes, notes = [], []
+    for _ in range(draw(st.integers(1, 2))):
+        f = draw(st.sampled_from(spots))
+        value = draw(_retarget_value(f, s.pools))
+        writes.append(("write", f.pos, _le(value, f.size)))
+        notes.append(f"{f.name} = {value}")
+    return s, Mutation("pte", writes, "; ".join(notes))
+
+
+@st.composite
+def blob_retargets(draw, subjects: dict, ptd: bool = False):
+    """One or two fields of an XNNPACK blob (value ids, external ids, flags, dims, datatypes) retargeted."""
+    s = subjects[draw(st.sampled_from([n for n, s in subjects.items() if s.blob_fields]))]
+    writes, notes = [], []
+    for _ in range(draw(st.integers(1, 2))):
+        f = draw(st.sampled_from(s.blob_fields))
+        value = draw(_retarget_value(f, s.pools))
+        writes.append(("write", f.pos, _le(value, f.size)))
+        notes.append(f"{f.name} = {value}")
+    return s, Mutation("pte", writes, "; ".join(notes))
+
+
 @st.composite
 def overwrites(draw, subjects: dict, ptd: bool = False):
     s, target, m = draw(targets(subjects, ptd=ptd))
@@ -746,6 +958,9 @@ test_data_file_offset_bit_flips = _fuzz(offset_flips, ptd=True)
 test_data_file_values = _fuzz(index_values, ptd=True)
 test_data_file_oversized_sizes = _fuzz(oversized, ptd=True)
 test_data_file_random_overwrites = _fuzz(overwrites, ptd=True)
+# Retargeted indices also run from a read-only map, where a write into the program's bytes faults.
+test_program_retargeted_indices = _fuzz(retargets, sources=("bytes", "readonly"))
+test_xnnpack_blob_retargeted_fields = _fuzz(blob_retargets, sources=("bytes", "readonly"))
 
 
 @pytest.mark.parametrize("name, target", [("sin-inline-dense", "pte"), ("stateful", "pte"),
@@ -765,6 +980,44 @@ def test_every_offset_and_length_flipped(worker, subjects, name, target):
     for i, (pos, width) in enumerate(words):
         for bit in range(width) if every_bit else [(i * 3) % 8, 8 + (i * 7) % (width - 8)]:
             check(worker, s, Mutation(target, [("flip", pos + bit // 8, bit % 8)]))
+
+
+# Mutations the structure-aware fuzzer found, each once a crash, an Internal error or a write into the
+# program's bytes, now refused at load: (subject, [(field, which occurrence of it, value)], what the error says).
+FOUND = [
+    # A kernel's out retargeted at a constant (the weight): pterun wrote the caller's bytes.
+    ("stateful", [("pte.KernelCall.args[]", 14, 0)], "writes value 0, a constant"),
+    # A kernel argument retargeted at an int and at an int list where it reads a tensor.
+    ("external", [("pte.KernelCall.args[]", 2, 5)], "argument 2 is value 5, of kind int; it takes tensor"),
+    ("external", [("pte.KernelCall.args[]", 2, 6)], "argument 2 is value 6, of kind int_list; it takes tensor"),
+    # An XNNPACK bias whose dims no longer fit the layer.
+    ("xnnpack-linear", [("xnngraph.XNNTensorValue.dims[]", 4, 0)], "bias [0] for 3 output channels"),
+    # An XNNPACK delegate's output of another dtype, an input of another size, and one value passed as both.
+    ("xnnpack-linear", [("pte.Tensor.scalar_type", 1, 2)], "is given a torch.int16 tensor of sizes [3, 3]"),
+    ("xnnpack-linear", [("pte.ExecutionPlan.inputs[]", 0, 1), ("pte.Tensor.sizes[]", 0, 9)],
+     "is given a torch.float32 tensor of sizes [9, 3]"),
+    ("xnnpack-q8-dense", [("pte.DelegateCall.args[]", 1, 0)], "is given a torch.float32 tensor of sizes [8, 48]"),
+]
+
+
+@pytest.mark.parametrize("name, writes, expected", FOUND, ids=[f"{n}-{w[0][0]}" for n, w, _ in FOUND])
+def test_found_by_retargeting(worker, subjects, name, writes, expected):
+    s = subjects[name]
+    fields = s.map.fields + s.blob_fields
+    steps = []
+    for field_name, which, value in writes:
+        f = [g for g in fields if g.name == field_name][which]
+        steps.append(("write", f.pos, _le(value, f.size)))
+    mutation = Mutation("pte", steps, str(writes))
+    assert mutation.apply(s.pte) != s.pte  # premise: the file changed
+    pte = mutation.apply(s.pte)
+    for source in ("bytes", "readonly"):
+        reply = worker.ask({"pte": pte, "ptd": s.ptd, "inputs": s.inputs, "levels": [0, 1], "source": source,
+                            "summary": True})
+        for outcome in reply["outcomes"]:
+            errors = [outcome] if outcome[0] == "pte" else [r for r in outcome[1].values() if isinstance(r, tuple)]
+            assert outcome[0] != "error", outcome
+            assert any(code == 0x23 and expected in message for _, code, message in errors), outcome
 
 
 def test_the_worker_reports_a_crash_and_a_hang(worker, subjects):
@@ -840,9 +1093,9 @@ def test_planned_external_data_too_short_is_invalid_external_data():
         _load_method(build.program([plan]), data_path=build.data_file([("w", b"abcd", None)]))
 
 
-def test_copy_of_a_constant_into_a_value_that_is_no_tensor_is_not_folded():
-    """permute_copy.out of a constant whose out argument is a Null value."""
-    from pterun.errors import PteError
+def test_copy_of_a_constant_into_a_value_that_is_no_tensor_is_refused():
+    """permute_copy.out of a constant whose out argument is a Null value: refused at load, not folded."""
+    from pterun.errors import InvalidProgram
     from tests.format import build
 
     plan = build.Plan(
@@ -850,9 +1103,9 @@ def test_copy_of_a_constant_into_a_value_that_is_no_tensor_is_not_folded():
                 ("null",)],
         instructions=[("kernel", 0, [0, 3, 4, 4])], operators=[("aten::permute_copy", "out")],
     )
-    method = _load_method(build.program([plan], constant_buffers=[b"", build.floats(1, 2, 3, 4)]))
-    with pytest.raises(PteError):
-        method.execute([])
+    with pytest.raises(InvalidProgram) as info:
+        _load_method(build.program([plan], constant_buffers=[b"", build.floats(1, 2, 3, 4)]))
+    assert "argument 2 is value 4, of kind null; it takes tensor" in str(info.value)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:

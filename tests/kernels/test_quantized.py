@@ -312,9 +312,10 @@ def test_invalid_arguments_raise():
 
 def test_registry_binds_every_operator_by_arity():
     registry = default_registry()
-    for suffix, (_, nargs, _) in K._KERNELS.items():
-        name = f"quantized_decomposed::{suffix}"
-        factory = registry.lookup(name)
+    for _, text in K._KERNELS:
+        schema = torch._C.parse_schema(f"quantized_decomposed::{text}")
+        nargs = len(schema.arguments)
+        factory = registry.lookup(f"{schema.name}.{schema.overload_name}")
         binding = factory(nargs + 1)
         assert binding.positional == tuple(range(nargs))
         with pytest.raises(InvalidProgram):

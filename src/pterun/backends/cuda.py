@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pterun.backends.interface import BackendInterface
-from pterun.errors import DelegateInvalidCompatibility, InvalidState
+from pterun.errors import DelegateInvalidCompatibility, InvalidProgram, InvalidState
 
 BACKEND_ID = "PterunCudaBackend"
 
@@ -42,6 +42,15 @@ class CudaBackend(BackendInterface):
         method = context.load_program(processed, device).load_method("forward")
         meta = method.metadata
         return _Handle(method, meta.num_inputs(), [None] * meta.num_outputs())
+
+    def written_arguments(self, handle: _Handle, args) -> list[int]:
+        """The outer values the nested method writes: its outputs, and any input it updates in place."""
+        n, outputs, count = handle.inputs, len(handle.bound), len(args)
+        if count != n + outputs:
+            raise InvalidProgram(
+                f"{BACKEND_ID}: the nested method takes {n} inputs and {outputs} outputs; the call passes {count} values"
+            )
+        return sorted(handle.method.written_inputs) + list(range(n, count))
 
     def execute(self, handle: _Handle, args: list) -> None:
         method, n = handle.method, handle.inputs

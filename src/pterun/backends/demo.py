@@ -56,6 +56,10 @@ class CompilerDemoBackend(BackendInterface):
             raise DelegateInvalidCompatibility(f"{NAME}: cannot tell how {', '.join(names)} connect")
         return tuple(ops)
 
+    def written_arguments(self, handle, args) -> range:
+        # Every blob writes its last argument (``z`` of mm-then-add, the one output otherwise), no other.
+        return range(max(len(args) - 1, 0), len(args))
+
     def execute(self, handle, args: list) -> None:
         out = args[-1]
         for op, _, dtype, debug_handle in handle:

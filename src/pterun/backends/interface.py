@@ -8,6 +8,14 @@ values, inputs first, then outputs: torch tensors (which the backend writes in
 place, resizing dynamic ones), ints, floats, bools or None. ``destroy`` runs
 when the method is dropped.
 
+``written_arguments`` says which of those values a delegate writes. The
+executor refuses at load a program whose delegate would write a constant (a
+view of the program's bytes), and leaves what a delegate reads alone when it
+turns copies into views. The default, every argument, is always safe; a
+backend whose delegates are passed constants (weights the partitioner left
+outside the blob) must say which arguments are outputs, or such programs are
+refused.
+
 Errors: raise a :class:`pterun.errors.PteError` subclass. By ExecuTorch's
 convention a blob the backend cannot run is ``DelegateInvalidCompatibility``
 (0x30), an allocation failure ``DelegateMemoryAllocationFailed`` (0x31), and a
@@ -18,7 +26,7 @@ from ``execute`` is reported as ``Internal``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +70,20 @@ class BackendInterface(ABC):
     @abstractmethod
     def execute(self, handle: Any, args: list) -> None:
         """Runs the delegate: reads the inputs and writes the outputs in ``args``."""
+
+    def written_arguments(self, handle: Any, args: Sequence) -> Iterable[int]:
+        """Positions in ``execute``'s ``args`` that the delegate writes, for a call passing ``args``.
+
+        Asked once per delegate call at method load, after ``init``, with the call's values as they
+        are known then: tensors of the dtype and sizes the call passes (upper bounds where a size is
+        dynamic; on the ``meta`` device when the caller binds a new tensor on each call), and scalars.
+        Include every argument written in place, inputs too. Raise a :class:`pterun.errors.PteError`
+        (``InvalidProgram``) when the call cannot be right for this blob (too many values, a tensor of
+        another dtype or size than the blob's), so that it fails at load rather than while running.
+        The default, every argument, checks nothing and is conservative: never wrong, but it refuses
+        programs that pass constants.
+        """
+        return range(len(args))
 
     def destroy(self, handle: Any) -> None:  # noqa: B027 - optional hook
         """Releases what ``init`` acquired."""

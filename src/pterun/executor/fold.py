@@ -11,90 +11,24 @@ only read by them can be a view, computed either
 * at its place in the method, when the bytes it reads are not written by any
   instruction before its last reader runs (an activation transpose).
 
-Either way a copy is replaced only when the value it writes is written
-nowhere else, is no method output, is read only by ATen kernels (a delegate
-or ``et_view`` may rely on the planned layout), and shares no bytes with a
-view the exporter planned on top of it (such a view is read, never written,
-and sees its base's bytes through the arena). Methods with jumps keep their
-copies: their instruction order is not the order they run in.
+Either way a copy is replaced only when the memory it writes is written
+nowhere else (through any value that may refer to it: what each step writes
+and reads is effects.py's), is no method output, is read only by ATen kernels
+(a delegate or ``et_view`` may rely on the planned layout), and shares no
+bytes with a view the exporter planned on top of it (such a view is read,
+never written, and sees its base's bytes through the arena). Methods with
+jumps keep their copies: their instruction order is not the order they run in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-
 import torch
 
 from pterun.executor.codegen import DelegateStep, KernelStep
-from pterun.format import JumpFalseCall, Kind, ListValue, MoveCall, Plan, TensorSpec
+from pterun.executor.effects import MethodEffects
+from pterun.format import JumpFalseCall, Kind, ListValue, Plan, TensorSpec
 from pterun.kernels import Binding
-
-_VIEWABLE_OUT = ("out", "Tensor_out", "int_out", "dims_out", "dim_out")
-
-
-def _view_op(name: str):
-    """The view op an ``aten::<op>_copy`` out-variant copies: permute_copy.out -> permute.default."""
-    if not name.startswith("aten::"):
-        return None
-    base, _, overload = name[len("aten::"):].partition(".")
-    if not base.endswith("_copy") or overload not in _VIEWABLE_OUT:
-        return None
-    view_overload = "default" if overload == "out" else overload[: -len("_out")]
-    packet = getattr(torch.ops.aten, base[: -len("_copy")], None)
-    return getattr(packet, view_overload, None) if packet is not None else None
-
-
-@dataclass
-class _Uses:
-    """Which values each step writes and reads (lists expanded to their tensors)."""
-
-    plan: Plan
-    writes: list[set[int]] = field(default_factory=list)
-    reads: list[set[int]] = field(default_factory=list)
-    writers: dict[int, int] = field(default_factory=dict)
-    readers: dict[int, list[int]] = field(default_factory=dict)
-
-    def items(self, vi: int) -> Sequence[int]:
-        value = self.plan.values[vi]
-        if isinstance(value, ListValue) and value.kind in (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST):
-            return [i for i in value.items if i >= 0]
-        return (vi,)
-
-    def add(self, n: int, written: list[int], read: list[int]) -> None:
-        w = {t for vi in written for t in self.items(vi)}
-        r = {t for vi in read for t in self.items(vi)}
-        self.writes.append(w)
-        self.reads.append(r)
-        for vi in w:
-            self.writers[vi] = self.writers.get(vi, 0) + 1
-        for vi in r:
-            self.readers.setdefault(vi, []).append(n)
-
-
-def _uses(plan: Plan, steps: list) -> _Uses:
-    uses = _Uses(plan)
-    for n, step in enumerate(steps):
-        if isinstance(step, KernelStep):
-            b = step.binding
-            read = [step.args[p] for p in (*b.positional, *(i for _, i in b.keywords)) if p not in b.writes]
-            if step.name.startswith("aten::"):
-                written = [step.args[p] for p in (*b.writes, *b.mutates)]
-            else:
-                # Only ATen schemas say which arguments a kernel writes; assume the others write them all.
-                written = list(step.args)
-            if b.result is not None:
-                written.append(step.args[b.result])
-            uses.add(n, written, read)
-        elif isinstance(step, DelegateStep):
-            uses.add(n, list(step.args), list(step.args))
-        elif isinstance(step, MoveCall):
-            uses.add(n, [step.target, step.target], [step.source])
-        elif isinstance(step, JumpFalseCall):
-            uses.add(n, [], [step.condition])
-        else:
-            uses.add(n, [], [])
-    return uses
+from pterun.kernels.views import view_of
 
 
 def _overlaps(a: TensorSpec, b: TensorSpec) -> bool:
@@ -103,12 +37,11 @@ def _overlaps(a: TensorSpec, b: TensorSpec) -> bool:
 
 
 class _Rewriter:
-    def __init__(self, plan: Plan, steps: list, objects: list, computed: set[int]) -> None:
-        self.plan, self.steps, self.objects = plan, steps, objects
-        self.uses = _uses(plan, steps)
+    def __init__(self, plan: Plan, steps: list, objects: list, computed: set[int], effects: MethodEffects) -> None:
+        self.plan, self.steps, self.objects, self.effects = plan, steps, objects, effects
         self.outputs = set(plan.outputs)
-        written = set(self.uses.writers) | set(plan.inputs)
-        self.aliases = [plan.values[vi] for vi in self.uses.readers if vi not in written
+        written = set(effects.writers) | effects.bound | set(plan.inputs)
+        self.aliases = [plan.values[vi] for vi in effects.readers if vi not in written
                         and isinstance(plan.values[vi], TensorSpec) and plan.values[vi].memory_id is not None
                         and plan.values[vi].data_buffer_idx == 0]
         # Values known only at run time (symbolic sizes), directly or inside a list.
@@ -117,40 +50,46 @@ class _Rewriter:
             if isinstance(value, ListValue) and value.kind == Kind.INT_LIST and self.moving.intersection(value.items):
                 self.moving.add(li)
 
-    def candidate(self, step) -> tuple | None:
-        """(view op, output value) when the step is a copy whose result could be a view."""
+    def candidate(self, n: int, step) -> tuple | None:
+        """(view op, output value) when step ``n`` is a copy whose result could be a view."""
         if not isinstance(step, KernelStep):
             return None
-        view = _view_op(step.name)
+        view = view_of(step.name)
         b = step.binding
         if view is None or len(b.writes) != 1:
             return None
         out = step.args[b.writes[0]]
         spec = self.plan.values[out]
-        if self.uses.writers.get(out) != 1 or out in self.outputs or not isinstance(spec, TensorSpec):
+        # Nothing else may write the result's memory, through any value that may refer to it.
+        if (self.effects.writers.get(out) != [n] or out in self.effects.bound or out in self.outputs
+                or not isinstance(spec, TensorSpec)):
             return None
         if not all(isinstance(self.steps[r], KernelStep) and self.steps[r].name.startswith("aten::")
-                   for r in self.uses.readers.get(out, ())):
+                   for r in self.effects.readers.get(out, ())):
             return None
         if spec.memory_id is not None and any(_overlaps(spec, a) for a in self.aliases):
             return None
         return view, out
 
     def tensor_inputs(self, step: KernelStep) -> list[int]:
+        return [step.args[p] for p in self.tensor_positions(step)]
+
+    def tensor_positions(self, step: KernelStep) -> list[int]:
         b = step.binding
-        return [step.args[p] for p in (*b.positional, *(i for _, i in b.keywords))
+        return [p for p in (*b.positional, *(i for _, i in b.keywords))
                 if p not in b.writes and isinstance(self.plan.values[step.args[p]], TensorSpec)]
 
 
-def fold_constant_views(plan: Plan, steps: list, objects: list, constants: set[int], computed: set[int]) -> list:
+def fold_constant_views(plan: Plan, steps: list, objects: list, constants: set[int], computed: set[int],
+                        effects: MethodEffects) -> list:
     """Steps with copies of constants replaced by None, their values' objects by views made now.
 
-    ``constants`` gains the folded values."""
-    rw = _Rewriter(plan, steps, objects, computed)
+    ``effects`` are the steps' effects; ``constants`` gains the folded values."""
+    rw = _Rewriter(plan, steps, objects, computed, effects)
     folded = constants
     result = []
-    for step in steps:
-        found = rw.candidate(step)
+    for n, step in enumerate(steps):
+        found = rw.candidate(n, step)
         if found is None or not _fold_now(rw, step, found, folded):
             result.append(step)
         else:
@@ -188,15 +127,18 @@ def _fold_now(rw: _Rewriter, step: KernelStep, found, folded: set[int]) -> bool:
     return True
 
 
-def elide_view_copies(plan: Plan, steps: list, objects: list, computed: set[int], params: set[int]) -> tuple[list, set[int]]:
-    """Copies of activations that can be views made in their place; returns the steps and the new locals."""
+def elide_view_copies(plan: Plan, steps: list, objects: list, computed: set[int], params: set[int],
+                      effects: MethodEffects) -> tuple[list, set[int]]:
+    """Copies of activations that can be views made in their place; returns the steps and the new locals.
+
+    ``effects`` are those of the method's steps before any were folded."""
     if any(isinstance(s, JumpFalseCall) for s in steps):
         return steps, set()
-    rw = _Rewriter(plan, steps, objects, computed)
+    rw = _Rewriter(plan, steps, objects, computed, effects.after(steps))
     result = list(steps)
     made: set[int] = set()
     for n, step in enumerate(steps):
-        found = rw.candidate(step)
+        found = rw.candidate(n, step)
         if found is None:
             continue
         view, out = found
@@ -207,7 +149,7 @@ def elide_view_copies(plan: Plan, steps: list, objects: list, computed: set[int]
         spec = plan.values[source]
         if not isinstance(spec, TensorSpec) or (spec.memory_id is None and source not in params):
             continue
-        last = max(rw.uses.readers.get(out, [n]))
+        last = max(rw.effects.readers.get(out, [n]))
         if not _untouched(rw, source, spec, n, last):
             continue
         b = step.binding
@@ -220,21 +162,23 @@ def elide_view_copies(plan: Plan, steps: list, objects: list, computed: set[int]
             tuple((k, p) for k, p in b.keywords if p not in b.writes),
             b.writes[0],
             b.convert,
+            aliases=tuple(rw.tensor_positions(step)),
         ), step.args)
         made.add(out)
     return result, made
 
 
 def _untouched(rw: _Rewriter, source: int, spec: TensorSpec, first: int, last: int) -> bool:
-    """No step after ``first``, up to ``last``, writes the source value or bytes it occupies."""
+    """No step after ``first``, up to ``last``, writes the source's memory or bytes it occupies."""
+    source_memory = rw.effects.memory(source)
     for k in range(first + 1, last + 1):
-        for vi in rw.uses.writes[k]:
-            if vi == source:
+        if isinstance(rw.steps[k], DelegateStep):
+            return False
+        for m in rw.effects.written[k]:
+            if m in source_memory:
                 return False
-            written = rw.plan.values[vi]
+            written = rw.plan.values[m]
             if (spec.memory_id is not None and isinstance(written, TensorSpec) and written.memory_id is not None
                     and _overlaps(spec, written)):
                 return False
-        if isinstance(rw.steps[k], DelegateStep):
-            return False
     return True

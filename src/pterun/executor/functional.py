@@ -28,7 +28,7 @@ from pterun.core.layout import CHANNELS_LAST_4D, CHANNELS_LAST_5D
 from pterun.executor.codegen import DelegateStep, KernelStep
 from pterun.executor.source import make_function
 from pterun.format import Kind, ListValue, Plan, TensorSpec
-from pterun.kernels.aten import overload_of
+from pterun.kernels.aten import overload_of, overloads_of
 
 
 class Unsupported(Exception):
@@ -49,9 +49,7 @@ def functional_of(name: str):
     schema = out._schema
     inputs = [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
     n_out = sum(1 for a in schema.arguments if a.is_out)
-    packet = getattr(torch.ops.aten, schema.name.split("::")[1])
-    for overload_name in packet.overloads():
-        candidate = getattr(packet, overload_name)
+    for candidate in overloads_of(schema.name):
         s = candidate._schema
         if any(a.is_out or (a.alias_info is not None and a.alias_info.is_write) for a in s.arguments):
             continue

@@ -8,7 +8,9 @@ Load (``Method.__init__``), in ExecuTorch's order:
    (so aliasing and in-place updates behave as planned), constants view the
    file's bytes, initial values of mutable buffers are copied in;
 3. initialize delegates, then resolve every operator to a kernel;
-4. compile the instruction chain into one Python function (codegen.py).
+4. check every call's arguments (arguments.py) and that no step writes a
+   constant (effects.py), then turn copies into views (fold.py);
+5. compile the instruction chain into one Python function (codegen.py).
 
 Everything is built in locals and only kept once all of it succeeded, so a
 failed load leaves nothing behind and other methods are untouched.
@@ -30,8 +32,10 @@ from pterun.core.layout import is_contiguous_order, strides_for
 from pterun.errors import (
     Internal, InvalidArgument, InvalidExternalData, InvalidState, NotFound, NotSupported, PteError,
 )
+from pterun.executor.arguments import check_arguments
 from pterun.executor.codegen import DelegateStep, KernelStep, MethodValues, compile_method, failing_step
 from pterun.executor.compiled import CompiledFunction
+from pterun.executor.effects import MethodEffects, check_writes, delegate_writes, written_inputs
 from pterun.executor.fold import elide_view_copies, fold_constant_views
 from pterun.executor.functional import Unsupported as FunctionalUnsupported
 from pterun.executor.functional import functional_method
@@ -69,9 +73,15 @@ class Method:
         handles, delegate_fns = self._delegates(plan)
         try:
             steps, locals_ = self._steps(plan, delegate_fns)
+            # Every call gets values of the kinds it takes (arguments.py); what every step writes and
+            # reads, and nothing may write a constant (effects.py).
+            check_arguments(plan, steps)
+            effects = MethodEffects(plan, steps, delegate_writes(plan, handles, objects))
+            check_writes(plan, steps, effects)
             constants = {i for i, v in enumerate(plan.values) if isinstance(v, TensorSpec) and v.is_constant}
-            steps = fold_constant_views(plan, steps, objects, constants, locals_)
-            steps, views = elide_view_copies(plan, steps, objects, locals_, {vi for vi in params if vi in plan.inputs})
+            steps = fold_constant_views(plan, steps, objects, constants, locals_, effects)
+            steps, views = elide_view_copies(plan, steps, objects, locals_, {vi for vi in params if vi in plan.inputs},
+                                             effects)
             locals_ |= views
         except BaseException:
             self._destroy_delegates(handles)
@@ -116,6 +126,7 @@ class Method:
                     functional, dynamic=any(vi in dynamic for vi in params_in))
 
         # Everything succeeded: keep it.
+        self.written_inputs = written_inputs(plan, effects)  # inputs the method updates in place
         self._arenas = arenas
         self._scratch = scratch
         self._objects = objects

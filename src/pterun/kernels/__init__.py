@@ -30,7 +30,7 @@ def _cuda_mm(count: int) -> Binding:
         from pterun.kernels.triton.gemv import mm_out
     except ImportError:  # no Triton: torch's kernel
         return generic
-    return Binding(mm_out, (0, 1), (("out", 2),), None, (), generic.writes)
+    return Binding(mm_out, (0, 1), (("out", 2),), None, (), generic.writes, accepts=generic.accepts)
 
 
 __all__ = ["Binding", "KernelFactory", "KernelRegistry", "default_registry", "fixed_arity"]

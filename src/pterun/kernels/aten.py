@@ -16,6 +16,7 @@ import torch
 from pterun.core.dtype import to_torch
 from pterun.errors import InvalidProgram
 from pterun.kernels.registry import Binding, KernelFactory
+from pterun.kernels.schema import argument_kinds, result_kinds
 
 _MEMORY_FORMATS = (torch.contiguous_format, torch.preserve_format, torch.channels_last, torch.channels_last_3d)
 _LAYOUTS = {0: torch.strided, 1: torch.sparse_coo}
@@ -59,12 +60,43 @@ def split_name(name: str) -> tuple[str, str, str]:
     return namespace, op, overload or "default"
 
 
-def overload_of(name: str):
-    namespace, op, overload = split_name(name)
+@functools.lru_cache(maxsize=1)
+def _registered() -> dict[str, dict[str, tuple[str, str]]]:
+    """Every operator torch registers: qualified name ("aten::add") -> {overload ("out", "default"): the
+    (name, overload name) torch knows it by}. Built from the operator registry's schemas, once."""
+    table: dict[str, dict[str, tuple[str, str]]] = {}
+    for schema in torch._C._jit_get_all_schemas():
+        table.setdefault(schema.name, {})[schema.overload_name or "default"] = (schema.name, schema.overload_name)
+    return table
+
+
+def _resolve(qualified: str, overload: str):
+    # Only names the registry holds reach torch.ops, so a name from a program never selects a Python
+    # attribute (a name like "aten::add.__class__" is simply not an operator).
+    known = _registered().get(qualified, {}).get(overload)
+    if known is None:
+        return None
+    namespace, _, op = known[0].partition("::")
     try:
-        return getattr(getattr(getattr(torch.ops, namespace), op), overload)
+        found = getattr(getattr(getattr(torch.ops, namespace), op), overload)
     except (AttributeError, RuntimeError):
         return None
+    if not isinstance(found, torch._ops.OpOverload) or found._schema.name != known[0] or \
+            found._schema.overload_name != known[1]:
+        return None
+    return found
+
+
+def overload_of(name: str):
+    """The ``OpOverload`` a program's operator name ("aten::add.out") names, or None if torch has none."""
+    namespace, op, overload = split_name(name)
+    return _resolve(f"{namespace}::{op}", overload)
+
+
+def overloads_of(qualified: str) -> list:
+    """Every ``OpOverload`` of an operator ("aten::add"), in the registry's order."""
+    found = (_resolve(qualified, overload) for overload in _registered().get(qualified, {}))
+    return [o for o in found if o is not None]
 
 
 def schema_kernel(overload, name: str) -> KernelFactory:
@@ -82,7 +114,13 @@ def schema_kernel(overload, name: str) -> KernelFactory:
                     if not a.is_out and a.alias_info is not None and a.alias_info.is_write)
     # Results that alias a written argument are that argument: nothing to assign.
     returns_fresh = any(r.alias_info is None or not r.alias_info.is_write for r in schema.returns)
-    binding = Binding(overload._op, positional, keywords, n if returns_fresh else None, convert, writes, mutates)
+    # A result that is a view (``Tensor(a)``, or a list of them) shares memory with the arguments
+    # annotated with an alias set; the schema's contained types are not inspected, so any such
+    # argument counts.
+    views = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+    aliases = tuple(i for i, a in enumerate(arguments) if a.alias_info is not None) if views else ()
+    binding = Binding(overload._op, positional, keywords, n if returns_fresh else None, convert, writes, mutates,
+                      aliases, argument_kinds(schema), result_kinds(schema) if returns_fresh else None)
 
     def factory(count: int) -> Binding:
         if count != n + 1:

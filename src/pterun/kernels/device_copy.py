@@ -21,4 +21,5 @@ def _copy(self: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 def register(registry: KernelRegistry) -> None:
     for name in ("et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"):
-        registry.register(name, fixed_arity(_copy, 3, name, result=False, mutates=(1,), keywords={1: "out"}))
+        registry.register(name, fixed_arity(_copy, 3, name, result=False, mutates=(1,), keywords={1: "out"},
+                                            accepts=(frozenset({"tensor"}), frozenset({"tensor"}))))

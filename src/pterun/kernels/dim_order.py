@@ -30,9 +30,14 @@ def _empty_dim_order(size, dim_order, out: torch.Tensor) -> torch.Tensor:
     return out
 
 
+_TENSOR, _DIM_ORDER = frozenset({"tensor"}), frozenset({"int_list", "null"})
+
+
 def register(registry: KernelRegistry) -> None:
     for op in ("_to_dim_order_copy", "_clone_dim_order"):
         name = f"dim_order_ops::{op}.out"
-        registry.register(name, fixed_arity(_to_dim_order_copy, 5, name, result=False, mutates=(3,)))
+        registry.register(name, fixed_arity(_to_dim_order_copy, 5, name, result=False, mutates=(3,),
+                                            accepts=(_TENSOR, frozenset({"bool"}), _DIM_ORDER, _TENSOR)))
     name = "dim_order_ops::_empty_dim_order.out"
-    registry.register(name, fixed_arity(_empty_dim_order, 4, name, result=False, mutates=(2,)))
+    registry.register(name, fixed_arity(_empty_dim_order, 4, name, result=False, mutates=(2,),
+                                        accepts=(frozenset({"int_list"}), _DIM_ORDER, _TENSOR)))

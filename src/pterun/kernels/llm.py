@@ -28,8 +28,9 @@ from collections.abc import Callable
 
 import torch
 
-from pterun.errors import InvalidArgument, InvalidProgram
-from pterun.kernels.registry import Binding, KernelFactory, KernelRegistry
+from pterun.errors import InvalidArgument
+from pterun.kernels.registry import KernelRegistry
+from pterun.kernels.schema import python_kernel
 
 _F32 = torch.float32
 _KV_BLOCK = 512
@@ -418,31 +419,43 @@ def tile_crop(input, tile_size, out):
 # -- registration --------------------------------------------------------------
 
 
-def _factory(fn: Callable, nargs: int, name: str) -> KernelFactory:
-    binding = Binding(fn, tuple(range(nargs)))
-
-    def factory(count: int) -> Binding:
-        if count != nargs + 1:
-            raise InvalidProgram(f"{name} takes {nargs} arguments and a result; the call passes {count}")
-        return binding
-
-    return factory
-
-
-_KERNELS: dict[str, tuple[Callable, int]] = {
-    "llama::sdpa_with_kv_cache.out": (sdpa_with_kv_cache, 12),
-    "llama::custom_sdpa.out": (custom_sdpa, 9),
-    "llama::custom_quantized_sdpa.out": (custom_quantized_sdpa, 16),
-    "llama::update_cache.out": (update_cache, 4),
-    "llama::update_cache_with_indices.out": (update_cache_with_indices, 5),
-    "llama::gated_delta_rule.out": (gated_delta_rule, 8),
-    "llama::channelwise_gated_delta_rule.out": (gated_delta_rule, 8),
-    "llama::fast_hadamard_transform.out": (fast_hadamard_transform, 2),
-    "llama::fallback.out": (fallback, 2),
-    "preprocess::tile_crop.out": (tile_crop, 3),
-}
+# Each kernel with the schema ExecuTorch registers for it: its arguments in order (the kernel takes them
+# positionally) and which it writes (caches in place, outs).
+_KERNELS: list[tuple[Callable, str]] = [
+    (sdpa_with_kv_cache, (
+        "llama::sdpa_with_kv_cache.out(Tensor query, Tensor key, Tensor value, Tensor(a!) key_cache, "
+        "Tensor(b!) value_cache, SymInt start_pos, SymInt seq_len, Tensor? attn_mask=None, "
+        "float drpout_p=0., bool is_causal=False, float? scale=None, *, Tensor(c!) out) -> Tensor(c!)")),
+    (custom_sdpa, (
+        "llama::custom_sdpa.out(Tensor query, Tensor key, Tensor value, SymInt start_pos, "
+        "Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None, *, "
+        "Tensor(a!) out) -> Tensor(a!)")),
+    (custom_quantized_sdpa, (
+        "llama::custom_quantized_sdpa.out(Tensor query, Tensor key, Tensor value, SymInt start_pos, "
+        "Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None, "
+        "Tensor? q_zero_points=None, Tensor? q_scales=None, Tensor? k_zero_points=None, Tensor? k_scales=None, "
+        "Tensor? v_zero_points=None, Tensor? v_scales=None, bool is_seq_at_dim_2=False, *, "
+        "Tensor(a!) out) -> Tensor(a!)")),
+    # The schema says out is written too; the kernel leaves that placeholder as it is.
+    (update_cache, (
+        "llama::update_cache.out(Tensor value, Tensor(a!) cache, SymInt start_pos, *, "
+        "Tensor(b!) out) -> Tensor(b!)")),
+    (update_cache_with_indices, (
+        "llama::update_cache_with_indices.out(Tensor value, Tensor(a!) cache, SymInt start_pos, "
+        "Tensor indices, *, Tensor(b!) out) -> Tensor(b!)")),
+    (gated_delta_rule, (
+        "llama::gated_delta_rule.out(Tensor query, Tensor key, Tensor value, Tensor decay, Tensor beta, "
+        "Tensor initial_state, *, Tensor(a!) out, Tensor(b!) final_state_out) -> (Tensor(a!), Tensor(b!))")),
+    (gated_delta_rule, (
+        "llama::channelwise_gated_delta_rule.out(Tensor query, Tensor key, Tensor value, Tensor decay, "
+        "Tensor beta, Tensor initial_state, *, Tensor(a!) out, Tensor(b!) final_state_out) "
+        "-> (Tensor(a!), Tensor(b!))")),
+    (fast_hadamard_transform, "llama::fast_hadamard_transform.out(Tensor mat, *, Tensor(a!) out) -> Tensor(a!)"),
+    (fallback, "llama::fallback.out(Tensor input, *, Tensor(a!) output) -> Tensor(a!)"),
+    (tile_crop, "preprocess::tile_crop.out(Tensor input, int tile_size, *, Tensor(a!) out) -> Tensor(a!)"),
+]
 
 
 def register(registry: KernelRegistry) -> None:
-    for name, (fn, nargs) in _KERNELS.items():
-        registry.register(name, _factory(fn, nargs, name))
+    for fn, schema in _KERNELS:
+        registry.register(*python_kernel(fn, schema))

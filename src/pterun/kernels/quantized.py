@@ -30,8 +30,9 @@ from collections.abc import Callable
 import torch
 
 from pterun.core.dtype import to_torch
-from pterun.errors import InvalidArgument, InvalidProgram
-from pterun.kernels.registry import Binding, KernelFactory, KernelRegistry
+from pterun.errors import InvalidArgument
+from pterun.kernels.registry import KernelRegistry
+from pterun.kernels.schema import python_kernel
 
 _F32 = torch.float32
 _INT64_RANGE = 2.0**63
@@ -536,42 +537,74 @@ def mixed_linear(input, weight, weight_scales, weight_zero_points, dtype, out):
 # -- registration --------------------------------------------------------------
 
 
-def _factory(fn: Callable, nargs: int, name: str, dtypes: tuple[int, ...] = ()) -> KernelFactory:
-    """Binds the ``nargs`` schema arguments positionally; ints at ``dtypes`` are ScalarType codes."""
-    binding = Binding(fn, tuple(range(nargs)), convert=tuple((i, _dtype) for i in dtypes))
-
-    def factory(count: int) -> Binding:
-        if count != nargs + 1:
-            raise InvalidProgram(f"{name} takes {nargs} arguments and a result; the call passes {count}")
-        return binding
-
-    return factory
-
-
-_KERNELS: dict[str, tuple[Callable, int, tuple[int, ...]]] = {
-    "quantize_per_tensor.out": (quantize_per_tensor, 7, (5,)),
-    "quantize_per_tensor.Tensor_out": (quantize_per_tensor_tensor, 7, (5,)),
-    "quantize_per_channel.out": (quantize_per_channel, 8, (6,)),
-    "quantize_per_token.out": (quantize_per_token, 7, (5,)),
-    "dequantize_per_tensor.out": (dequantize_per_tensor, 8, (5, 6)),
-    "dequantize_per_tensor.Tensor_out": (dequantize_per_tensor_tensor, 8, (5, 6)),
-    "dequantize_per_channel.out": (dequantize_per_channel, 9, (6, 7)),
-    "dequantize_per_token.out": (dequantize_per_token, 8, (5, 6)),
-    "choose_qparams.Tensor_out": (choose_qparams, 7, (4,)),
-    "choose_qparams_per_token_asymmetric.out": (choose_qparams_per_token_asymmetric, 4, (1,)),
-    "add.out": (add, 15, ()),
-    "embedding_byte.out": (_embedding_kernel(8, False), 7, ()),
-    "embedding_byte.dtype_out": (_embedding_kernel(8, True), 8, (6,)),
-    "embedding_4bit.out": (_embedding_kernel(4, False), 7, ()),
-    "embedding_4bit.dtype_out": (_embedding_kernel(4, True), 8, (6,)),
-    "embedding_2bit.out": (_embedding_kernel(2, False), 7, ()),
-    "embedding_2bit.dtype_out": (_embedding_kernel(2, True), 8, (6,)),
-    "mixed_mm.out": (mixed_mm, 5, ()),
-    "mixed_linear.out": (mixed_linear, 6, (4,)),
-}
+# Each kernel with the schema ExecuTorch registers for it (in the quantized_decomposed namespace): its
+# arguments in order (the kernel takes them positionally), which are ScalarType codes, and which it
+# writes (its outs).
+_KERNELS: list[tuple[Callable, str]] = [
+    (add, (
+        "add.out(Tensor a, float a_scale, int a_zero_point, int a_quant_min, int a_quant_max, Tensor b, "
+        "float b_scale, int b_zero_point, int b_quant_min, int b_quant_max, float out_scale, "
+        "int out_zero_point, int out_quant_min, int out_quant_max, *, Tensor(a!) out) -> Tensor(a!)")),
+    (choose_qparams, (
+        "choose_qparams.Tensor_out(Tensor input, int quant_min, int quant_max, float eps, ScalarType dtype, *, "
+        "Tensor(a!) scale_out, Tensor(b!) zero_point_out) -> (Tensor(a!), Tensor(b!))")),
+    (dequantize_per_tensor, (
+        "dequantize_per_tensor.out(Tensor input, float scale, int zero_point, int quant_min, int quant_max, "
+        "ScalarType dtype, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)")),
+    (dequantize_per_tensor_tensor, (
+        "dequantize_per_tensor.Tensor_out(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
+        "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)")),
+    (quantize_per_channel, (
+        "quantize_per_channel.out(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, "
+        "int quant_max, ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)")),
+    (dequantize_per_channel, (
+        "dequantize_per_channel.out(Tensor input, Tensor scales, Tensor? zero_points, int axis, int quant_min, "
+        "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)")),
+    (_embedding_kernel(8, False), (
+        "embedding_byte.out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+        "int weight_quant_min, int weight_quant_max, Tensor indices, *, Tensor(a!) out) -> Tensor(a!)")),
+    (_embedding_kernel(8, True), (
+        "embedding_byte.dtype_out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+        "int weight_quant_min, int weight_quant_max, Tensor indices, *, ScalarType? dtype=None, "
+        "Tensor(a!) out) -> Tensor(a!)")),
+    (_embedding_kernel(2, False), (
+        "embedding_2bit.out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+        "int weight_quant_min, int weight_quant_max, Tensor indices, *, Tensor(a!) out) -> Tensor(a!)")),
+    (_embedding_kernel(2, True), (
+        "embedding_2bit.dtype_out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+        "int weight_quant_min, int weight_quant_max, Tensor indices, ScalarType? dtype=None, *, "
+        "Tensor(a!) out) -> Tensor(a!)")),
+    (_embedding_kernel(4, False), (
+        "embedding_4bit.out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+        "int weight_quant_min, int weight_quant_max, Tensor indices, *, Tensor(a!) out) -> Tensor(a!)")),
+    (_embedding_kernel(4, True), (
+        "embedding_4bit.dtype_out(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+        "int weight_quant_min, int weight_quant_max, Tensor indices, ScalarType? dtype=None, *, "
+        "Tensor(a!) out) -> Tensor(a!)")),
+    (mixed_mm, (
+        "mixed_mm.out(Tensor input, Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, *, "
+        "Tensor(a!) out) -> Tensor(a!)")),
+    (mixed_linear, (
+        "mixed_linear.out(Tensor input, Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+        "ScalarType? dtype=None, *, Tensor(a!) out) -> Tensor(a!)")),
+    (quantize_per_tensor, (
+        "quantize_per_tensor.out(Tensor input, float scale, int zero_point, int quant_min, int quant_max, "
+        "ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)")),
+    (quantize_per_tensor_tensor, (
+        "quantize_per_tensor.Tensor_out(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
+        "int quant_max, ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)")),
+    (choose_qparams_per_token_asymmetric, (
+        "choose_qparams_per_token_asymmetric.out(Tensor input, ScalarType dtype, *, Tensor(a!) scale_out, "
+        "Tensor(b!) zero_point_out) -> (Tensor(a!), Tensor(b!))")),
+    (quantize_per_token, (
+        "quantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, "
+        "ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)")),
+    (dequantize_per_token, (
+        "dequantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points, int quant_min, "
+        "int quant_max, ScalarType dtype, ScalarType output_dtype, *, Tensor(a!) out) -> Tensor(a!)")),
+]
 
 
 def register(registry: KernelRegistry) -> None:
-    for suffix, (fn, nargs, dtypes) in _KERNELS.items():
-        name = f"quantized_decomposed::{suffix}"
-        registry.register(name, _factory(fn, nargs, name, dtypes))
+    for fn, schema in _KERNELS:
+        registry.register(*python_kernel(fn, f"quantized_decomposed::{schema}", _dtype))

@@ -25,16 +25,29 @@ from pterun.errors import InvalidProgram, OperatorMissing
 
 @dataclass(frozen=True)
 class Binding:
-    """How to call a kernel with an instruction's argument list.
+    """How to call a kernel with an instruction's argument list, and what the call does to it.
 
     ``fn(*[args[i] for i in positional], **{k: args[i] for k, i in keywords})``;
     its return value becomes ``args[result]`` when ``result`` is set. Values
     at the positions in ``convert`` pass through the given function once, at
-    load (ExecuTorch encodes dtypes and memory formats as ints). ``writes`` are
-    the positions of ``out`` tensors (or lists of them) that torch resizes to
-    the result's shape; the executor empties the dynamic ones before the call,
-    which is how torch expects an out tensor of a new shape to arrive.
-    ``mutates`` are other arguments written in place, left as they are.
+    load (ExecuTorch encodes dtypes and memory formats as ints).
+
+    The rest is the kernel's whole effect on the call's values, and the
+    executor relies on it (``executor/effects.py``): to refuse a program that
+    would write a constant (the file's bytes) and to turn copies into views.
+    A kernel must declare every argument it writes:
+
+    * ``writes``: ``out`` tensors (or lists of them) that torch resizes to the
+      result's shape; the executor empties the dynamic ones before the call,
+      which is how torch expects an out tensor of a new shape to arrive;
+    * ``mutates``: other arguments written in place, left as they are (an
+      in-place update, or an ``out`` the kernel resizes itself);
+    * ``aliases``: arguments the result may share memory with (a view's input).
+
+    ``accepts`` gives, per argument, the value kinds it takes (named as the
+    format names them, in lower case: "tensor", "int_list", "null"; None or a
+    missing entry: any), and ``returns`` those of the value the result is
+    assigned to. The executor refuses at load a call that passes anything else.
     """
 
     fn: Callable
@@ -43,7 +56,10 @@ class Binding:
     result: int | None = None
     convert: tuple[tuple[int, Callable], ...] = ()
     writes: tuple[int, ...] = ()
-    mutates: tuple[int, ...] = ()  # positions of other arguments the kernel writes in place (``copy_``'s self)
+    mutates: tuple[int, ...] = ()
+    aliases: tuple[int, ...] = ()
+    accepts: tuple[frozenset[str] | None, ...] = ()
+    returns: frozenset[str] | None = None
 
 
 KernelFactory = Callable[[int], Binding]
@@ -53,7 +69,9 @@ Provider = Callable[[str], "KernelFactory | None"]
 
 
 def fixed_arity(fn: Callable, nargs: int, name: str, *, result: bool = True, writes: tuple[int, ...] = (),
-                mutates: tuple[int, ...] = (), keywords: dict[int, str] | None = None) -> KernelFactory:
+                mutates: tuple[int, ...] = (), aliases: tuple[int, ...] = (),
+                keywords: dict[int, str] | None = None, accepts: tuple = (),
+                returns: frozenset[str] | None = None) -> KernelFactory:
     """A factory for kernels that take exactly ``nargs`` values (result included)."""
     keywords = keywords or {}
 
@@ -63,7 +81,8 @@ def fixed_arity(fn: Callable, nargs: int, name: str, *, result: bool = True, wri
         last = nargs - 1
         positional = tuple(i for i in range(last) if i not in keywords)
         named = tuple((k, i) for i, k in keywords.items())
-        return Binding(fn, positional, named, last if result else None, writes=writes, mutates=mutates)
+        return Binding(fn, positional, named, last if result else None, writes=writes, mutates=mutates,
+                       aliases=aliases, accepts=tuple(accepts), returns=returns)
 
     return factory
 

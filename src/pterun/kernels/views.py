@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import functools
 
-import torch
-
 from pterun.kernels.aten import overload_of, split_name
 from pterun.kernels.registry import Binding, KernelFactory
+from pterun.kernels.schema import argument_kinds
 
 _OUT_OVERLOADS = ("out", "Tensor_out", "int_out", "dims_out", "dim_out")
 
@@ -28,13 +27,17 @@ def _copier(view):
     return copy
 
 
-@functools.lru_cache(maxsize=None)
-def view_copy_provider(name: str) -> KernelFactory | None:
+def view_of(name: str):
+    """The view an ``aten::<view>_copy`` out-variant copies (permute_copy.out -> permute.default), or None."""
     namespace, op, overload = split_name(name)
     if namespace != "aten" or not op.endswith("_copy") or overload not in _OUT_OVERLOADS:
         return None
-    packet = getattr(torch.ops.aten, op[: -len("_copy")], None)
-    view = getattr(packet, "default" if overload == "out" else overload[: -len("_out")], None) if packet else None
+    return overload_of(f"aten::{op[: -len('_copy')]}.{'default' if overload == 'out' else overload[: -len('_out')]}")
+
+
+@functools.lru_cache(maxsize=None)
+def view_copy_provider(name: str) -> KernelFactory | None:
+    view = view_of(name)
     out_variant = overload_of(name)
     if view is None or out_variant is None:
         return None
@@ -46,6 +49,7 @@ def view_copy_provider(name: str) -> KernelFactory | None:
         return None
     n = len(arguments)
     copy = _copier(view)
+    accepts = argument_kinds(out_variant._schema)
     positional = tuple(i for i, a in enumerate(arguments) if not a.is_out and not a.kwarg_only)
     keywords = tuple((a.name, i) for i, a in enumerate(arguments) if a.kwarg_only)
 
@@ -55,6 +59,6 @@ def view_copy_provider(name: str) -> KernelFactory | None:
         if count != n + 1:
             raise InvalidProgram(f"{name} takes {n} arguments and a result; the call passes {count} values")
         out_position = dict(keywords)["out"]
-        return Binding(copy, positional, keywords, None, writes=(out_position,))
+        return Binding(copy, positional, keywords, None, writes=(out_position,), accepts=accepts)
 
     return factory

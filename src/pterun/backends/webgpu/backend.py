@@ -72,6 +72,11 @@ class WebGPUBackend(BackendInterface):
             raise DelegateInvalidHandle(f"{NAME}: execute got a handle it did not make")
         handle(args)
 
+    def written_arguments(self, handle, args) -> range:
+        if not isinstance(handle, WebGPUDelegate):
+            raise DelegateInvalidHandle(f"{NAME}: got a handle it did not make")
+        return handle.program.written_arguments(len(args))
+
     def destroy(self, handle) -> None:
         if isinstance(handle, WebGPUDelegate):
             handle.program.release()

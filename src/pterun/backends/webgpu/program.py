@@ -642,6 +642,15 @@ class GpuProgram:
 
     # -- execution -----------------------------------------------------------------
 
+    def written_arguments(self, count: int) -> range:
+        """The arguments execute writes: the outputs, which follow the inputs (inputs are only read)."""
+        n_in, n_out = len(self.inputs), len(self.outputs)
+        if count != n_in + n_out:
+            raise InvalidProgram(
+                f"VulkanBackend: the delegate takes {n_in} inputs and {n_out} outputs; the call passes {count} values"
+            )
+        return range(n_in, n_in + n_out)
+
     def execute(self, args: list) -> None:
         n_in = len(self.inputs)
         if len(args) != n_in + len(self.outputs):

@@ -15,6 +15,7 @@ NHWC, a contiguous view of the same bytes.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from contextlib import nullcontext
 
@@ -23,7 +24,7 @@ import torch
 from pterun.backends.interface import BackendInitContext, BackendInterface, CompileSpec
 from pterun.backends.xnnpack.blob import split_blob
 from pterun.backends.xnnpack.compiler import Translation, translate
-from pterun.backends.xnnpack.graph import NODE_NAMES, Graph, read_graph
+from pterun.backends.xnnpack.graph import NODE_NAMES, Datatype, Graph, read_graph
 from pterun.backends.xnnpack.nodes import TRANSLATORS
 from pterun.backends.xnnpack.optimize import optimize
 from pterun.core.layout import CHANNELS_LAST_4D, strides_for
@@ -73,18 +74,37 @@ class XnnpackDelegate:
             # A graph whose parameters torch rejects (a view that cannot be made, ...).
             raise InvalidProgram(f"{NAME}: cannot translate the graph ({type(exc).__name__}: {exc})") from None
 
+    def written_arguments(self, args) -> list[int]:
+        """The arguments the graph writes: its external outputs (inputs are only read).
+
+        Each argument must be a tensor of the dtype and number of elements of the graph's external
+        value (its layout may differ: channels-last arguments are NHWC values)."""
+        if len(args) != self._num_args:
+            raise InvalidProgram(
+                f"{NAME}: the delegate takes {self._num_args} arguments; the call passes {len(args)}"
+            )
+        for value in (*self.graph.inputs, *self.graph.outputs):
+            arg = args[value.external_id]
+            what = f"{NAME}: argument {value.external_id} (graph value {value.id}, {value.type_name} {list(value.dims)})"
+            if not isinstance(arg, torch.Tensor):
+                raise InvalidProgram(f"{what} is given {type(arg).__name__}, not a tensor")
+            dtype = Datatype.STORAGE.get(value.datatype)
+            if arg.dtype != dtype or arg.numel() != math.prod(value.dims):
+                raise InvalidProgram(f"{what} is given a {arg.dtype} tensor of sizes {list(arg.shape)}")
+        return [v.external_id for v in self.graph.outputs]
+
     def __call__(self, args: list) -> None:
         if len(args) != self._num_args:
             raise InvalidArgument(f"{NAME}: the delegate takes {self._num_args} arguments, got {len(args)}")
-        try:
-            nhwc = [k for k in self._four_d_inputs if _channels_last(args[k])]
-            if nhwc:
-                args = list(args)
-                for k in nhwc:
-                    args[k] = args[k].permute(CHANNELS_LAST_4D)
-            key = tuple(args[k].shape for k, _ in self._inputs)
-        except AttributeError:
-            raise InvalidArgument(f"{NAME}: the delegate's inputs must be tensors") from None
+        for k, arg in enumerate(args):
+            if not isinstance(arg, torch.Tensor):
+                raise InvalidArgument(f"{NAME}: argument {k} must be a tensor, got {type(arg).__name__}")
+        nhwc = [k for k in self._four_d_inputs if _channels_last(args[k])]
+        if nhwc:
+            args = list(args)
+            for k in nhwc:
+                args[k] = args[k].permute(CHANNELS_LAST_4D)
+        key = tuple(args[k].shape for k, _ in self._inputs)
         translation = self._first if key == self._key else self._for_shapes(key)
         outputs = [(k, vid) for k, vid in self._four_d_outputs if _channels_last(args[k])]
         try:
@@ -98,6 +118,10 @@ class XnnpackDelegate:
             raise
         except Exception as exc:  # noqa: BLE001 - reported as a PteError naming the node
             where = translation.where(exc.__traceback__) or "graph"
+            if isinstance(exc, RuntimeError) and "not resizable" in str(exc):
+                # Inputs of new shapes made a result larger than the memory the program planned for it.
+                raise InvalidArgument(f"{NAME}: {where}: a result needs more memory than its planned upper bound") \
+                    from exc
             raise Internal(f"{NAME}: {where}: {type(exc).__name__}: {exc}") from exc
 
     def _for_shapes(self, key: tuple) -> Translation:
@@ -164,6 +188,11 @@ class XnnpackBackend(BackendInterface):
         if not isinstance(handle, XnnpackDelegate):
             raise DelegateInvalidHandle(f"{NAME}: execute got a handle it did not make")
         handle(args)
+
+    def written_arguments(self, handle, args) -> list[int]:
+        if not isinstance(handle, XnnpackDelegate):
+            raise DelegateInvalidHandle(f"{NAME}: got a handle it did not make")
+        return handle.written_arguments(args)
 
     def destroy(self, handle) -> None:
         if isinstance(handle, XnnpackDelegate):

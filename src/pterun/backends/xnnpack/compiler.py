@@ -7,6 +7,11 @@ nodes become the body of ``run(args)``: no interpretation loop, no lookups and
 no allocation of tensor data per call (but inside torch's convolutions, which
 have no variant writing into a given buffer without one).
 
+Numbers reach the generated code as values, never as text: ints (and
+tuples of them) are written as their digits, which are always a literal,
+and every other number is a name bound to it (a float's repr is no literal
+for nan or inf). See :meth:`Builder.number`.
+
 Values are named in the generated code as
 
 * ``a<k>``: delegate argument ``k`` (an external input or output), read from
@@ -141,7 +146,7 @@ class Builder:
         self.shapes[vid] = shape
         if value.is_output:
             name = self.names[vid]
-            self.prologue.append(f"if {name}.shape != {shape!r}: {name}.resize_({shape!r})")
+            self.prologue.append(f"if {name}.shape != {self.number(shape)}: {name}.resize_({self.number(shape)})")
             return name
         if buffer:
             tensor = self.allocate(("v", vid), shape, self.storage_dtype(value), private)
@@ -168,19 +173,19 @@ class Builder:
         if name in self.env:
             return self.bind(self.env[name].view(shape), f"{name}_v")
         local = f"{name}_v{self._next()}"
-        self.emit(f"{local} = {name}.{'reshape' if name in self.input_names else 'view'}({shape!r})")
+        self.emit(f"{local} = {name}.{'reshape' if name in self.input_names else 'view'}({self.number(shape)})")
         return local
 
     def reshaped(self, name: str, shape: Shape) -> str:
         """``name`` (a contiguous tensor) viewed with ``shape``: bound ahead when fixed, else made on entry."""
         if name in self.env:
             return self.bind(self.env[name].view(shape), f"{name}_v")
-        return f"{name}.{'reshape' if name in self.input_names else 'view'}({tuple(shape)!r})"
+        return f"{name}.{'reshape' if name in self.input_names else 'view'}({self.number(tuple(shape))})"
 
     def permuted(self, name: str, dims: tuple[int, ...]) -> str:
         if name in self.env:
             return self.bind(self.env[name].permute(dims), f"{name}_p")
-        return f"{name}.permute({dims!r})"
+        return f"{name}.permute({self.number(tuple(dims))})"
 
     def storage_dtype(self, value: Value) -> torch.dtype:
         dtype = Datatype.STORAGE.get(value.datatype)
@@ -212,6 +217,13 @@ class Builder:
         return flat[:n].view(shape)
 
     # -- code --------------------------------------------------------------------
+
+    def number(self, value) -> str:
+        """``value`` (worked out from the blob) as the generated code reads it: a Python int, or a tuple or
+        list of them, as its digits; anything else as a name bound to the value itself."""
+        if _is_int(value) or (isinstance(value, (tuple, list)) and all(_is_int(v) for v in value)):
+            return repr(value)
+        return self.bind(value, "k")
 
     def bind(self, obj: Any, hint: str) -> str:
         name = hint
@@ -259,6 +271,10 @@ def translate(graph: Graph, device: torch.device, cache: dict, input_shapes: dic
     exec(code, namespace)  # noqa: S102 - our own generated source
     line_nodes = ["entry"] * (len(head) + len(b.prologue)) + b.line_nodes + ["exit"]
     return Translation(namespace["run"], source, b.shapes, line_nodes)
+
+
+def _is_int(value) -> bool:
+    return type(value) is int  # not bool, not a numpy integer: their text is not always a literal
 
 
 def numel(shape: Shape) -> int:

@@ -32,6 +32,14 @@ MAX_ELEMENTS = 1 << 34
 MAX_EXTERNS = 4096
 
 
+FLOAT32_TINY = 1.1754943508222875e-38  # the smallest normal float32
+
+
+def positive_normal(x: float) -> bool:
+    """Whether ``x`` is a positive normal float32, as XNNPACK requires of scales (NaN is not)."""
+    return FLOAT32_TINY <= x < math.inf
+
+
 class Datatype:
     """XNNDatatype codes (the schema's enum), with what each is stored as."""
 
@@ -225,6 +233,11 @@ class _Reader:
         if kind == fb.XNNQuantParams.PerTensorQuant:
             q = fb.PerTensorQuant()
             q.Init(table.Bytes, table.Pos)
+            _check_scales(value, torch.tensor([q.Scale()], dtype=torch.float64))
+            bounds = _ZERO_POINTS.get(value.datatype)
+            if bounds is not None and not bounds[0] <= q.ZeroPoint() <= bounds[1]:
+                raise InvalidProgram(f"XNNPACK value {value.id} ({value.type_name}): zero point {q.ZeroPoint()} is "
+                                     f"outside [{bounds[0]}, {bounds[1]}]")
             return PerTensor(q.Scale(), q.ZeroPoint())
         if kind == fb.XNNQuantParams.PerChannelQuant:
             q = fb.PerChannelQuant()
@@ -240,6 +253,7 @@ class _Reader:
                 if q.ScaleLength() != n:
                     raise InvalidProgram(f"XNNPACK value {value.id}: {q.ScaleLength()} scales for {n} channels")
                 scales = torch.tensor([q.Scale(i) for i in range(n)], dtype=torch.float32)
+            _check_scales(value, scales)
             return PerChannel(scales, axis)
         if kind == fb.XNNQuantParams.PerTokenDynamicQuant:
             q = fb.PerTokenDynamicQuant()
@@ -260,6 +274,7 @@ class _Reader:
                     raise InvalidProgram(f"XNNPACK value {value.id}: {scales.numel()} scales for blocks {shape}")
                 # Inline fp32 block scales are used at bf16 precision.
                 scales = scales.reshape(shape).bfloat16().float()
+            _check_scales(value, scales)
             return Blockwise(scales, q.ChannelDim(), q.GroupSize())
         raise DelegateInvalidCompatibility(f"XNNPACK value {value.id} has unknown quantization {kind}")
 
@@ -333,7 +348,25 @@ class _Reader:
         bounds = xnode.OutputMinMax()
         if bounds is not None:
             node.output_min, node.output_max = bounds.OutputMin(), bounds.OutputMax()
+            if math.isnan(node.output_min) or math.isnan(node.output_max):
+                # XNNPACK refuses NaN bounds too; they would make no clamp.
+                raise InvalidProgram(
+                    f"XNNPACK {node.where}: output bounds [{node.output_min}, {node.output_max}] are not numbers"
+                )
         return node
+
+
+# Zero points XNNPACK accepts for 8-bit values, by datatype.
+_ZERO_POINTS = {Datatype.QINT8: (-128, 127), Datatype.QUINT8: (0, 255)}
+
+
+def _check_scales(value: Value, scales: torch.Tensor) -> None:
+    """Quantization scales must be positive normal floats (XNNPACK refuses others): NaN, infinite, zero,
+    negative or denormal scales would turn every result into a NaN, an infinity or a division by zero."""
+    good = (scales >= FLOAT32_TINY) & (scales < math.inf)
+    if not bool(good.all()):
+        bad = float(scales[~good][0])
+        raise InvalidProgram(f"XNNPACK value {value.id}: quantization scale {bad} is not a positive normal float")
 
 
 def _tensor(data: memoryview, dtype: torch.dtype, shape) -> torch.Tensor:

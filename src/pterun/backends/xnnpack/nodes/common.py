@@ -22,13 +22,6 @@ def require_float(node: Node, *values: Value) -> None:
         raise unsupported(node, *values)
 
 
-def literal(x: float) -> str:
-    """A Python literal for a float32 value (repr round-trips; infinities have no literal)."""
-    if math.isinf(x):
-        return "float('inf')" if x > 0 else "float('-inf')"
-    return repr(float(x))
-
-
 def emit_float_clamp(node: Node, b, out: str) -> None:
     """The node's fused output_min/output_max on a float output, in place."""
     lo = node.output_min if not math.isinf(node.output_min) else None
@@ -39,5 +32,5 @@ def emit_float_clamp(node: Node, b, out: str) -> None:
         raise DelegateInvalidCompatibility(
             f"XNNPACK {node.where}: output_min {node.output_min} exceeds output_max {node.output_max}"
         )
-    args = ", ".join(f"{k}={literal(v)}" for k, v in (("min", lo), ("max", hi)) if v is not None)
+    args = ", ".join(f"{k}={b.number(float(v))}" for k, v in (("min", lo), ("max", hi)) if v is not None)
     b.emit(f"{out}.clamp_({args})")

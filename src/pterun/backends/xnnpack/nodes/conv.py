@@ -77,6 +77,8 @@ def convolution(node: Node, b: Builder) -> None:
         raise unsupported(node, f)
     xshape = b.shape(x.id)
     shape, _, cout = _geometry(node, b, xshape, f.dims)
+    if bias is not None and tuple(bias.dims) != (cout,):
+        raise InvalidProgram(f"XNNPACK {node.where}: bias {list(bias.dims)} for {cout} output channels")
     transposed = node.kind == "XNNConvTranspose2d"
     groups = p.groups
     symmetric = p.padding_top == p.padding_bottom and p.padding_left == p.padding_right
@@ -108,7 +110,7 @@ def convolution(node: Node, b: Builder) -> None:
             if b.device.type == "cuda":
                 dtype = torch.float64  # cuDNN may pick float32 algorithms (Winograd, FFT) that round
             wt = wt.to(dtype).contiguous(memory_format=torch.channels_last).to(b.device)
-            scales = qmath.requant_scales(sx, qmath.weight_scales(f, cout, node.where), so)
+            scales = qmath.requant_scales(sx, qmath.weight_scales(f, cout, node.where), so, node.where)
             return wt, bias_int.to(dtype).to(b.device), scales.to(b.device), dtype
 
         wt, bias_t, rq, dtype = b.cached("q8", prepare)
@@ -116,7 +118,7 @@ def convolution(node: Node, b: Builder) -> None:
         b.emit(f"{_interior(b, xf, xshape, p, symmetric)}.copy_({b.ref(x.id)})")
         if zx:
             # Only the interior: padding is the zero point, which is 0 once centered.
-            b.emit(f"{_interior(b, xf, xshape, p, symmetric)}.sub_({zx})")
+            b.emit(f"{_interior(b, xf, xshape, p, symmetric)}.sub_({b.number(zx)})")
         acc = b.scratch(shape, dtype)
         _emit_conv(node, b, xf, b.bind(wt, "w"), b.bind(bias_t, "bias"), acc, symmetric)
         if dtype != torch.float32:
@@ -171,7 +173,7 @@ def _dynamic(node: Node, b: Builder, x, f, bias, y, xshape, shape, cout: int, sy
     o = b.define(y.id, shape)
     src = b.bind(b.env[rows].view(xshape), "xq") if dtype == torch.float32 else b.scratch(xshape, dtype)
     if dtype != torch.float32:
-        b.emit(f"{src}.copy_({rows}.view({tuple(xshape)!r}))")
+        b.emit(f"{src}.copy_({rows}.view({b.number(tuple(xshape))}))")
     acc = o if dtype == torch.float32 else b.scratch(shape, dtype)
     _emit_conv(node, b, src, b.bind(wt, "w"), "None", acc, symmetric)
     if acc != o:
@@ -225,8 +227,8 @@ def _emit_conv(node: Node, b: Builder, x: str, w: str, bias: str, out: str, symm
     adjust = [p.adjustment_height, p.adjustment_width] if transposed else [0, 0]
     # The functional convolution and a copy beat convolution.out, which does the same plus checks.
     b.emit(
-        f"{b.permuted(out, _NCHW)}.copy_(torch.convolution({b.permuted(x, _NCHW)}, {w}, {bias}, {stride}, "
-        f"{pad}, {dilation}, {transposed}, {adjust}, {p.groups}))"
+        f"{b.permuted(out, _NCHW)}.copy_(torch.convolution({b.permuted(x, _NCHW)}, {w}, {bias}, {b.number(stride)}, "
+        f"{b.number(pad)}, {b.number(dilation)}, {transposed}, {b.number(adjust)}, {b.number(p.groups)}))"
     )
 
 

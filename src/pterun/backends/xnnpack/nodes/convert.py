@@ -30,11 +30,11 @@ def convert(node: Node, b: Builder) -> None:
         inv = float(np.float32(1.0) / np.float32(scale))
         o = b.define(y.id, shape)
         acc = b.scratch(shape)
-        b.emit(f"torch.mul({b.ref(x.id)}, {inv!r}, out={acc})")
-        b.emit(f"{acc}.clamp_({lo - zp}, {hi - zp})")
+        b.emit(f"torch.mul({b.ref(x.id)}, {b.number(inv)}, out={acc})")
+        b.emit(f"{acc}.clamp_({b.number(lo - zp)}, {b.number(hi - zp)})")
         b.emit(f"torch.round({acc}, out={acc})")
         if zp:
-            b.emit(f"{acc}.add_({zp})")
+            b.emit(f"{acc}.add_({b.number(zp)})")
         b.emit(f"{o}.copy_({acc})")
         return
     if qmath.is_q8(x) and is_float(y):
@@ -42,8 +42,8 @@ def convert(node: Node, b: Builder) -> None:
         o = b.define(y.id, shape)
         b.emit(f"{o}.copy_({b.ref(x.id)})")
         if zp:
-            b.emit(f"{o}.sub_({zp})")
-        b.emit(f"{o}.mul_({scale!r})")
+            b.emit(f"{o}.sub_({b.number(zp)})")
+        b.emit(f"{o}.mul_({b.number(scale)})")
         return
     if is_float(x) and is_float(y):
         o = b.define(y.id, shape)

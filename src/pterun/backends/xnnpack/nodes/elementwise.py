@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from pterun.backends.xnnpack.compiler import Builder, broadcast
-from pterun.backends.xnnpack.graph import Node
+from pterun.backends.xnnpack.graph import Node, positive_normal
 from pterun.backends.xnnpack.nodes import qmath
-from pterun.backends.xnnpack.nodes.common import emit_float_clamp, literal, require_float, unsupported
+from pterun.backends.xnnpack.nodes.common import emit_float_clamp, require_float, unsupported
+from pterun.errors import InvalidProgram
+
 
 def _softmax(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return torch._softmax(x, -1, False, out=out)
@@ -60,22 +64,27 @@ def unary(node: Node, b: Builder) -> None:
 def leaky_relu(node: Node, b: Builder) -> None:
     p = node.p
     x, y = b.value(p.input_id), b.value(p.output_id)
-    slope = literal(p.negative_slope)
+    slope = float(p.negative_slope)
+    if not math.isfinite(slope):
+        raise InvalidProgram(f"XNNPACK {node.where}: negative_slope is {slope}; this runtime needs a finite slope")
     if qmath.is_q8(x) and qmath.is_q8(y):
-        return _q8_lookup(node, b, x, y, lambda t, o: torch.ops.aten.leaky_relu.out(t, p.negative_slope, out=o))
+        return _q8_lookup(node, b, x, y, lambda t, o: torch.ops.aten.leaky_relu.out(t, slope, out=o))
     require_float(node, x, y)
     o = b.define(y.id, b.shape(x.id))
-    b.emit(f"torch.ops.aten.leaky_relu.out({b.ref(x.id)}, {slope}, out={o})")
+    b.emit(f"torch.ops.aten.leaky_relu.out({b.ref(x.id)}, {b.number(slope)}, out={o})")
 
 
 def elu(node: Node, b: Builder) -> None:
     p = node.p
     x, y = b.value(p.input_id), b.value(p.output_id)
+    alpha = float(p.alpha)
+    if not positive_normal(alpha):  # XNNPACK refuses the node as well
+        raise InvalidProgram(f"XNNPACK {node.where}: alpha is {alpha}; it must be a positive normal float")
     if qmath.is_q8(x) and qmath.is_q8(y):
-        return _q8_lookup(node, b, x, y, lambda t, o: torch.ops.aten.elu.out(t, p.alpha, 1, 1, out=o))
+        return _q8_lookup(node, b, x, y, lambda t, o: torch.ops.aten.elu.out(t, alpha, 1, 1, out=o))
     require_float(node, x, y)
     o = b.define(y.id, b.shape(x.id))
-    b.emit(f"torch.ops.aten.elu.out({b.ref(x.id)}, {literal(p.alpha)}, 1, 1, out={o})")
+    b.emit(f"torch.ops.aten.elu.out({b.ref(x.id)}, {b.number(alpha)}, 1, 1, out={o})")
 
 
 def clamp(node: Node, b: Builder) -> None:
@@ -87,7 +96,7 @@ def clamp(node: Node, b: Builder) -> None:
             return _q8_lookup(node, b, x, y, lambda t, o: torch.clamp(t, lo, hi, out=o))
         o = b.define(y.id, b.shape(x.id))
         qmin, qmax = qmath.output_bounds(node, y, node.where)
-        b.emit(f"torch.clamp({b.ref(x.id)}, {qmin}, {qmax}, out={o})")
+        b.emit(f"torch.clamp({b.ref(x.id)}, {b.number(qmin)}, {b.number(qmax)}, out={o})")
         return
     require_float(node, x, y)
     o = b.define(y.id, b.shape(x.id))
@@ -120,9 +129,8 @@ def _q8_lookup(node: Node, b: Builder, x, y, fn) -> None:
     index = b.scratch(shape, torch.int64)
     b.emit(f"{index}.copy_({b.ref(x.id)})")
     if lo:
-        b.emit(f"{index}.sub_({lo})")
-    flat = (-1,)
-    b.emit(f"torch.index_select({lut}, 0, {index}.view({flat!r}), out={o}.view({flat!r}))")
+        b.emit(f"{index}.sub_({b.number(lo)})")
+    b.emit(f"torch.index_select({lut}, 0, {index}.view(-1), out={o}.view(-1))")
 
 
 def copy(node: Node, b: Builder) -> None:
@@ -193,15 +201,15 @@ def _q8_add(node, b, x1, x2, y, shape, sign: int) -> None:
     o = b.define(y.id, shape)
     acc, other = b.scratch(shape, torch.int32), b.scratch(shape, torch.int32)
     b.emit(f"{acc}.copy_({b.ref(x1.id)})")
-    b.emit(f"{acc}.mul_({m1})")
+    b.emit(f"{acc}.mul_({b.number(m1)})")
     b.emit(f"{other}.copy_({b.ref(x2.id)})")
-    b.emit(f"{other}.mul_({m2})")
+    b.emit(f"{other}.mul_({b.number(m2)})")
     b.emit(f"{acc}.add_({other})")
-    b.emit(f"{acc}.add_({bias})")
-    b.emit(f"{acc}.bitwise_right_shift_({shift})")
+    b.emit(f"{acc}.add_({b.number(bias)})")
+    b.emit(f"{acc}.bitwise_right_shift_({b.number(shift)})")
     if zo:
-        b.emit(f"{acc}.add_({zo})")
-    b.emit(f"torch.clamp({acc}, {qmin}, {qmax}, out={acc})")
+        b.emit(f"{acc}.add_({b.number(zo)})")
+    b.emit(f"torch.clamp({acc}, {b.number(qmin)}, {b.number(qmax)}, out={acc})")
     b.emit(f"{o}.copy_({acc})")
 
 
@@ -217,12 +225,12 @@ def _q8_multiply(node, b, x1, x2, y, shape) -> None:
     acc, other = b.scratch(shape), b.scratch(shape)
     b.emit(f"{acc}.copy_({b.ref(x1.id)})")
     if z1:
-        b.emit(f"{acc}.sub_({z1})")
+        b.emit(f"{acc}.sub_({b.number(z1)})")
     b.emit(f"{other}.copy_({b.ref(x2.id)})")
     if z2:
-        b.emit(f"{other}.sub_({z2})")
+        b.emit(f"{other}.sub_({b.number(z2)})")
     b.emit(f"{acc}.mul_({other})")
-    qmath.emit_requantize(b, acc, repr(scale), zo, qmin, qmax, o)
+    qmath.emit_requantize(b, acc, b.number(scale), zo, qmin, qmax, o)
 
 
 TRANSLATORS = {

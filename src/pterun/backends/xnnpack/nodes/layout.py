@@ -9,7 +9,7 @@ from __future__ import annotations
 from pterun.backends.xnnpack.compiler import Builder, numel
 from pterun.backends.xnnpack.graph import INVALID_ID, Node
 from pterun.backends.xnnpack.nodes import qmath
-from pterun.backends.xnnpack.nodes.common import literal, require_float, unsupported
+from pterun.backends.xnnpack.nodes.common import require_float, unsupported
 from pterun.errors import InvalidArgument, InvalidProgram
 
 FLAG_ALIGN_CORNERS = 0x8
@@ -44,7 +44,7 @@ def reshape(node: Node, b: Builder) -> None:
     shape = tuple(dims)
     if y.external_id is None:
         b.define(y.id, shape, buffer=False)
-        b.alias(y.id, x.id, lambda t: t.view(shape), f"{{x}}.reshape({shape!r})")
+        b.alias(y.id, x.id, lambda t: t.view(shape), f"{{x}}.reshape({b.number(shape)})")
         return
     o = b.define(y.id, shape)
     b.emit(f"{o}.copy_({b.view(x.id, shape)})")
@@ -78,7 +78,7 @@ def slice_(node: Node, b: Builder) -> None:
         starts.append(start)
         sizes.append(max(min(n, dim - start), 0))
     o = b.define(y.id, tuple(sizes))
-    index = ", ".join(f"{s}:{s + n}" for s, n in zip(starts, sizes))
+    index = ", ".join(f"{b.number(s)}:{b.number(s + n)}" for s, n in zip(starts, sizes))
     b.emit(f"{o}.copy_({b.ref(x.id)}[{index}])")
 
 
@@ -101,7 +101,7 @@ def concatenate(node: Node, b: Builder) -> None:
     shape = list(shapes[0])
     shape[axis] = sum(s[axis] for s in shapes)
     o = b.define(y.id, tuple(shape))
-    b.emit(f"torch.cat([{', '.join(b.ref(x.id) for x in xs)}], {axis}, out={o})")
+    b.emit(f"torch.cat([{', '.join(b.ref(x.id) for x in xs)}], {b.number(axis)}, out={o})")
 
 
 def constant_pad(node: Node, b: Builder) -> None:
@@ -119,7 +119,7 @@ def constant_pad(node: Node, b: Builder) -> None:
         scale, zp = qmath.per_tensor(y, node.where)
         lo, hi = qmath.qrange(y)
         value = qmath.quantize_bound(value, scale, zp, lo, hi)
-    index = ", ".join(f"{a}:{a + d}" for a, d in zip(pre, xshape))
+    index = ", ".join(f"{b.number(a)}:{b.number(a + d)}" for a, d in zip(pre, xshape))
     if y.external_id is None:
         # The border never changes: fill it once, then write only the interior each call.
         buf = b.define(y.id, shape, private=True)
@@ -128,7 +128,7 @@ def constant_pad(node: Node, b: Builder) -> None:
         b.emit(f"{inner}.copy_({b.ref(x.id)})")
         return
     o = b.define(y.id, shape)
-    b.emit(f"{o}.fill_({literal(float(value))})")
+    b.emit(f"{o}.fill_({b.number(float(value))})")
     b.emit(f"{o}[{index}].copy_({b.ref(x.id)})")
 
 
@@ -144,7 +144,7 @@ def resize_bilinear(node: Node, b: Builder) -> None:
     align = bool(p.flags & FLAG_ALIGN_CORNERS)
     b.emit(
         f"torch.ops.aten.upsample_bilinear2d.out({b.permuted(b.ref(x.id), _NCHW)}, "
-        f"{[p.new_height, p.new_width]}, {align}, None, None, out={b.permuted(o, _NCHW)})"
+        f"{b.number([p.new_height, p.new_width])}, {align}, None, None, out={b.permuted(o, _NCHW)})"
     )
 
 

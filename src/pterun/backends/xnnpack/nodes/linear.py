@@ -33,6 +33,8 @@ def fully_connected(node: Node, b: Builder) -> None:
     xshape = b.shape(x.id)
     if not xshape or xshape[-1] != k:
         raise InvalidArgument(f"XNNPACK {node.where}: input {list(xshape)} does not have {k} input channels")
+    if bias is not None and tuple(b.shape(bias.id)) != (n,):
+        raise InvalidProgram(f"XNNPACK {node.where}: bias {list(b.shape(bias.id))} for {n} output channels")
     rows = numel(xshape[:-1])
     shape = (*xshape[:-1], n)
     if isinstance(x.quant, DynamicRows):
@@ -83,7 +85,7 @@ def _static_q8(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
         bias_int = _int_bias(node, bias, n)
         dtype = qmath.accumulator_dtype(wnk.abs().sum(1), max(hi - zx, zx - lo), bias_int.abs())
         return (wnk.t().contiguous().to(dtype).to(b.device), bias_int.to(dtype).to(b.device),
-                qmath.requant_scales(sx, scales, so).to(b.device), dtype)
+                qmath.requant_scales(sx, scales, so, node.where).to(b.device), dtype)
 
     wkn, bias_f, rq, dtype = b.cached("q8", prepare)
     wname, bname, sname = b.bind(wkn, "w"), b.bind(bias_f, "bias"), b.bind(rq, "rq")
@@ -93,7 +95,7 @@ def _static_q8(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
     acc = b.scratch((rows, n), dtype)
     b.emit(f"{xf}.copy_({x2})")
     if zx:
-        b.emit(f"{xf}.sub_({zx})")
+        b.emit(f"{xf}.sub_({b.number(zx)})")
     b.emit(f"torch.addmm({bname}, {xf}, {wname}, out={acc})")
     if dtype != torch.float32:
         acc32 = b.scratch((rows, n))

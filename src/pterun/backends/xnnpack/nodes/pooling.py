@@ -52,12 +52,13 @@ def max_pooling(node: Node, b: Builder) -> None:
     idx = b.bind(torch.empty((n, c, shape[1], shape[2]), dtype=torch.int64, device=b.device), "idx")
     b.emit(
         f"torch.ops.aten.max_pool2d_with_indices.out({b.permuted(src, _NCHW)}, "
-        f"{[p.pooling_height, p.pooling_width]}, {[p.stride_height, p.stride_width]}, [0, 0], {list(dilation)}, "
+        f"{b.number([p.pooling_height, p.pooling_width])}, {b.number([p.stride_height, p.stride_width])}, [0, 0], "
+        f"{b.number(list(dilation))}, "
         f"False, out={b.permuted(dst, _NCHW)}, indices={idx})"
     )
     if quantized:
         qmin, qmax = qmath.output_bounds(node, y, node.where)
-        b.emit(f"torch.clamp({dst}, {qmin}, {qmax}, out={dst})")
+        b.emit(f"torch.clamp({dst}, {b.number(qmin)}, {b.number(qmax)}, out={dst})")
         b.emit(f"{o}.copy_({dst})")
     else:
         emit_float_clamp(node, b, o)
@@ -74,8 +75,9 @@ def average_pooling(node: Node, b: Builder) -> None:
         raise unsupported(node, x, y)
     o = b.define(y.id, shape)
     b.emit(
-        f"torch.ops.aten.avg_pool2d.out({b.permuted(b.ref(x.id), _NCHW)}, {[p.pooling_height, p.pooling_width]}, "
-        f"{[p.stride_height, p.stride_width]}, {[p.padding_top, p.padding_left]}, False, False, None, "
+        f"torch.ops.aten.avg_pool2d.out({b.permuted(b.ref(x.id), _NCHW)}, "
+        f"{b.number([p.pooling_height, p.pooling_width])}, {b.number([p.stride_height, p.stride_width])}, "
+        f"{b.number([p.padding_top, p.padding_left])}, False, False, None, "
         f"out={b.permuted(o, _NCHW)})"
     )
     emit_float_clamp(node, b, o)
@@ -115,10 +117,10 @@ def _q8_mean(node: Node, b: Builder, x, y, shape, count: int) -> None:
     acc = b.scratch((n, 1, 1, c))
     b.emit(f"{xf}.copy_({b.ref(x.id)})")
     b.emit(f"torch.sum({xf}, dim=(1, 2), keepdim=True, out={acc})")
-    b.emit(f"{acc}.mul_({float(scale)!r})")
-    b.emit(f"{acc}.add_({float(zero)!r})")
+    b.emit(f"{acc}.mul_({b.number(float(scale))})")
+    b.emit(f"{acc}.add_({b.number(float(zero))})")
     b.emit(f"torch.round({acc}, out={acc})")
-    b.emit(f"{acc}.clamp_({max(lo, qmin)}, {min(hi, qmax)})")
+    b.emit(f"{acc}.clamp_({b.number(max(lo, qmin))}, {b.number(min(hi, qmax))})")
     b.emit(f"{b.view(y.id, (n, 1, 1, c))}.copy_({acc})")
 
 

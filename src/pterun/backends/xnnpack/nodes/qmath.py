@@ -47,7 +47,8 @@ def quantize_bound(bound: float, scale: float, zero_point: int, lo: int, hi: int
     """A float output bound in the quantized domain, as XNNPACK turns fused clamps into integers."""
     if math.isinf(bound):
         return lo if bound < 0 else hi
-    v = f32(f32(f32(bound) / f32(scale)) + f32(zero_point))
+    with np.errstate(over="ignore"):  # a huge bound overflows to infinity, and is clamped below
+        v = f32(f32(f32(bound) / f32(scale)) + f32(zero_point))
     v = min(max(float(v), float(lo)), float(hi))
     return int(np.rint(f32(v)))
 
@@ -77,10 +78,18 @@ def weight_scales(value: Value, channels: int, where: str) -> torch.Tensor:
     raise DelegateInvalidCompatibility(f"XNNPACK {where}: weight value {value.id} has unsupported quantization")
 
 
-def requant_scales(input_scale: float, kernel_scales: torch.Tensor, output_scale: float) -> torch.Tensor:
-    """input_scale * kernel_scale / output_scale per channel, evaluated left to right in float32."""
+def requant_scales(input_scale: float, kernel_scales: torch.Tensor, output_scale: float, where: str) -> torch.Tensor:
+    """input_scale * kernel_scale / output_scale per channel, evaluated left to right in float32.
+
+    XNNPACK does not run a product whose requantization scale reaches 256 (nor an infinite one)."""
     k = kernel_scales.numpy().astype(np.float32)
-    return torch.from_numpy((f32(input_scale) * k) / f32(output_scale)).float()
+    with np.errstate(over="ignore"):
+        scales = (f32(input_scale) * k) / f32(output_scale)
+    if not bool((scales < 256.0).all()):
+        raise DelegateInvalidCompatibility(
+            f"XNNPACK {where}: requantization scale {float(scales.max())} is not below 256"
+        )
+    return torch.from_numpy(scales).float()
 
 
 def accumulator_dtype(weight_abs_sums: torch.Tensor, input_span: int, bias_abs: torch.Tensor | None) -> torch.dtype:
@@ -92,10 +101,10 @@ def accumulator_dtype(weight_abs_sums: torch.Tensor, input_span: int, bias_abs: 
 
 
 def emit_requantize(b, acc: str, scale: str, zero_point: int, qmin: int, qmax: int, out: str) -> None:
-    """Lines turning float32 accumulator ``acc`` (clobbered) into 8-bit ``out``."""
+    """Lines turning float32 accumulator ``acc`` (clobbered) into 8-bit ``out``; ``scale`` is a name."""
     b.emit(f"{acc}.mul_({scale})")
-    b.emit(f"{acc}.clamp_({qmin - zero_point}, {qmax - zero_point})")
+    b.emit(f"{acc}.clamp_({b.number(qmin - zero_point)}, {b.number(qmax - zero_point)})")
     b.emit(f"torch.round({acc}, out={acc})")
     if zero_point:
-        b.emit(f"{acc}.add_({zero_point})")
+        b.emit(f"{acc}.add_({b.number(zero_point)})")
     b.emit(f"{out}.copy_({acc})")

@@ -1,0 +1,198 @@
+"""What each step of a method does to its values, worked out once at load.
+
+A step reads some values, writes the memory of others (a kernel's ``out``
+arguments and in-place updates, a delegate's outputs) and may bind a value
+to a new object: a kernel's result, a moved value. A new object can share
+memory with what made it (``et_view`` of a tensor, a view ATen returns, a
+``MoveCall`` that hands one value's tensor to another). Kernels say all of
+this in their :class:`~pterun.kernels.Binding`; delegates through their
+backend's ``written_arguments``. A list stands for its items.
+
+Memory is named by the value that owns it (a planned tensor, a constant, a
+caller's tensor), and each value may refer to the memory of several: its
+own, and whatever a bind could have given it, followed through every step
+whatever the order the steps run in (so jumps need no special case).
+
+Two things rely on this one description: :func:`check_writes`, which refuses
+a program in which any step writes a constant (the file's bytes, or a data
+file's), and fold.py's rewrites of copies into views.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from pterun.core.dtype import storage_dtype
+from pterun.errors import InvalidProgram, PteError
+from pterun.executor.codegen import DelegateStep, KernelStep
+from pterun.format import DelegateCall, JumpFalseCall, Kind, ListValue, MoveCall, Plan, TensorSpec
+
+_TENSOR_LISTS = (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One step's effect, on values as the step names them (lists not expanded)."""
+
+    writes: tuple[int, ...] = ()  # values whose memory the step writes
+    reads: tuple[int, ...] = ()
+    binds: tuple[int, ...] = ()  # values given a new object
+    shares: tuple[int, ...] = ()  # values whose memory that object may share
+
+
+def step_effect(step, delegate_writes: Sequence[int] = ()) -> Effect:
+    """The effect of one step; ``delegate_writes`` are the argument positions a delegate step writes."""
+    if isinstance(step, KernelStep):
+        b, args = step.binding, step.args
+        written = (*b.writes, *b.mutates)
+        return Effect(
+            writes=tuple(args[p] for p in written),
+            reads=tuple(args[p] for p in (*b.positional, *(i for _, i in b.keywords)) if p not in b.writes),
+            binds=(args[b.result],) if b.result is not None else (),
+            shares=tuple(args[p] for p in b.aliases),
+        )
+    if isinstance(step, DelegateStep):
+        written = tuple(step.args[p] for p in delegate_writes)
+        return Effect(writes=written, reads=step.args)
+    if isinstance(step, MoveCall):
+        return Effect(reads=(step.source,), binds=(step.target,), shares=(step.source,))
+    if isinstance(step, JumpFalseCall):
+        return Effect(reads=(step.condition,))
+    return Effect()  # FreeCall, or a step folded away
+
+
+class MethodEffects:
+    """Every step's effect, and which steps write and read each piece of memory."""
+
+    def __init__(self, plan: Plan, steps: Sequence, delegate_writes: Mapping[int, tuple[int, ...]]) -> None:
+        self.plan = plan
+        self.delegate_writes = delegate_writes  # instruction index -> argument positions it writes
+        self.effects = [step_effect(s, delegate_writes.get(n, ())) for n, s in enumerate(steps)]
+        self._points_to = self._bindings()
+        self.written = [self.memory(*e.writes) for e in self.effects]  # per step: memory it writes
+        self.read = [self.memory(*e.reads) for e in self.effects]
+        self.writers: dict[int, list[int]] = {}  # memory -> steps writing it
+        self.readers: dict[int, list[int]] = {}
+        self.bound: set[int] = set()  # values some step binds
+        for n, e in enumerate(self.effects):
+            for m in self.written[n]:
+                self.writers.setdefault(m, []).append(n)
+            for m in self.read[n]:
+                self.readers.setdefault(m, []).append(n)
+            self.bound.update(e.binds)
+
+    def after(self, steps: Sequence) -> MethodEffects:
+        """The effects of rewritten steps (the same instructions, some folded away or replaced)."""
+        return MethodEffects(self.plan, steps, self.delegate_writes)
+
+    def _bindings(self) -> dict[int, set[int]]:
+        # value -> every value whose object a bind may have given it (its own included), to a fixed point.
+        points: dict[int, set[int]] = {}
+        binds = [(b, e.shares) for e in self.effects for b in e.binds]
+        changed = bool(binds)
+        while changed:
+            changed = False
+            for target, shares in binds:
+                have = points.setdefault(target, {target})
+                before = len(have)
+                for source in shares:
+                    have.update(points.get(source, (source,)))
+                changed |= len(have) != before
+        return points
+
+    def memory(self, *values: int) -> frozenset[int]:
+        """The memory (named by owning value) that ``values`` may refer to, lists standing for their items."""
+        found: set[int] = set()
+        seen: set[int] = set()
+        stack = list(values)
+        values_ = self.plan.values
+        while stack:
+            vi = stack.pop()
+            if vi in seen:
+                continue
+            seen.add(vi)
+            for m in self._points_to.get(vi, (vi,)):
+                value = values_[m]
+                if isinstance(value, ListValue) and value.kind in _TENSOR_LISTS:
+                    stack.extend(i for i in value.items if i >= 0)
+                else:
+                    found.add(m)
+        return frozenset(found)
+
+
+def delegate_writes(plan: Plan, delegates: Sequence[tuple], objects: Sequence) -> dict[int, tuple[int, ...]]:
+    """Per delegate call: the argument positions its backend says it writes (and the backend's checks of
+    the call's arguments).
+
+    ``delegates`` are the initialized ``(backend, handle)`` pairs, in the plan's order; ``objects`` the
+    values made at load (None for tensors the caller binds, which the backend sees as meta tensors)."""
+    found: dict[int, tuple[int, ...]] = {}
+    for n, ins in enumerate(plan.instructions):
+        if not isinstance(ins, DelegateCall):
+            continue
+        backend, handle = delegates[ins.delegate_index]
+        where = f"method {plan.name!r} instruction {n} (delegate {plan.delegates[ins.delegate_index].backend_id})"
+        args = [_as_known(plan.values[a], objects[a]) for a in ins.args]
+        try:
+            positions = tuple(sorted(set(backend.written_arguments(handle, args))))
+        except PteError as exc:
+            raise type(exc)(f"{where}: {exc.message}") from None
+        if any(not isinstance(p, int) or not 0 <= p < len(ins.args) for p in positions):
+            raise InvalidProgram(f"{where}: its backend names arguments {list(positions)} of {len(ins.args)}")
+        repeated = [p for p in positions if ins.args.count(ins.args[p]) > 1]
+        if repeated:
+            # One value as an output and as another argument: the delegate would read what it overwrites.
+            raise InvalidProgram(f"{where}: passes value {ins.args[repeated[0]]} more than once and writes it")
+        found[n] = positions
+    return found
+
+
+def _as_known(value, obj):
+    if obj is None and isinstance(value, TensorSpec):
+        return torch.empty(value.sizes, dtype=storage_dtype(value.scalar_type), device="meta")
+    return obj
+
+
+def check_writes(plan: Plan, steps: Sequence, effects: MethodEffects) -> None:
+    """Refuses a method in which a step writes a constant, or anything that may be one.
+
+    Constants view the program's bytes or a data file's, on the CPU without a copy: memory the caller
+    lent (immutable ``bytes``, a read-only map) and every method of the program shares. ExecuTorch's
+    exporter never writes one; a file that does is corrupt or hostile."""
+    constants = {i for i, v in enumerate(plan.values) if isinstance(v, TensorSpec) and v.is_constant}
+    where = f"method {plan.name!r}"
+    for i, vi in enumerate(plan.inputs):
+        if vi in constants:
+            raise InvalidProgram(f"{where}: input {i} is value {vi}, a constant; setting it would write the "
+                                 f"program's bytes")
+    if not constants:
+        return
+    for n, e in enumerate(effects.effects):
+        for vi in e.binds:
+            if vi in constants:
+                raise InvalidProgram(f"{where} instruction {n} ({_what(plan, steps[n])}) assigns value {vi}, "
+                                     f"a constant")
+        for vi in e.writes:
+            hit = effects.memory(vi) & constants
+            if hit:
+                detail = (f"value {vi}, a constant" if vi in constants
+                          else f"value {vi}, which may share memory with constant value {min(hit)}")
+                raise InvalidProgram(f"{where} instruction {n} ({_what(plan, steps[n])}) writes {detail}; "
+                                     f"constants are the program's bytes and are never written")
+
+
+def written_inputs(plan: Plan, effects: MethodEffects) -> frozenset[int]:
+    """Positions of the method's inputs whose memory some step writes (an in-place update of an input)."""
+    written = {m for ms in effects.written for m in ms}
+    return frozenset(i for i, vi in enumerate(plan.inputs) if vi in written)
+
+
+def _what(plan: Plan, step) -> str:
+    if isinstance(step, KernelStep):
+        return step.name
+    if isinstance(step, DelegateStep):
+        return f"delegate {step.name}"
+    return type(step).__name__
