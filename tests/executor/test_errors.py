@@ -3,6 +3,8 @@ and the object that raised it still works afterwards."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 import torch
 
@@ -124,3 +126,16 @@ def test_kernel_failure_names_the_instruction_and_operator():
     assert_error(info, InvalidArgument, ErrorCode.InvalidArgument, "instruction", "aten::embedding.out")
     tokens = torch.tensor([[1, 2, 3]])
     assert _works(method, tokens)[0].shape == (1, 3, 4)
+
+
+def test_a_file_opened_in_text_mode_is_invalid_argument_naming_it(tmp_path):
+    exported = programs.add_mul()
+    with open(exported.pte) as text, pytest.raises(InvalidArgument) as info:
+        pterun.Runtime.get().load_program(text)
+    assert_error(info, InvalidArgument, ErrorCode.InvalidArgument, str(exported.pte), "binary mode ('rb')")
+    with pytest.raises(InvalidArgument) as info:
+        pterun.Runtime.get().load_program(io.StringIO("ET12"))
+    assert_error(info, InvalidArgument, ErrorCode.InvalidArgument, "text mode", "binary mode")
+    with open(exported.pte, "rb") as binary:
+        program = pterun.Runtime.get().load_program(binary)
+    _works(program.load_method("forward"), torch.ones(2, 3), torch.ones(2, 3))
