@@ -9,6 +9,7 @@ translated once and kept.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from contextlib import nullcontext
 
@@ -99,13 +100,28 @@ class XnnpackDelegate:
 
 
 class _ieee_float32:
+    """TF32 off while inside. The flags are the process's: with delegates running on several threads,
+    the first to enter saves them and the last to leave restores them."""
+
+    _lock = threading.Lock()
+    _inside = 0
+    _saved: tuple[bool, bool] = (False, False)
+
     def __enter__(self):
-        self._saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        cls = _ieee_float32
+        with cls._lock:
+            if cls._inside == 0:
+                cls._saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+                torch.backends.cuda.matmul.allow_tf32 = False
+                torch.backends.cudnn.allow_tf32 = False
+            cls._inside += 1
 
     def __exit__(self, *exc):
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self._saved
+        cls = _ieee_float32
+        with cls._lock:
+            cls._inside -= 1
+            if cls._inside == 0:
+                torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = cls._saved
         return False
 
 
