@@ -81,6 +81,11 @@ class IndexOutOfRange(InvalidArgument, IndexError):
     """An index past the end of a list the caller can see (MethodMeta, methods)."""
 
 
+class InvalidArgumentType(InvalidArgument, TypeError):
+    """An argument of a Python type the call does not take (a tensor or a dict where a list of inputs
+    goes), where ExecuTorch's bindings raise ``TypeError``."""
+
+
 class InvalidType(PteError):
     code = ErrorCode.InvalidType
 

@@ -19,9 +19,11 @@ from typing import Any
 
 import torch
 
-from pterun.errors import IndexOutOfRange, InvalidArgument, Unimplemented
+from pterun.errors import IndexOutOfRange, InvalidArgument, InvalidArgumentType, Unimplemented
 from pterun.executor import Method, MethodMeta, Program, TensorInfo
+from pterun.executor.method import is_sequence
 from pterun.format import Verification
+from pterun.format.source import read_source
 from pterun.runtime import Runtime
 
 __all__ = [
@@ -36,13 +38,24 @@ __all__ = [
 _DEVICE_TYPES = ("cpu", "cuda")
 
 
-def _convert_inputs(inputs: Sequence, method_name: str) -> list:
-    """Checks inputs as ExecuTorch's bindings do, with their messages."""
-    if isinstance(inputs, torch.Tensor):
+def _convert_inputs(inputs: Sequence, method_name: str, entry: str, *, one_tensor: bool = False) -> list:
+    """Checks inputs as ExecuTorch's bindings do, with their error types and messages.
+
+    ``entry`` is the function called: its arguments must be a sequence (``TypeError`` otherwise, as
+    pybind11 raises), or for ``__call__`` and ``call`` also one tensor. Each value must be exactly a
+    ``torch.Tensor`` (not a subclass), None, a bool, an int or a float.
+    """
+    if one_tensor and isinstance(inputs, torch.Tensor):
         inputs = [inputs]
+    elif type(inputs) is not list and type(inputs) is not tuple and not is_sequence(inputs):
+        accepted = "a sequence of inputs or one tensor" if one_tensor else "a sequence of inputs"
+        raise InvalidArgumentType(
+            f"{entry}(): incompatible function arguments. The inputs must be {accepted}; "
+            f"invoked with {type(inputs)}"
+        )
     converted = []
     for i, value in enumerate(inputs):
-        if isinstance(value, torch.Tensor):
+        if type(value) is torch.Tensor:
             if value.numel() != 0 and value.device.type not in _DEVICE_TYPES:
                 raise InvalidArgument(
                     f"Input {i} for method {method_name} is on device {value.device}, "
@@ -71,7 +84,7 @@ class ExecuTorchMethod:
         self._method = method
 
     def set_inputs(self, inputs: Sequence[Any]) -> None:
-        self._method.set_inputs(_convert_inputs(inputs, self._method.name))
+        self._method.set_inputs(_convert_inputs(inputs, self._method.name, "set_inputs"))
 
     def execute(self) -> None:
         self._method.run()
@@ -80,11 +93,15 @@ class ExecuTorchMethod:
         return self._method.get_outputs(clone_outputs)
 
     def call(self, inputs: Sequence[Any] = (), clone_outputs: bool = True) -> list[Any]:
-        self.set_inputs(inputs)
-        self._method.run()
-        return self._method.get_outputs(clone_outputs)
+        return self._call(inputs, clone_outputs, "call")
 
-    __call__ = call
+    def __call__(self, inputs: Sequence[Any] = (), clone_outputs: bool = True) -> list[Any]:
+        return self._call(inputs, clone_outputs, "__call__")
+
+    def _call(self, inputs, clone_outputs: bool, entry: str) -> list[Any]:
+        # One atomic call of the method (see docs/threads.md), where ExecuTorch makes three.
+        converted = _convert_inputs(inputs, self._method.name, entry, one_tensor=True)
+        return self._method.execute(converted, clone_outputs=clone_outputs)
 
     def method_meta(self) -> MethodMeta:
         return self._method.metadata
@@ -135,15 +152,17 @@ class ExecuTorchModule:
             )
         return self._program
 
+    def _run(self, method_name: str, inputs: list, clone_outputs: bool) -> list[Any]:
+        return self._loaded().load_method(method_name).execute(inputs, clone_outputs=clone_outputs)
+
     def run_method(self, method_name: str, inputs: Sequence[Any] = (), clone_outputs: bool = True) -> list[Any]:
-        method = self._loaded().load_method(method_name)
-        return method.execute(_convert_inputs(inputs, method_name), clone_outputs=clone_outputs)
+        return self._run(method_name, _convert_inputs(inputs, method_name, "run_method"), clone_outputs)
 
     def forward(self, inputs: Sequence[Any] = (), clone_outputs: bool = True) -> list[Any]:
-        return self.run_method("forward", inputs, clone_outputs)
+        return self._run("forward", _convert_inputs(inputs, "forward", "forward"), clone_outputs)
 
     def __call__(self, inputs: Any = (), clone_outputs: bool = True) -> list[Any]:
-        return self.run_method("forward", inputs, clone_outputs)
+        return self._run("forward", _convert_inputs(inputs, "forward", "__call__", one_tensor=True), clone_outputs)
 
     def plan_execute(self, method_name: str, clone_outputs: bool = True) -> list[Any]:
         method = self._loaded().load_method(method_name)
@@ -170,7 +189,11 @@ def _load_for_executorch(
     debug_buffer_size: int = 0,
     program_verification: Verification = Verification.InternalConsistency,
 ) -> ExecuTorchModule:
-    return ExecuTorchModule(os.fspath(program_path), _data_sources(data_path), _verification(program_verification))
+    # As ExecuTorch's Module, the files are opened now (a missing one fails here, with AccessFailed) and
+    # the program is read on first use.
+    source = read_source(os.fspath(program_path))
+    data = [read_source(os.fspath(path), what="data file") for path in _data_sources(data_path)]
+    return ExecuTorchModule(source, data, _verification(program_verification))
 
 
 def _load_for_executorch_from_buffer(

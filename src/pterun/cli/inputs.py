@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import pickle
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from pterun import MethodMeta
+from pterun.cli.report import UserError, first_line
 from pterun.core.dtype import to_torch
 
 # Integer inputs are usually indices (token ids, positions); small values are valid for most programs.
 INT_HIGH = 16
+
+# What a method takes.
+_VALUES = (torch.Tensor, bool, int, float, type(None))
 
 
 def random_inputs(meta: MethodMeta, device: str = "cpu", seed: int = 0) -> list:
@@ -20,7 +26,7 @@ def random_inputs(meta: MethodMeta, device: str = "cpu", seed: int = 0) -> list:
     for i in range(meta.num_inputs()):
         tag = meta.input_tag(i)
         if tag != "Tensor":
-            raise SystemExit(f"input {i} of {meta.name()} is a {tag}; pass --inputs to give it")
+            raise UserError(f"input {i} of method {meta.name()!r} is a {tag}; give the inputs with --inputs")
         info = meta.input_tensor_meta(i)
         dtype = to_torch(info.dtype())
         sizes = info.sizes()
@@ -37,12 +43,49 @@ def random_inputs(meta: MethodMeta, device: str = "cpu", seed: int = 0) -> list:
 
 
 def load_inputs(path: Path, device: str = "cpu") -> list:
+    """The inputs in ``path``: a .npz archive (its arrays in order) or a .pt file holding a tensor, or a
+    list, tuple or dict of tensors and scalars."""
+    where = f"--inputs {str(path)!r}"
+    if not path.exists():
+        raise UserError(f"{where}: no such file")
+    if path.is_dir():
+        raise UserError(f"{where}: is a directory, not a .pt or .npz file")
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head[4:8] in (b"ET12", b"FT01"):
+        kind = "an ExecuTorch program" if head[4:8] == b"ET12" else "an ExecuTorch data file"
+        raise UserError(f"{where}: is {kind}, not inputs; inputs are a .pt or .npz file")
     if path.suffix == ".npz":
-        with np.load(path) as archive:
-            values = [torch.from_numpy(archive[key]) for key in archive.files]
+        values = _read_npz(path, where)
     else:
-        loaded = torch.load(path, weights_only=True)
-        if isinstance(loaded, dict):
-            loaded = list(loaded.values())
-        values = [loaded] if isinstance(loaded, torch.Tensor) else list(loaded)
+        values = _read_pt(path, where)
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _read_npz(path: Path, where: str) -> list:
+    # np.load takes any file that is not a zip archive for a pickle, and says "pickled data".
+    if not zipfile.is_zipfile(path):
+        raise UserError(f"{where}: is not an .npz archive (a zip of .npy arrays, as numpy.savez writes)")
+    try:
+        with np.load(path) as archive:
+            return [torch.from_numpy(archive[key]) for key in archive.files]
+    except (ValueError, OSError, TypeError, zipfile.BadZipFile, EOFError) as exc:
+        raise UserError(f"{where}: cannot read its arrays ({first_line(exc)})") from None
+
+
+def _read_pt(path: Path, where: str) -> list:
+    try:
+        loaded = torch.load(path, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, ValueError, EOFError, OSError, AttributeError, TypeError) as exc:
+        raise UserError(f"{where}: is not a file torch.save wrote tensors to ({first_line(exc)})") from None
+    values = list(loaded.values()) if isinstance(loaded, dict) else loaded
+    if isinstance(values, torch.Tensor):
+        return [values]
+    if isinstance(values, (list, tuple)):
+        odd = [type(v).__name__ for v in values if not isinstance(v, _VALUES)]
+        if not odd:
+            return list(values)
+        found = f"a {type(loaded).__name__} holding a {odd[0]}"
+    else:
+        found = f"a {type(loaded).__name__}"
+    raise UserError(f"{where}: holds {found}; expected a tensor, or a list, tuple or dict of tensors and numbers")

@@ -1,4 +1,4 @@
-"""`pterun run`, `pterun inspect`: run a program's method, or show what a program holds."""
+"""`pterun run`, `pterun inspect`, `pterun bench`: run a program's method, show what a program holds, time it."""
 
 from __future__ import annotations
 
@@ -10,16 +10,14 @@ from typing import Optional
 
 import torch
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from pterun import Runtime
 from pterun.cli.inputs import load_inputs, random_inputs
+from pterun.cli.report import UserError, console, esc, reported, state, visible
 from pterun.core.dtype import name as dtype_name
-from pterun.errors import PteError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run and inspect ExecuTorch programs (.pte).")
-console = Console()
 
 EXAMPLE = "llama_tiny.pte"
 
@@ -28,9 +26,31 @@ def example_program() -> Path:
     return Path(str(resources.files("pterun.examples") / EXAMPLE))
 
 
-def _fail(error: PteError) -> None:
-    console.print(f"[red]error:[/red] {error}")
-    raise typer.Exit(1)
+@app.callback()
+def options(
+    debug: bool = typer.Option(
+        False, "--debug", envvar="PTERUN_DEBUG", help="Show the Python traceback of an error instead of one line."
+    ),
+) -> None:
+    state.debug = debug
+
+
+def _device(device: str | None) -> str | None:
+    """The --device option, checked: a device torch knows, and one this machine has."""
+    if device is None:
+        return None
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise UserError(f"--device {device!r}: not a device; expected cpu, cuda or cuda:N") from None
+    if parsed.type not in ("cpu", "cuda"):
+        raise UserError(f"--device {device!r}: pterun runs programs on cpu or cuda")
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"--device {device!r}: no CUDA device is available on this machine")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise UserError(f"--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
 
 
 @app.command()
@@ -46,7 +66,8 @@ def run(
 ) -> None:
     """Run a method with random inputs (or --inputs) and print its outputs and timings."""
     path = program or example_program()
-    try:
+    with reported():
+        device = _device(device)
         start = time.perf_counter()
         loaded = Runtime.get().load_program(path, data_path=data or None, device=device)
         m = loaded.load_method(method)
@@ -62,9 +83,7 @@ def run(
             sync()
             if i >= warmup:
                 times.append(time.perf_counter() - t0)
-    except PteError as error:
-        _fail(error)
-    table = Table(title=f"{path.name} :: {method}")
+    table = Table(title=f"{esc(path.name)} :: {esc(method)}")
     for column in ("output", "kind", "dtype", "shape", "device", "summary"):
         table.add_column(column)
     for i, out in enumerate(outputs):
@@ -76,7 +95,7 @@ def run(
             table.add_row(str(i), "Tensor", str(out.dtype).removeprefix("torch."), str(list(out.shape)),
                           str(out.device), summary)
         else:
-            table.add_row(str(i), type(out).__name__, "", "", "", repr(out))
+            table.add_row(str(i), esc(type(out).__name__), "", "", "", esc(repr(out)))
     console.print(table)
     ms = [t * 1e3 for t in times]
     console.print(
@@ -93,17 +112,17 @@ def inspect(
 ) -> None:
     """Show a program's methods, inputs, outputs, operators, delegates and memory arenas."""
     path = program or example_program()
-    try:
+    with reported():
         loaded = Runtime.get().load_program(path, data_path=data or None)
         size = path.stat().st_size
-        console.print(f"[bold]{path}[/bold]  {size:,} bytes  methods: {', '.join(sorted(loaded.method_names))}")
+        names = ", ".join(esc(name) for name in sorted(loaded.method_names))
+        console.print(f"[bold]{esc(path)}[/bold]  {size:,} bytes  methods: {names}")
         for name in sorted(loaded.method_names):
             meta = loaded.metadata(name)
             _show_method(meta)
             if code:
-                console.print(loaded.load_method(name).source, highlight=False, markup=False)
-    except PteError as error:
-        _fail(error)
+                # Generated from the file's names: printed as text, control characters made visible.
+                console.print(visible(loaded.load_method(name).source, lines=True), highlight=False, markup=False)
 
 
 def _io_rows(table: Table, meta, which: str) -> None:
@@ -116,11 +135,11 @@ def _io_rows(table: Table, meta, which: str) -> None:
                           str(list(info.dim_order())), "planned" if info.is_memory_planned() else "caller's memory",
                           f"{info.nbytes():,}")
         else:
-            table.add_row(f"{which} {i}", tag, "", "", "", "")
+            table.add_row(f"{which} {i}", esc(tag), "", "", "", "")
 
 
 def _show_method(meta) -> None:
-    console.rule(f"method {meta.name()}")
+    console.rule(f"method {esc(meta.name())}")
     table = Table(show_edge=False)
     for column in ("value", "dtype", "sizes", "dim order", "memory", "bytes"):
         table.add_column(column)
@@ -132,9 +151,9 @@ def _show_method(meta) -> None:
         for i in range(meta.num_memory_planned_buffers())
     ]
     console.print(f"memory arenas: {'; '.join(arenas) or 'none'}")
-    backends = [meta.get_backend_name(i) for i in range(meta.num_backends())]
+    backends = [esc(meta.get_backend_name(i)) for i in range(meta.num_backends())]
     console.print(f"delegates: {', '.join(backends) or 'none'}")
-    ops = meta.operators()
+    ops = [esc(op) for op in meta.operators()]
     console.print(f"instructions: {meta.num_instructions()}  operators ({len(ops)}): {', '.join(ops)}")
 
 
@@ -166,7 +185,8 @@ def bench(
         import importlib.util
 
         against = "executorch" if importlib.util.find_spec("executorch") and device == "cpu" else ""
-    try:
+    with reported():
+        _device(device)
         loaded = Runtime.get().load_program(path, data_path=data or None, device=None if device == "cpu" else device)
         m = loaded.load_method(method)
         args = load_inputs(inputs, device) if inputs else random_inputs(m.metadata, device, 0)
@@ -174,14 +194,13 @@ def bench(
             [w for w in against.split(",") if w], path, data or [], method, args, device, model
         )
         timings = measure(ways, warmup=warmup, repeat=repeat)
-    except PteError as error:
-        _fail(error)
     base = timings[0].median
     if as_json:
         print(json.dumps({"program": str(path), "method": method, "device": device,
                           "results": [dict(t.as_dict(), pterun_over_this=base / t.median) for t in timings]}))
         return
-    table = Table(title=f"{path.name} :: {method} on {device} ({repeat} interleaved runs after {warmup} warm-up)")
+    table = Table(title=f"{esc(path.name)} :: {esc(method)} on {esc(device)} "
+                        f"({repeat} interleaved runs after {warmup} warm-up)")
     for column in ("way", "median ms", "p10–p90 ms", "pterun ÷ this"):
         table.add_column(column, justify="right" if column != "way" else "left")
     if any(t.device_ms for t in timings):

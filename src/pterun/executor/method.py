@@ -18,7 +18,9 @@ failed load leaves nothing behind and other methods are untouched.
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +32,8 @@ from pterun.core.dtype import name as dtype_name
 from pterun.core.dtype import storage_dtype
 from pterun.core.layout import is_contiguous_order, strides_for
 from pterun.errors import (
-    Internal, InvalidArgument, InvalidExternalData, InvalidState, NotFound, NotSupported, PteError,
+    Internal, InvalidArgument, InvalidArgumentType, InvalidExternalData, InvalidState, NotFound, NotSupported,
+    PteError,
 )
 from pterun.executor.arguments import check_arguments
 from pterun.executor.codegen import DelegateStep, KernelStep, MethodValues, compile_method, failing_step
@@ -153,6 +156,7 @@ class Method:
         # The graph is keyed by the input shapes; a method whose inputs cannot change shape needs no key.
         self._shape_tensors = [objects[vi] for vi in dynamic_inputs if vi not in params_in]
         self._shape_args = bool(dynamic_inputs)
+        self._init_calls()
 
     # -- load ------------------------------------------------------------------
 
@@ -338,14 +342,26 @@ class Method:
                             f"{where}: expected a tensor on {expected_device}, got one on {x.device} "
                             f"(pass copy_inputs=True to have it copied)"
                         )
+                    if x.is_meta:
+                        raise InvalidArgument(f"{where}: got a tensor on the meta device, which has no data to copy")
                     x = x.to(expected_device)
+                if x.layout is not _STRIDED:
+                    raise InvalidArgument(
+                        f"{where}: expected a dense (strided) tensor, got a {str(x.layout).removeprefix('torch.')} one"
+                    )
                 if x.requires_grad:
                     # Inputs are data, as in ExecuTorch. Copying a tensor that requires grad into a
                     # planned input would record autograd history on the arena view for good (outputs
                     # aliasing it would come back requiring grad, and the method would keep the
                     # caller's graph alive); an unplanned input would hand that history to outputs.
                     x = x.detach()
-                shape = tuple(x.shape)
+                try:
+                    shape = tuple(x.shape)
+                except RuntimeError:
+                    # A nested tensor of strided layout has no single shape (torch refuses to say one).
+                    if x.is_nested:
+                        raise InvalidArgument(f"{where}: expected a dense tensor, got a nested tensor") from None
+                    raise
                 if shape != value.sizes:
                     if len(shape) != rank:
                         raise NotSupported(f"{where}: expected {rank} dimensions, got shape {list(shape)}")
@@ -397,6 +413,14 @@ class Method:
         return bind_scalar
 
     def set_inputs(self, inputs: Sequence, *, copy_inputs: bool = False) -> None:
+        """Sets every input (a step of a call; see :meth:`execute` and docs/threads.md)."""
+        if type(inputs) is not list and type(inputs) is not tuple:
+            inputs = input_sequence(inputs, f"{self._where}: set_inputs", one_tensor=False)
+        with self._locked("set inputs"):
+            self._claim("set inputs")
+            self._bind_inputs(inputs, copy_inputs)
+
+    def _bind_inputs(self, inputs: Sequence, copy_inputs: bool) -> None:
         n = len(self._binders)
         if len(inputs) != n:
             raise InvalidArgument(f"{self._where}: takes {n} inputs, got {len(inputs)}")
@@ -407,11 +431,15 @@ class Method:
             self._input_set[i] = True
 
     def set_input(self, value, index: int, *, copy_inputs: bool = False) -> None:
-        if not 0 <= index < len(self._binders):
-            raise InvalidArgument(f"{self._where}: input {index} does not exist; it has {len(self._binders)} inputs")
-        self._input_set[index] = False
-        self._binders[index](value, copy_inputs, self._args)
-        self._input_set[index] = True
+        with self._locked("set an input"):
+            self._claim("set an input")
+            if not 0 <= index < len(self._binders):
+                raise InvalidArgument(
+                    f"{self._where}: input {index} does not exist; it has {len(self._binders)} inputs"
+                )
+            self._input_set[index] = False
+            self._binders[index](value, copy_inputs, self._args)
+            self._input_set[index] = True
 
     # -- outputs -----------------------------------------------------------------
 
@@ -433,6 +461,11 @@ class Method:
         The method writes that output there, resizing it within its upper bound, until another
         tensor is set. Planned outputs have memory already: setting one is ``InvalidState``.
         """
+        with self._locked("set an output"):
+            self._check_free("set an output")
+            self._set_output(index, tensor)
+
+    def _set_output(self, index: int, tensor: torch.Tensor) -> None:
         k = self._out_slot.get(index)
         if k is None:
             if not 0 <= index < len(self._plan.outputs):
@@ -491,11 +524,18 @@ class Method:
 
     def run(self) -> None:
         """Executes the method with the inputs set; outputs are read with :meth:`get_outputs`."""
-        for i, ok in enumerate(self._input_set):
-            if not ok:
-                raise InvalidArgument(f"{self._where}: input {i} has not been set")
+        with self._locked("run"):
+            self._check_free("run")
+            self._stepper = None
+            self._execute_plan()
+
+    def _execute_plan(self) -> None:
+        if False in self._input_set:
+            raise InvalidArgument(f"{self._where}: input {self._input_set.index(False)} has not been set")
         if self._out_specs:
             self._prepare_outputs()
+        self._ran_by = _get_ident()
+        self._busy = True
         try:
             with self._precision, torch.inference_mode():
                 if self._graph is None:
@@ -509,8 +549,17 @@ class Method:
         except Exception as exc:  # noqa: BLE001 - translated into a PteError naming the instruction
             self._outputs = None
             raise self._translate(exc) from exc
+        finally:
+            self._busy = False
 
     def get_outputs(self, clone_outputs: bool = True) -> list:
+        """The outputs of this thread's last run (copies unless ``clone_outputs=False``)."""
+        with self._locked("get its outputs"):
+            if self._outputs is not None and self._ran_by != _get_ident():
+                raise self._not_yours()
+            return self._collect_outputs(clone_outputs)
+
+    def _collect_outputs(self, clone_outputs: bool) -> list:
         if self._outputs is None:
             raise InvalidState(f"{self._where}: has not been executed")
         if clone_outputs:
@@ -526,12 +575,90 @@ class Method:
         return [o if isinstance(o, torch.Tensor) else _plain(o) for o in self._outputs]
 
     def execute(self, inputs: Sequence = (), *, clone_outputs: bool = True, copy_inputs: bool = False) -> list:
-        """Sets the inputs, runs, and returns the outputs (copies unless ``clone_outputs=False``)."""
-        self.set_inputs(inputs, copy_inputs=copy_inputs)
-        self.run()
-        return self.get_outputs(clone_outputs)
+        """Sets the inputs, runs, and returns the outputs (copies unless ``clone_outputs=False``).
+
+        ``inputs`` is a list (any sequence) of values, or one tensor for a method of one input. The
+        whole call holds the method's lock, so threads sharing a method take turns (docs/threads.md).
+        """
+        if type(inputs) is not list and type(inputs) is not tuple:
+            inputs = input_sequence(inputs, f"{self._where}: execute", one_tensor=True)
+        if self._busy and self._ran_by == _get_ident():
+            raise self._reentered("execute")
+        with self._lock:
+            if self._stepper is not None:
+                self._check_free("execute")
+                self._stepper = None
+            self._bind_inputs(inputs, copy_inputs)
+            self._execute_plan()
+            return self._collect_outputs(clone_outputs)
 
     __call__ = execute
+
+    # -- calls from several threads ------------------------------------------------
+    #
+    # A method has one set of planned memory, so one call at a time can use it. execute() holds the
+    # method's lock for the whole call (inputs, run, outputs): threads sharing a method take turns and
+    # never see each other's values. The step-by-step calls each hold the lock too, but a sequence of
+    # them cannot be made atomic, so the method remembers which thread is half-way through one and
+    # refuses calls that would mix into it (InvalidState naming both threads), rather than wait for a
+    # sequence that may never end:
+    # - from a thread's first set_input(s) to its run(), other threads cannot set inputs, set an output,
+    #   run or execute;
+    # - get_outputs() returns the outputs of the calling thread's own last run or execute; when another
+    #   thread has run the method since, those are gone, and it is refused.
+    # A call from inside the method's own execution (a kernel or delegate calling back) is refused too:
+    # it would overwrite the memory the running call uses.
+
+    def _init_calls(self) -> None:
+        self._lock = threading.Lock()
+        self._busy = False  # inside the compiled function, run by thread self._ran_by
+        self._stepper: threading.Thread | None = None  # the thread between its set_input(s) and run
+        self._ran_by: int | None = None  # the ident of the thread whose run produced the outputs
+
+    def _locked(self, what: str) -> threading.Lock:
+        # Checked before waiting for the lock: the thread running the method holds it.
+        if self._busy and self._ran_by == _get_ident():
+            raise self._reentered(what)
+        return self._lock
+
+    def _claim(self, what: str) -> None:
+        """Under the lock: the calling thread begins or continues setting inputs."""
+        stepper = self._stepper
+        if stepper is None or stepper.ident != _get_ident():
+            if stepper is not None and stepper.is_alive():
+                raise self._interleaved(stepper, what)
+            self._stepper = threading.current_thread()
+
+    def _check_free(self, what: str) -> None:
+        """Under the lock: no other thread is half-way through setting inputs."""
+        stepper = self._stepper
+        if stepper is not None and stepper.ident != _get_ident():
+            if stepper.is_alive():
+                raise self._interleaved(stepper, what)
+            self._stepper = None  # a thread that ended half-way: what it set is abandoned
+
+    def _interleaved(self, stepper: threading.Thread, what: str) -> InvalidState:
+        return InvalidState(
+            f"{self._where}: {_thread(stepper)} has set inputs and not run yet; {_thread()} cannot {what} "
+            f"until it has. Step-by-step calls (set_inputs, run, get_outputs) from several threads cannot be "
+            f"mixed: use execute(), which is atomic, or one method per thread "
+            f"(program.load_method(name, cached=False))"
+        )
+
+    def _not_yours(self) -> InvalidState:
+        ran_by = next((t for t in threading.enumerate() if t.ident == self._ran_by), None)
+        who = _thread(ran_by) if ran_by is not None else f"a thread that has ended (id {self._ran_by})"
+        return InvalidState(
+            f"{self._where}: its outputs are from a call by {who}; {_thread()} has not run it since "
+            f"(another thread's call came between this thread's run and get_outputs, or it never ran). "
+            f"Use execute(), which is atomic, or one method per thread (program.load_method(name, cached=False))"
+        )
+
+    def _reentered(self, what: str) -> InvalidState:
+        return InvalidState(
+            f"{self._where}: cannot {what} from inside its own execution (a kernel or delegate calling back "
+            f"into the method would overwrite the memory the running call uses)"
+        )
 
     def _translate(self, exc: Exception) -> PteError:
         step = failing_step(self._compiled, exc.__traceback__)
@@ -608,3 +735,51 @@ def _close(a: float, b: float) -> bool:
 def _plain(value):
     return list(value) if isinstance(value, list) else value
 
+
+
+_STRIDED = torch.strided
+_get_ident = threading.get_ident
+
+_sequence_check = ctypes.pythonapi.PySequence_Check
+_sequence_check.argtypes = [ctypes.py_object]
+_sequence_check.restype = ctypes.c_int
+
+
+def is_sequence(value) -> bool:
+    """Whether Python calls ``value`` a sequence (``PySequence_Check``), as ExecuTorch's bindings decide
+    what a list of inputs is: lists, tuples, deques, anything indexable by position; not a dict, a set,
+    a generator or a tensor."""
+    return bool(_sequence_check(value))
+
+
+def input_sequence(inputs, where: str, *, one_tensor: bool) -> Sequence:
+    """The inputs of a call as a sequence, or an :class:`InvalidArgumentType` naming what was passed.
+
+    ``one_tensor``: a single tensor is the only input (``execute``, as ExecuTorch's ``Method.execute``).
+    Strings and bytes are sequences to Python but never a list of inputs.
+    """
+    if isinstance(inputs, torch.Tensor):
+        if one_tensor:
+            return (inputs,)
+        raise InvalidArgumentType(f"{where}: expected a list of inputs, got {_describe(inputs)} (pass [tensor])")
+    if isinstance(inputs, (str, bytes, bytearray, memoryview)) or not is_sequence(inputs):
+        raise InvalidArgumentType(f"{where}: expected a list of inputs, got {_describe(inputs)}")
+    return inputs
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        try:
+            return f"a Tensor of shape {list(value.shape)}"
+        except RuntimeError:  # a nested tensor
+            return "a Tensor"
+    if value is None:
+        return "None"
+    kind = type(value)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _thread(thread: threading.Thread | None = None) -> str:
+    thread = thread or threading.current_thread()
+    return f"thread {thread.name!r} (id {thread.ident})"

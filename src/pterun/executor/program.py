@@ -64,7 +64,16 @@ class Program:
     def method_names(self) -> set[str]:
         return set(self.file.method_names)
 
-    def load_method(self, name: str) -> Method:
+    def load_method(self, name: str, *, cached: bool = True) -> Method:
+        """The method ``name``, loaded on first use and the same object on every later call.
+
+        ``cached=False`` loads a new, independent method every time: its own planned memory, delegate
+        state and compiled function, sharing only the program's read-only constants. Give each thread
+        its own (see docs/threads.md); a method holds state (inputs, outputs, mutable buffers such as a
+        KV cache) that one call at a time can use.
+        """
+        if not cached:
+            return Method(self, self.file.plan(name))
         with self._lock:
             method = self._methods.get(name)
             if method is None:

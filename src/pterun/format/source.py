@@ -11,7 +11,7 @@ from typing import BinaryIO, Union
 
 from pterun.errors import AccessFailed, InvalidArgument
 
-Source = Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO]
+Source = Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO, "FileBytes"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,10 @@ class FileBytes:
     owner: object = None
 
 
-def read_source(source: Source, *, what: str = "program") -> FileBytes:
+def read_source(source: Source, *, what: str = "program file") -> FileBytes:
+    """The bytes of ``source``; ``what`` names it in errors ("program file", "data file")."""
+    if isinstance(source, FileBytes):
+        return source
     if isinstance(source, (str, os.PathLike)):
         return _map(Path(source), what)
     if isinstance(source, (bytes, bytearray, memoryview)):
@@ -37,12 +40,31 @@ def read_source(source: Source, *, what: str = "program") -> FileBytes:
             view = view.cast("B")
         return FileBytes(view, f"<{type(source).__name__} {view.nbytes} bytes>", source)
     if hasattr(source, "read"):
-        data = bytearray(source.read())
-        name = getattr(source, "name", None)
-        return FileBytes(memoryview(data), str(name) if name else "<file object>", data)
+        return _read(source, what)
     raise InvalidArgument(
         f"cannot read a {what} from a {type(source).__name__}; expected a path, bytes or a binary file object"
     )
+
+
+def _read(source, what: str) -> FileBytes:
+    name = getattr(source, "name", None)
+    name = "<file object>" if name is None else str(name)
+    text = f"{what} {name!r} is open in text mode; open it in binary mode ('rb')"
+    if isinstance(source, io.TextIOBase):
+        raise InvalidArgument(text)
+    try:
+        content = source.read()
+    except (OSError, ValueError) as exc:
+        raise AccessFailed(f"cannot read {what} {name!r}: {exc}") from None
+    if isinstance(content, str):
+        raise InvalidArgument(text)
+    try:
+        data = bytearray(content)
+    except TypeError:
+        raise InvalidArgument(
+            f"{what} {name!r}: read() gave a {type(content).__name__}, not bytes; pass a binary file object"
+        ) from None
+    return FileBytes(memoryview(data), name, data)
 
 
 def _map(path: Path, what: str) -> FileBytes:
@@ -53,7 +75,9 @@ def _map(path: Path, what: str) -> FileBytes:
                 return FileBytes(memoryview(b""), str(path))
             mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     except FileNotFoundError:
-        raise AccessFailed(f"{what} file {str(path)!r} does not exist") from None
+        raise AccessFailed(f"{what} {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise AccessFailed(f"{what} {str(path)!r} is a directory") from None
     except (OSError, ValueError, io.UnsupportedOperation) as exc:
-        raise AccessFailed(f"cannot read {what} file {str(path)!r}: {exc}") from None
+        raise AccessFailed(f"cannot read {what} {str(path)!r}: {exc}") from None
     return FileBytes(memoryview(mapping), str(path), mapping)

@@ -122,7 +122,7 @@ class KernelRegistry:
 
     @property
     def names(self) -> set[str]:
-        names = {name for name, _ in self._kernels}
+        names = {name for name, _ in list(self._kernels)}  # a copy: another thread's load may add kernels
         for _, listing in self._providers:
             names.update(listing())
         return names

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from contextlib import nullcontext
 
 import torch
 
@@ -62,8 +61,6 @@ class XnnpackDelegate:
         self._key = tuple(shapes[vid] for _, vid in self._inputs)
         self._first = first
         self._translations[self._key] = first
-        # cuDNN and cuBLAS may use TF32 for float32 by default, which is not float32 arithmetic.
-        self._precision = _ieee_float32 if device.type == "cuda" else nullcontext
 
     def _translate(self, shapes: dict) -> Translation:
         try:
@@ -112,8 +109,7 @@ class XnnpackDelegate:
                 args = list(args)
                 for k, vid in outputs:
                     args[k] = _nhwc_output(args[k], translation.shapes[vid])
-            with self._precision():
-                translation.run(args)
+            translation.run(args)
         except PteError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported as a PteError naming the node
@@ -161,17 +157,6 @@ def _nhwc_output(t: torch.Tensor, shape: tuple) -> torch.Tensor:
     if tuple(t.shape) != (n, c, h, w):
         t.resize_((n, c, h, w), memory_format=torch.channels_last)
     return t.permute(CHANNELS_LAST_4D)
-
-
-class _ieee_float32:
-    def __enter__(self):
-        self._saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-
-    def __exit__(self, *exc):
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self._saved
-        return False
 
 
 class XnnpackBackend(BackendInterface):
