@@ -8,6 +8,7 @@ which travels with the working tree to the GPU machine:
     corpus/<model>/   every model of tests/support/models.py (portable lowering)
     half/<model>-<dtype>/  models with normalization layers converted to float16 and bfloat16
     cuda/<case>/      programs lowered with pterun.export.CudaPartitioner
+    fuzz/seed-<n>/    random programs of the fuzzer's GPU seeds (tests/fuzz/seeds.py), portable, with spec.json
     cache/            exported programs the delegate backends' GPU tests load (PTERUN_PROGRAM_CACHE)
 
 Each directory holds program.pte (+ any .ptd), calls.pt (a list of input lists,
@@ -155,6 +156,22 @@ def cuda_cases(out: Path) -> None:
         print("cuda", name)
 
 
+def fuzz_programs(out: Path) -> None:
+    from tests.fuzz.builder import export_spec, make_inputs
+    from tests.fuzz.generator import generate
+    from tests.fuzz.runner import spec_key
+    from tests.fuzz.seeds import GPU_SEEDS
+
+    for seed in GPU_SEEDS:
+        spec = generate(seed)
+        exported = export_program(spec_key(spec, "portable"), lambda spec=spec: export_spec(spec, "portable"))
+        calls = [make_inputs(spec, k) for k in range(spec.calls)]
+        directory = out / "fuzz" / f"seed-{seed}"
+        write(directory, exported.pte, exported.ptd, calls, reference_calls(exported.pte, exported.ptd, calls))
+        (directory / "spec.json").write_text(spec.dumps())
+        print("fuzz", seed)
+
+
 def delegate_programs(out: Path) -> None:
     """The programs the delegate backends' GPU tests export, in a program cache carried with the fixtures."""
     from tests.support import exporting
@@ -179,6 +196,7 @@ def main() -> None:
     corpus(out)
     half(out)
     swiglu(out)
+    fuzz_programs(out)
     delegate_programs(out)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"wrote {out} ({size / 2**20:.1f} MiB)")

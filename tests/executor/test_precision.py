@@ -108,8 +108,7 @@ def test_a_failing_call_still_restores_the_switches(observed, medium_precision):
 def test_concurrent_calls_restore_the_switches_once_all_are_done(observed, medium_precision):
     runtime, seen = observed
     program = runtime.load_program(example_program())
-    methods = [program.load_method("forward", cached=False) if _has_uncached(program)
-               else runtime.load_program(example_program()).load_method("forward") for _ in range(3)]
+    methods = [program.load_method("forward", cached=False) for _ in range(3)]
     errors: list[BaseException] = []
 
     def work(method):
@@ -127,9 +126,3 @@ def test_concurrent_calls_restore_the_switches_once_all_are_done(observed, mediu
     assert not errors, errors
     assert len(seen) >= 15 and all(s["mkldnn.matmul"] in ("none", "ieee") for s in seen)
     assert _get("mkldnn", "matmul") == "bf16" and torch.get_float32_matmul_precision() == "medium"  # user-set
-
-
-def _has_uncached(program) -> bool:
-    import inspect
-
-    return "cached" in inspect.signature(program.load_method).parameters

@@ -257,27 +257,6 @@ def test_a_call_from_inside_the_execution_is_refused_not_deadlocked():
     assert torch.equal(method.execute(x)[0], out)
 
 
-def test_xnnpack_float32_precision_flags_survive_delegates_on_several_threads():
-    from pterun.backends.xnnpack.backend import _ieee_float32
-
-    flags = (torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")
-    saved = tuple(getattr(obj, name) for obj, name in flags)
-    try:
-        for obj, name in flags:
-            setattr(obj, name, True)
-        # Two threads' delegate calls overlapping: the first to enter leaves first.
-        first, second = _ieee_float32(), _ieee_float32()
-        first.__enter__()
-        second.__enter__()
-        first.__exit__(None, None, None)
-        assert [getattr(obj, name) for obj, name in flags] == [False, False]  # the second still runs in float32
-        second.__exit__(None, None, None)
-        assert [getattr(obj, name) for obj, name in flags] == [True, True]  # the caller's settings are back
-    finally:
-        for (obj, name), value in zip(flags, saved):
-            setattr(obj, name, value)
-
-
 def test_kernel_names_can_be_listed_while_another_thread_registers():
     from pterun.kernels import KernelRegistry
 
