@@ -133,6 +133,11 @@ def main() -> None:
                 console.print(name, "  ".join(f"{t.name} {t.median:.3f}" for t in rows[name]))
             except Exception:  # noqa: BLE001 - one model failing should not hide the others' numbers
                 console.print(f"[red]{name} failed[/red]\n{traceback.format_exc()}")
+            # Each model's baselines compile the same wrapper classes in two torch.compile modes; past
+            # Dynamo's recompilation limit, PyTorch's own ways alone (eager CUDA graph, compile and
+            # reduce-overhead, no pterun loaded) ended in an illegal memory access at the SwiGLU step.
+            # Every model starts from clean Dynamo caches, as it would in a process of its own.
+            torch._dynamo.reset()
             if name == "swiglu_bf16" and name in rows:
                 _, weights = SET[name]()
                 floor_s = sum(w.numel() * w.element_size() for w in weights[1:]) / bandwidth
