@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and item.config.getoption("--no-skips"):
+    if report.skipped and not hasattr(report, "wasxfail") and item.config.getoption("--no-skips"):
         report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.longrepr = f"skipped, and --no-skips forbids skipping: {reason}"

@@ -25,6 +25,14 @@ COMPILED_RTOL = 1e-3
 COMPILED_HALF_RTOL = 2e-2
 
 
+# Seeds whose compiled form TorchInductor gets wrong on CUDA, with the pure-PyTorch reproduction. pterun's
+# plain run is right; torch.compile of the functional form alone, outside pterun, gives the same wrong answer.
+INDUCTOR_CUDA_BUGS = {
+    "seed-100731": "TorchInductor 2.11 on CUDA: eq(cat([constant_pad_nd(argmax(x)), ...]), argmax(x)) comes out "
+                   "all True (torch.compile of the functional form alone does the same; eager is right)",
+}
+
+
 def _assert_close(actual: list, expected: list, *, compiled: bool, what: str) -> None:
     assert len(actual) == len(expected), f"{what}: {len(actual)} outputs, expected {len(expected)}"
     for i, (a, e) in enumerate(zip(actual, expected)):
@@ -40,7 +48,10 @@ def _assert_close(actual: list, expected: list, *, compiled: bool, what: str) ->
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["plain", "compiled"])
 @pytest.mark.parametrize("directory", fixture_params("fuzz"))
-def test_fuzz_program_on_cuda_matches_executorch(directory, compiled):
+def test_fuzz_program_on_cuda_matches_executorch(directory, compiled, request):
+    known = INDUCTOR_CUDA_BUGS.get(getattr(directory, "name", ""))
+    if compiled and known:
+        request.applymarker(pytest.mark.xfail(reason=known, strict=False))
     pte, ptd, calls, expected = load_fixture(directory)
     spec = json.loads((directory / "spec.json").read_text())
     program = pterun.Runtime.get().load_program(pte, data_path=ptd or None, device="cuda", compile=compiled)
