@@ -73,14 +73,23 @@ class CompiledMethod:
 
 
 def _keep_dim_order(tensor: torch.Tensor, dim_order: tuple[int, ...]) -> None:
-    # Torch's out= kernels resize an out tensor of a new shape to contiguous strides; ExecuTorch
-    # re-strides a resized tensor by its planned dim order, so a dynamic channels-last tensor stays
-    # channels-last (outputs come back laid out as ExecuTorch lays them out, and views of it see the
-    # planned layout). Move the values into the planned layout when the kernel left another one.
+    # Torch's out= kernels give an emptied out tensor the strides of the result they compute: contiguous,
+    # or those of an input (a permuted view an elementwise kernel reads). ExecuTorch re-strides a
+    # resized tensor by its planned dim order, so a dynamic tensor keeps its planned layout (outputs come
+    # back laid out as ExecuTorch lays them out, and views of it see the planned layout). Move the values
+    # into the planned layout when the kernel left another one.
     strides = strides_for(tensor.shape, dim_order)
     if tensor.stride() != strides:
         values = tensor.clone()
         tensor.as_strided_(tensor.shape, strides)
+        tensor.copy_(values)
+
+
+def _keep_contiguous(tensor: torch.Tensor) -> None:
+    # _keep_dim_order for the contiguous dim order, with torch's own check first (the common case).
+    if not tensor.is_contiguous():
+        values = tensor.contiguous()
+        tensor.as_strided_(tensor.shape, strides_for(tensor.shape, range(tensor.dim())))
         tensor.copy_(values)
 
 
@@ -97,7 +106,9 @@ class _Compiler:
         self.steps = steps
         self.outputs = outputs
         self.name = name
-        self.env: dict[str, object] = {"_truth": _truth, "_keep_dim_order": _keep_dim_order}
+        self.env: dict[str, object] = {
+            "_truth": _truth, "_keep_dim_order": _keep_dim_order, "_keep_contiguous": _keep_contiguous,
+        }
         self.lines: list[str] = []
         self.line_step: dict[int, int] = {}
         self.params = set(values.params)
@@ -164,9 +175,13 @@ class _Compiler:
             self.emit(indent, call, n)
         for pos in b.writes:
             for target in self.values.list_items.get(args[pos], (args[pos],)):
+                if target not in self.values.dynamic:
+                    continue
                 order = self.values.dim_orders.get(target)
                 if order is not None:
                     self.emit(indent, f"_keep_dim_order({self.ref(target)}, {order!r})", n)
+                else:
+                    self.emit(indent, f"_keep_contiguous({self.ref(target)})", n)
 
     def delegate(self, n: int, step: DelegateStep, indent: int) -> None:
         fn_name, list_name = f"k{n}", f"a{n}"

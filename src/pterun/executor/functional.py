@@ -74,8 +74,11 @@ def _region(spec: TensorSpec) -> tuple:
 
 
 def _dim_order_copy(tensor: torch.Tensor, dtype: torch.dtype, channels_last: int) -> torch.Tensor:
+    # Always a copy, as the out-variant it stands for: a clone of a mutable buffer taken before the buffer
+    # is updated in place must keep the old values (``to``/``contiguous`` hand back their input when
+    # nothing changes).
     fmt = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)[channels_last]
-    return tensor.to(dtype).contiguous(memory_format=fmt)
+    return tensor.to(dtype, memory_format=fmt, copy=True)
 
 
 class _Writer:
