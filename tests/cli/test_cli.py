@@ -235,3 +235,12 @@ def test_errors_quoting_names_from_the_file_are_escaped(tmp_path):
         result = runner.invoke(app, ["run", str(path), "--method", method])
         _assert_no_raw_controls(result.output)
         _assert_one_error_line(result, f"method '{method}'", _visible(name))
+
+
+def test_run_takes_allow_tf32_and_computes_the_same_on_the_cpu():
+    # TF32 exists only on CUDA: on the CPU the option changes nothing, and is accepted.
+    plain = runner.invoke(app, ["run", "-n", "1", "--warmup", "0"])
+    tf32 = runner.invoke(app, ["run", "-n", "1", "--warmup", "0", "--allow-tf32"])
+    assert plain.exit_code == 0 and tf32.exit_code == 0, tf32.output
+    rows = [line for line in plain.output.splitlines() if "Tensor" in line]
+    assert rows and rows == [line for line in tf32.output.splitlines() if "Tensor" in line]

@@ -63,13 +63,16 @@ def run(
     repeat: int = typer.Option(10, "--repeat", "-n", min=1, help="Timed runs."),
     warmup: int = typer.Option(2, "--warmup", min=0),
     seed: int = typer.Option(0, "--seed"),
+    allow_tf32: bool = typer.Option(
+        False, "--allow-tf32", help="Let float32 products and convolutions on CUDA use TF32 (docs/precision.md)."
+    ),
 ) -> None:
     """Run a method with random inputs (or --inputs) and print its outputs and timings."""
     path = program or example_program()
     with reported():
         device = _device(device)
         start = time.perf_counter()
-        loaded = Runtime.get().load_program(path, data_path=data or None, device=device)
+        loaded = Runtime.get().load_program(path, data_path=data or None, device=device, allow_tf32=allow_tf32)
         m = loaded.load_method(method)
         load_s = time.perf_counter() - start
         input_device = device or "cpu"
@@ -173,6 +176,9 @@ def bench(
     repeat: int = typer.Option(50, "--repeat", "-n", min=1),
     warmup: int = typer.Option(5, "--warmup", min=0),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    allow_tf32: bool = typer.Option(
+        False, "--allow-tf32", help="Let float32 products and convolutions on CUDA use TF32 (docs/precision.md)."
+    ),
 ) -> None:
     """Time pterun against other ways of running the same program, interleaved in one process."""
     import json
@@ -187,7 +193,8 @@ def bench(
         against = "executorch" if importlib.util.find_spec("executorch") and device == "cpu" else ""
     with reported():
         _device(device)
-        loaded = Runtime.get().load_program(path, data_path=data or None, device=None if device == "cpu" else device)
+        loaded = Runtime.get().load_program(path, data_path=data or None, device=None if device == "cpu" else device,
+                                            allow_tf32=allow_tf32)
         m = loaded.load_method(method)
         args = load_inputs(inputs, device) if inputs else random_inputs(m.metadata, device, 0)
         ways = pterun_ways(m, args, device) + other_ways(
