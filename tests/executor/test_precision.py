@@ -7,6 +7,7 @@ moment; the bundled example program calls it on every execution.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
@@ -42,8 +43,7 @@ def observed():
             seen.append(_switches())
             return binding.fn(*args, **kwargs)
 
-        return Binding(mm, binding.positional, binding.keywords, binding.result, binding.convert, binding.writes,
-                       binding.mutates)
+        return dataclasses.replace(binding, fn=mm)
 
     kernels.register("aten::mm.out", observing)
     base = pterun.Runtime.get().registries

@@ -13,6 +13,8 @@ kept between calls, so a method of fixed shapes allocates them once.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from pterun.kernels.aten import aten_provider
@@ -57,7 +59,6 @@ def float_statistics(name: str) -> KernelFactory:
                     out.resize_(result.shape)
                 out.copy_(result)
 
-        return Binding(call, generic.positional, generic.keywords, None, generic.convert, generic.writes,
-                       generic.mutates)
+        return dataclasses.replace(generic, fn=call)
 
     return factory
