@@ -21,7 +21,7 @@ import torch
 
 from pterun.errors import IndexOutOfRange, InvalidArgument, InvalidArgumentType, Unimplemented
 from pterun.executor import Method, MethodMeta, Program, TensorInfo
-from pterun.executor.method import is_sequence
+from pterun.executor.inputs import is_sequence
 from pterun.format import Verification
 from pterun.format.source import read_source
 from pterun.runtime import Runtime

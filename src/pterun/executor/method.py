@@ -18,7 +18,6 @@ failed load leaves nothing behind and other methods are untouched.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import threading
 from collections.abc import Sequence
@@ -32,8 +31,7 @@ from pterun.core.dtype import name as dtype_name
 from pterun.core.dtype import storage_dtype
 from pterun.core.layout import is_contiguous_order, strides_for
 from pterun.errors import (
-    Internal, InvalidArgument, InvalidArgumentType, InvalidExternalData, InvalidState, NotFound, NotSupported,
-    PteError,
+    Internal, InvalidArgument, InvalidExternalData, InvalidState, NotFound, NotSupported, PteError,
 )
 from pterun.executor.arguments import check_arguments
 from pterun.executor.codegen import DelegateStep, KernelStep, MethodValues, compile_method, failing_step
@@ -43,6 +41,7 @@ from pterun.executor.fold import elide_view_copies, fold_constant_views
 from pterun.executor.functional import Unsupported as FunctionalUnsupported
 from pterun.executor.functional import functional_method
 from pterun.executor.graphs import CudaGraphRunner
+from pterun.executor.inputs import input_sequence
 from pterun.executor.meta import MethodMeta, value_kind
 from pterun.executor.precision import Precision
 from pterun.executor.tensors import check_external_layout, from_bytes, shaped
@@ -739,46 +738,6 @@ def _plain(value):
 
 _STRIDED = torch.strided
 _get_ident = threading.get_ident
-
-_sequence_check = ctypes.pythonapi.PySequence_Check
-_sequence_check.argtypes = [ctypes.py_object]
-_sequence_check.restype = ctypes.c_int
-
-
-def is_sequence(value) -> bool:
-    """Whether Python calls ``value`` a sequence (``PySequence_Check``), as ExecuTorch's bindings decide
-    what a list of inputs is: lists, tuples, deques, anything indexable by position; not a dict, a set,
-    a generator or a tensor."""
-    return bool(_sequence_check(value))
-
-
-def input_sequence(inputs, where: str, *, one_tensor: bool) -> Sequence:
-    """The inputs of a call as a sequence, or an :class:`InvalidArgumentType` naming what was passed.
-
-    ``one_tensor``: a single tensor is the only input (``execute``, as ExecuTorch's ``Method.execute``).
-    Strings and bytes are sequences to Python but never a list of inputs.
-    """
-    if isinstance(inputs, torch.Tensor):
-        if one_tensor:
-            return (inputs,)
-        raise InvalidArgumentType(f"{where}: expected a list of inputs, got {_describe(inputs)} (pass [tensor])")
-    if isinstance(inputs, (str, bytes, bytearray, memoryview)) or not is_sequence(inputs):
-        raise InvalidArgumentType(f"{where}: expected a list of inputs, got {_describe(inputs)}")
-    return inputs
-
-
-def _describe(value) -> str:
-    if isinstance(value, torch.Tensor):
-        try:
-            return f"a Tensor of shape {list(value.shape)}"
-        except RuntimeError:  # a nested tensor
-            return "a Tensor"
-    if value is None:
-        return "None"
-    kind = type(value)
-    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
-
 
 def _thread(thread: threading.Thread | None = None) -> str:
     thread = thread or threading.current_thread()
