@@ -64,7 +64,7 @@ def main() -> None:
                 fn(*a, out=out)
         return buffers[-1]
 
-    plan = method._plan
+    plan = method.plan
     console.print(environment(), f"{len(plan.instructions)} instructions in the program")
     timings = measure([
         Way("pterun", lambda: method.execute([x], clone_outputs=False)),

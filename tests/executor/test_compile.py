@@ -54,12 +54,12 @@ def test_functional_form_computes_what_the_method_computes(name):
     assert functional.compile_status == "compiled", f"{name}: {functional.compile_status}"
     make_inputs = build(name).make_inputs
     stateful = any(isinstance(v, pterun.format.TensorSpec) and v.memory_id is not None and v.fqn
-                   for v in functional._plan.values)
+                   for v in functional.plan.values)
     for seed in (0,) if stateful else (0, 1):
         args = flat(make_inputs(seed))
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         with torch.inference_mode():
-            outputs = list(functional._functional(*tensors))
+            outputs = list(functional.functional(*tensors))
         assert_matches(outputs, plain.execute(args), rtol=1e-5, what=f"{name} seed {seed}")
 
 
@@ -83,7 +83,7 @@ def test_every_compiled_method_gets_compiled_code_of_its_own():
         methods.append(method)
     for i, method in enumerate(methods):
         assert method.compile_status == "compiled", (i, method.compile_status)
-        assert _debug_get_cache_entry_list(method._compiled_function.functional.__code__), f"method {i}"
+        assert _debug_get_cache_entry_list(method.functional.__code__), f"method {i}"
 
 
 def test_a_method_torch_compile_leaves_uncompiled_says_so_and_still_runs():

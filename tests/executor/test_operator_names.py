@@ -14,9 +14,8 @@ import torch
 
 import pterun
 from pterun.errors import OperatorMissing
-from pterun.executor.functional import functional_of
-from pterun.kernels.aten import overload_of, overloads_of
-from pterun.kernels.views import view_of
+from pterun.kernels import Functional
+from pterun.kernels.aten import functional_of, overload_of, overloads_of, view_of
 from tests.format import build
 
 # (operator name, overload) as a program writes them; each spells a Python attribute of torch.ops.
@@ -62,6 +61,6 @@ def test_real_names_resolve():
     assert overload_of("aten::__and__.Tensor") is torch.ops.aten.__and__.Tensor
     assert overload_of("aten::add") is torch.ops.aten.add.default
     assert view_of("aten::permute_copy.out") is torch.ops.aten.permute.default
-    assert functional_of("aten::add.out") == (torch.ops.aten.add.Tensor, False)
+    assert functional_of("aten::add.out") == Functional(torch.ops.aten.add.Tensor, outputs=(3,))
     assert torch.ops.aten.add.out in overloads_of("aten::add")
     assert overloads_of("aten::add.__class__") == []

@@ -191,7 +191,7 @@ def _functional_form(exported, calls: list[list], actual: list[list]) -> Outcome
 
     def call(args):
         with torch.inference_mode():
-            return list(method._functional(*[a for a in args if isinstance(a, torch.Tensor)]))
+            return list(method.functional(*[a for a in args if isinstance(a, torch.Tensor)]))
 
     outputs, exc = run_calls(call, calls)
     if exc is not None:

@@ -23,8 +23,8 @@ def test_replay_matches_kernel_by_kernel_and_the_graph_is_used():
     for call in range(4):
         a, b = graphed.execute([tokens]), plain.execute([tokens])
         torch.testing.assert_close(a[0], b[0], rtol=0, atol=0)
-    assert graphed._graph is not None and graphed._graph.graph is not None and graphed._graph.replaying
-    assert plain._graph is None
+    assert graphed.cuda_graph is not None and graphed.cuda_graph.graph is not None and graphed.cuda_graph.replaying
+    assert plain.cuda_graph is None
 
 
 def test_a_new_shape_runs_eagerly_then_is_captured_again():
@@ -42,7 +42,7 @@ def test_outputs_handed_out_from_a_replayed_graph_are_not_overwritten():
     pte, ptd, calls, expected = load_fixture(resident if resident.exists() else None)
     method = _method(pte)
     results = [method.execute(on("cuda", calls[i % 2]), clone_outputs=False) for i in range(4)]
-    assert method._graph.replaying
+    assert method.cuda_graph.replaying
     for i, outputs in enumerate(results):
         assert_matches(on("cpu", outputs), expected[i % 2], rtol=2e-4)
 
@@ -54,7 +54,7 @@ def test_inputs_passed_again_are_read_in_place_and_others_copied():
     x, y = on("cuda", calls[0])
     for _ in range(3):
         method.execute([x, y])
-    runner = method._graph
+    runner = method.cuda_graph
     assert runner.replaying and runner.bound[:2] == [True, True], "the same tensors three times: read in place"
     x.copy_(on("cuda", calls[1])[0])
     y.copy_(on("cuda", calls[1])[1])

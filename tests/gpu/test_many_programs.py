@@ -46,7 +46,7 @@ def _run(directory, mode) -> pterun.Method:
     method = pterun.Runtime.get().load_program(pte, data_path=ptd or None, device="cuda", **MODES[mode])
     method = method.load_method("forward")
     stateful = any(isinstance(v, pterun.format.TensorSpec) and v.memory_id is not None and v.fqn
-                   for v in method._plan.values)
+                   for v in method.plan.values)
     for _ in range(1 if stateful else 3):  # eager, capture, replay
         for call, reference in zip(calls, expected):
             _check(method.execute(on("cuda", call)), reference, f"{directory.name} ({mode})")
@@ -73,7 +73,7 @@ def test_many_programs_in_one_process(seed):
     for directory, method in kept:
         _, _, calls, expected = load_fixture(directory)
         stateful = any(isinstance(v, pterun.format.TensorSpec) and v.memory_id is not None and v.fqn
-                       for v in method._plan.values)
+                       for v in method.plan.values)
         if not stateful:
             _check(method.execute(on("cuda", calls[0])), expected[0], f"{directory.name} again")
     torch.cuda.synchronize()

@@ -22,4 +22,4 @@ def test_replays_allocate_no_device_memory():
         method.execute([tokens], clone_outputs=False)
     torch.cuda.synchronize()
     assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
-    assert method._graph.replaying
+    assert method.cuda_graph.replaying

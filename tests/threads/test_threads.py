@@ -113,8 +113,8 @@ def test_uncached_methods_are_independent_and_share_the_constants():
     planned = [*plan.inputs, *plan.outputs]
     assert constants and all(plan.values[i].memory_id is not None for i in planned)
     # Constants are the program's, read-only and shared; planned memory is each method's own.
-    assert all(first._objects[i].data_ptr() == second._objects[i].data_ptr() for i in constants)
-    assert all(first._objects[i].data_ptr() != second._objects[i].data_ptr() for i in planned)
+    assert all(first.value(i).data_ptr() == second.value(i).data_ptr() for i in constants)
+    assert all(first.value(i).data_ptr() != second.value(i).data_ptr() for i in planned)
     x, y = float_inputs(1), float_inputs(2)
     out_x = first.execute(x)[0]
     first.set_inputs(x)
@@ -199,10 +199,20 @@ def test_a_thread_that_ended_half_way_does_not_hold_the_method():
     method = _load(float_mlp()).load_method("forward")
     x, y = float_inputs(1), float_inputs(2)
     want_y = method.execute(y)[0]
-    thread = threading.Thread(target=method.set_inputs, args=(x,))
+    inputs_set, finish = threading.Event(), threading.Event()
+
+    def set_inputs_and_leave():
+        method.set_inputs(x)
+        inputs_set.set()
+        finish.wait()
+
+    thread = threading.Thread(target=set_inputs_and_leave)
     thread.start()
+    inputs_set.wait()
+    with pytest.raises(InvalidState):  # the premise: while it lives, it holds the method
+        method.execute(y)
+    finish.set()
     thread.join()
-    assert method._stepper is thread  # the premise: it left with its inputs set and not run
     assert torch.equal(method.execute(y)[0], want_y)
 
 

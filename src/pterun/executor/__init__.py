@@ -2,6 +2,7 @@
 
 from pterun.executor.meta import MethodMeta, TensorInfo
 from pterun.executor.method import Method
-from pterun.executor.program import Program, Registries
+from pterun.executor.context import Registries
+from pterun.executor.program import Program
 
 __all__ = ["Method", "MethodMeta", "Program", "Registries", "TensorInfo"]

@@ -2,26 +2,34 @@
 
 Every value the method uses becomes a name the function reads directly:
 
-* ``c<i>``: a value fixed at load (a planned or constant tensor, a scalar, a
-  list), bound as a closure variable;
+* ``c<i>``: a value fixed at load (a planned or constant tensor, a list),
+  bound as a closure variable; scalars are written inline;
 * ``p<i>``: a tensor the caller supplies on each call (unplanned inputs and
   output buffers), a parameter;
 * ``v<i>``: a value an instruction computes (symbolic sizes, views, moved
   values), a local variable.
 
-Each kernel call becomes one call expression with its arguments in the places
-its :class:`~pterun.kernels.Binding` gives, so executing a method is one
-Python call with no interpretation loop, no lookups and no argument lists
-built per instruction. Chains with jumps (control flow) become a small state
-machine over their basic blocks.
+Each kernel call becomes one call expression, named after its operator and
+with its arguments in the places its :class:`~pterun.kernels.Binding` gives,
+so executing a method is one Python call with no interpretation loop, no
+lookups and no argument lists built per instruction. Every line of a step
+ends with a comment naming its operator (``# aten::addmm.out``), so the
+source (``pterun inspect --code``) reads without the program beside it.
+Chains with jumps (control flow) become a small state machine over their
+basic blocks.
 
 The generated source is kept (``CompiledMethod.source``) and every line maps
 back to its instruction, so an error raised inside names the instruction and
-operator that failed.
+operator that failed. Names from the file reach the source only as
+identifiers made of letters, digits and underscores, and in comments only
+escaped (``ascii``).
 """
 
 from __future__ import annotations
 
+import keyword
+import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -30,25 +38,12 @@ import torch
 from pterun.core.layout import strides_for
 from pterun.errors import PteError
 from pterun.executor.source import make_function
-from pterun.format import FreeCall, JumpFalseCall, MoveCall
-from pterun.kernels import Binding
+from pterun.executor.steps import DelegateStep, KernelStep, Step, describe
+from pterun.format import FreeCall, JumpFalseCall, MoveCall, Plan
 
-
-@dataclass(frozen=True)
-class KernelStep:
-    name: str
-    binding: Binding
-    args: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class DelegateStep:
-    name: str
-    fn: Callable[[list], None]
-    args: tuple[int, ...]
-
-
-Step = KernelStep | DelegateStep | MoveCall | JumpFalseCall | FreeCall | None  # None: folded away at load
+# Names the compiler itself uses: c3, p3, v3, a3 (a delegate's argument list), f3_1 (a converter), x3_1 (a
+# converted constant), and its helpers. A kernel's name never takes one of them.
+_OWN = re.compile(r"[cpvafx]\d+(_\d+)?|pc|run|_r|_truth|_keep_dim_order|_keep_contiguous|__make")
 
 
 @dataclass
@@ -101,14 +96,12 @@ def _truth(cond) -> bool:
 
 
 class _Compiler:
-    def __init__(self, values: MethodValues, steps: Sequence[Step], outputs: Sequence[int], name: str) -> None:
+    def __init__(self, values: MethodValues, steps: Sequence[Step], plan: Plan) -> None:
         self.values = values
         self.steps = steps
-        self.outputs = outputs
-        self.name = name
-        self.env: dict[str, object] = {
-            "_truth": _truth, "_keep_dim_order": _keep_dim_order, "_keep_contiguous": _keep_contiguous,
-        }
+        self.outputs = plan.outputs
+        self.name = plan.name
+        self.env: dict[str, object] = {}
         self.lines: list[str] = []
         self.line_step: dict[int, int] = {}
         self.params = set(values.params)
@@ -124,11 +117,41 @@ class _Compiler:
             return f"v{index}"
         if index in self.params:
             return f"p{index}"
+        return self.constant(index)
+
+    def constant(self, index: int) -> str:
+        value = self.values.objects[index]
+        if _literal(value):
+            return _source(value)
         name = f"c{index}"
-        self.env.setdefault(name, self.values.objects[index])
+        self.env.setdefault(name, value)
+        return name
+
+    def bind(self, name: str, value, step: int, *, own: bool = False) -> str:
+        """A name for a load-time object (a kernel, a dtype): ``name`` if it is free or names the same
+        object, else one made unique by the step's number. ``own``: a name the compiler made."""
+        if not own and (not name.isidentifier() or keyword.iskeyword(name) or _OWN.fullmatch(name)):
+            name = f"{name}_"
+        if self.env.get(name, value) is not value:
+            name = f"{name}_{step}"
+        self.env[name] = value
+        return name
+
+    def converted(self, value, n: int, pos: int) -> str:
+        """A converted constant argument: inline, a dtype (memory format, layout) by its name, or x<n>_<pos>."""
+        if _literal(value):
+            return _source(value)
+        if isinstance(value, (torch.dtype, torch.memory_format, torch.layout)):
+            return self.bind(str(value).removeprefix("torch."), value, n)
+        return self.bind(f"x{n}_{pos}", value, n, own=True)
+
+    def helper(self, name: str, fn) -> str:
+        self.env[name] = fn  # only helpers the code uses are bound
         return name
 
     def emit(self, indent: int, text: str, step: int | None = None) -> None:
+        if step is not None:
+            text = f"{text}  # {ascii(describe(self.steps[step]))[1:-1]}"
         self.lines.append("    " * indent + text)
         if step is not None:
             self.line_step[len(self.lines)] = step
@@ -140,8 +163,7 @@ class _Compiler:
     def kernel(self, n: int, step: KernelStep, indent: int) -> None:
         b = step.binding
         args = step.args
-        fn_name = f"k{n}"
-        self.env[fn_name] = b.fn
+        fn_name = self.bind(_kernel_name(step.name), b.fn, n)
         converters = dict(b.convert)
         exprs: dict[int, str] = {}
         for pos in (*b.positional, *(i for _, i in b.keywords)):
@@ -153,13 +175,12 @@ class _Compiler:
                     self.env[conv] = converters[pos]
                     exprs[pos] = f"{conv}({self.ref(vi)})"
                 else:
-                    const = f"x{n}_{pos}"
                     try:
-                        self.env[const] = converters[pos](self.values.objects[vi])
+                        converted = converters[pos](self.values.objects[vi])
                     except PteError as exc:
                         raise type(exc)(f"method {self.name!r} instruction {n} ({step.name}) argument {pos}: "
                                         f"{exc.message}") from None
-                    exprs[pos] = const
+                    exprs[pos] = self.converted(converted, n, pos)
             else:
                 exprs[pos] = self.ref(vi)
         for pos in b.writes:
@@ -179,13 +200,13 @@ class _Compiler:
                     continue
                 order = self.values.dim_orders.get(target)
                 if order is not None:
-                    self.emit(indent, f"_keep_dim_order({self.ref(target)}, {order!r})", n)
+                    keep = self.helper("_keep_dim_order", _keep_dim_order)
+                    self.emit(indent, f"{keep}({self.ref(target)}, {order!r})", n)
                 else:
-                    self.emit(indent, f"_keep_contiguous({self.ref(target)})", n)
+                    self.emit(indent, f"{self.helper('_keep_contiguous', _keep_contiguous)}({self.ref(target)})", n)
 
     def delegate(self, n: int, step: DelegateStep, indent: int) -> None:
-        fn_name, list_name = f"k{n}", f"a{n}"
-        self.env[fn_name] = step.fn
+        fn_name, list_name = self.bind(_kernel_name(f"delegate::{step.name}"), step.fn, n), f"a{n}"
         self.env[list_name] = [None if (a in self.values.locals or a in self.params) else self.values.objects[a]
                                for a in step.args]
         for j, a in enumerate(step.args):
@@ -225,9 +246,7 @@ class _Compiler:
         return self._build()
 
     def _initial(self, index: int) -> str:
-        name = f"c{index}"
-        self.env.setdefault(name, self.values.objects[index])
-        return name
+        return self.constant(index)
 
     def _state_machine(self, jumps: list[int]) -> None:
         end = len(self.steps)
@@ -244,7 +263,7 @@ class _Compiler:
             for n in range(start, stop):
                 step = self.steps[n]
                 if isinstance(step, JumpFalseCall):
-                    self.emit(4, f"if not _truth({self.ref(step.condition)}):", n)
+                    self.emit(4, f"if not {self.helper('_truth', _truth)}({self.ref(step.condition)}):", n)
                     self.emit(5, f"pc = {step.destination}")
                     self.emit(5, "continue")
                 else:
@@ -259,8 +278,29 @@ class _Compiler:
         return CompiledMethod(run, source, lines, filename)
 
 
-def compile_method(values: MethodValues, steps: Sequence[Step], outputs: Sequence[int], name: str) -> CompiledMethod:
-    return _Compiler(values, steps, outputs, name).compile()
+def compile_method(values: MethodValues, steps: Sequence[Step], plan: Plan) -> CompiledMethod:
+    return _Compiler(values, steps, plan).compile()
+
+
+def _literal(value) -> bool:
+    """Whether a load-time value is written inline: a scalar whose repr is itself, immutable."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return True
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def _source(value) -> str:
+    return ascii(value) if isinstance(value, str) else repr(value)
+
+
+def _kernel_name(operator: str) -> str:
+    """An identifier for an operator's kernel: "aten::addmm.out" -> "addmm_out"; other namespaces keep theirs
+    ("quantized_decomposed::quantize_per_tensor.out" -> "quantized_decomposed_quantize_per_tensor_out")."""
+    namespace, _, rest = operator.partition("::")
+    if namespace == "aten":
+        namespace = ""
+    text = f"{namespace}_{rest}" if namespace else rest
+    return re.sub(r"\W", "_", text, flags=re.ASCII).strip("_") or "kernel"
 
 
 def failing_step(compiled: CompiledMethod, tb) -> int | None:

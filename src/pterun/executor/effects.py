@@ -6,62 +6,32 @@ to a new object: a kernel's result, a moved value. A new object can share
 memory with what made it (``et_view`` of a tensor, a view ATen returns, a
 ``MoveCall`` that hands one value's tensor to another). Kernels say all of
 this in their :class:`~pterun.kernels.Binding`; delegates through their
-backend's ``written_arguments``. A list stands for its items.
+backend's ``written_arguments`` (steps.py describes each step). A list
+stands for its items.
 
 Memory is named by the value that owns it (a planned tensor, a constant, a
 caller's tensor), and each value may refer to the memory of several: its
 own, and whatever a bind could have given it, followed through every step
 whatever the order the steps run in (so jumps need no special case).
 
-Two things rely on this one description: :func:`check_writes`, which refuses
-a program in which any step writes a constant (the file's bytes, or a data
-file's), and fold.py's rewrites of copies into views.
+What relies on it: :func:`check_writes`, which refuses a program in which
+any step writes a constant (the file's bytes, or a data file's); fold.py's
+rewrites of copies into views; functional.py, for what the method writes;
+and graphs.py, for whether any step syncs with the host.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import torch
 
 from pterun.core.dtype import storage_dtype
 from pterun.errors import InvalidProgram, PteError
-from pterun.executor.codegen import DelegateStep, KernelStep
-from pterun.format import DelegateCall, JumpFalseCall, Kind, ListValue, MoveCall, Plan, TensorSpec
+from pterun.executor.steps import describe, step_effect
+from pterun.format import DelegateCall, Kind, ListValue, Plan, TensorSpec
 
 _TENSOR_LISTS = (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)
-
-
-@dataclass(frozen=True)
-class Effect:
-    """One step's effect, on values as the step names them (lists not expanded)."""
-
-    writes: tuple[int, ...] = ()  # values whose memory the step writes
-    reads: tuple[int, ...] = ()
-    binds: tuple[int, ...] = ()  # values given a new object
-    shares: tuple[int, ...] = ()  # values whose memory that object may share
-
-
-def step_effect(step, delegate_writes: Sequence[int] = ()) -> Effect:
-    """The effect of one step; ``delegate_writes`` are the argument positions a delegate step writes."""
-    if isinstance(step, KernelStep):
-        b, args = step.binding, step.args
-        written = (*b.writes, *b.mutates)
-        return Effect(
-            writes=tuple(args[p] for p in written),
-            reads=tuple(args[p] for p in (*b.positional, *(i for _, i in b.keywords)) if p not in b.writes),
-            binds=(args[b.result],) if b.result is not None else (),
-            shares=tuple(args[p] for p in b.aliases),
-        )
-    if isinstance(step, DelegateStep):
-        written = tuple(step.args[p] for p in delegate_writes)
-        return Effect(writes=written, reads=step.args)
-    if isinstance(step, MoveCall):
-        return Effect(reads=(step.source,), binds=(step.target,), shares=(step.source,))
-    if isinstance(step, JumpFalseCall):
-        return Effect(reads=(step.condition,))
-    return Effect()  # FreeCall, or a step folded away
 
 
 class MethodEffects:
@@ -83,6 +53,7 @@ class MethodEffects:
             for m in self.read[n]:
                 self.readers.setdefault(m, []).append(n)
             self.bound.update(e.binds)
+        self.syncs = any(e.syncs for e in self.effects)  # some step reads tensor values on the host
 
     def after(self, steps: Sequence) -> MethodEffects:
         """The effects of rewritten steps (the same instructions, some folded away or replaced)."""
@@ -173,14 +144,14 @@ def check_writes(plan: Plan, steps: Sequence, effects: MethodEffects) -> None:
     for n, e in enumerate(effects.effects):
         for vi in e.binds:
             if vi in constants:
-                raise InvalidProgram(f"{where} instruction {n} ({_what(plan, steps[n])}) assigns value {vi}, "
+                raise InvalidProgram(f"{where} instruction {n} ({describe(steps[n])}) assigns value {vi}, "
                                      f"a constant")
         for vi in e.writes:
             hit = effects.memory(vi) & constants
             if hit:
                 detail = (f"value {vi}, a constant" if vi in constants
                           else f"value {vi}, which may share memory with constant value {min(hit)}")
-                raise InvalidProgram(f"{where} instruction {n} ({_what(plan, steps[n])}) writes {detail}; "
+                raise InvalidProgram(f"{where} instruction {n} ({describe(steps[n])}) writes {detail}; "
                                      f"constants are the program's bytes and are never written")
 
 
@@ -189,10 +160,3 @@ def written_inputs(plan: Plan, effects: MethodEffects) -> frozenset[int]:
     written = {m for ms in effects.written for m in ms}
     return frozenset(i for i, vi in enumerate(plan.inputs) if vi in written)
 
-
-def _what(plan: Plan, step) -> str:
-    if isinstance(step, KernelStep):
-        return step.name
-    if isinstance(step, DelegateStep):
-        return f"delegate {step.name}"
-    return type(step).__name__

@@ -13,8 +13,9 @@ only read by them can be a view, computed either
 
 Either way a copy is replaced only when the memory it writes is written
 nowhere else (through any value that may refer to it: what each step writes
-and reads is effects.py's), is no method output, is read only by ATen kernels
-(a delegate or ``et_view`` may rely on the planned layout), and shares no
+and reads is effects.py's), is no method output, is read only by kernels that take
+any strides (``Binding.strided``: a delegate or ``et_view`` may rely on the
+planned layout), and shares no
 bytes with a view the exporter planned on top of it (such a view is read,
 never written, and sees its base's bytes through the arena). Methods with
 jumps keep their copies: their instruction order is not the order they run in.
@@ -24,11 +25,10 @@ from __future__ import annotations
 
 import torch
 
-from pterun.executor.codegen import DelegateStep, KernelStep
 from pterun.executor.effects import MethodEffects
+from pterun.executor.steps import DelegateStep, KernelStep
 from pterun.format import JumpFalseCall, Kind, ListValue, Plan, TensorSpec
-from pterun.kernels import Binding
-from pterun.kernels.views import view_of
+from pterun.kernels import Binding, Functional
 
 
 def _overlaps(a: TensorSpec, b: TensorSpec) -> bool:
@@ -54,8 +54,8 @@ class _Rewriter:
         """(view op, output value) when step ``n`` is a copy whose result could be a view."""
         if not isinstance(step, KernelStep):
             return None
-        view = view_of(step.name)
         b = step.binding
+        view = b.view
         if view is None or len(b.writes) != 1:
             return None
         out = step.args[b.writes[0]]
@@ -64,8 +64,7 @@ class _Rewriter:
         if (self.effects.writers.get(out) != [n] or out in self.effects.bound or out in self.outputs
                 or not isinstance(spec, TensorSpec)):
             return None
-        if not all(isinstance(self.steps[r], KernelStep) and self.steps[r].name.startswith("aten::")
-                   for r in self.effects.readers.get(out, ())):
+        if not all(self.effects.effects[r].strided for r in self.effects.readers.get(out, ())):
             return None
         if spec.memory_id is not None and any(_overlaps(spec, a) for a in self.aliases):
             return None
@@ -80,60 +79,77 @@ class _Rewriter:
                 if p not in b.writes and isinstance(self.plan.values[step.args[p]], TensorSpec)]
 
 
-def fold_constant_views(plan: Plan, steps: list, objects: list, constants: set[int], computed: set[int],
-                        effects: MethodEffects) -> list:
-    """Steps with copies of constants replaced by None, their values' objects by views made now.
+def fold_constant_views(plan: Plan, steps: list, objects: list, constants: frozenset[int], computed: frozenset[int],
+                        effects: MethodEffects) -> tuple[list, dict[int, torch.Tensor]]:
+    """Copies of constants computed now, as views: the steps with those copies replaced by None, and the
+    views made, by value (constants themselves, from now on).
 
-    ``effects`` are the steps' effects; ``constants`` gains the folded values."""
+    ``objects`` are the values made at load, ``constants`` the values that are constants, ``computed``
+    those steps assign, ``effects`` the steps' effects."""
     rw = _Rewriter(plan, steps, objects, computed, effects)
-    folded = constants
+    views: dict[int, torch.Tensor] = {}
     result = []
     for n, step in enumerate(steps):
         found = rw.candidate(n, step)
-        if found is None or not _fold_now(rw, step, found, folded):
+        view = None if found is None else _fold_now(rw, step, found, constants, views)
+        if view is None:
             result.append(step)
         else:
+            views[found[1]] = view
             # None rather than removal: steps stay indexed by instruction, as jumps and errors are.
             result.append(None)
-    return result
+    return result, views
 
 
-def _fold_now(rw: _Rewriter, step: KernelStep, found, folded: set[int]) -> bool:
+def _fold_now(rw: _Rewriter, step: KernelStep, found, constants: frozenset[int], views: dict):
+    """The view a copy of constants computes, or None."""
     view, out = found
     b = step.binding
     if any(step.args[p] in rw.moving for p in (*b.positional, *(i for _, i in b.keywords))):
-        return False
+        return None
     inputs = rw.tensor_inputs(step)
-    if not inputs or not all(vi in folded for vi in inputs):
-        return False
+    if not inputs or not all(vi in constants or vi in views for vi in inputs):
+        return None
     converters = dict(b.convert)
-    args = [converters.get(p, lambda v: v)(rw.objects[step.args[p]]) for p in b.positional if p not in b.writes]
-    kwargs = {k: converters.get(p, lambda v: v)(rw.objects[step.args[p]]) for k, p in b.keywords if p not in b.writes}
+
+    def arg(p):
+        vi = step.args[p]
+        value = views[vi] if vi in views else rw.objects[vi]
+        return converters[p](value) if p in converters else value
+
     try:
-        result = view(*args, **kwargs)
+        result = view(*[arg(p) for p in b.positional if p not in b.writes],
+                      **{k: arg(p) for k, p in b.keywords if p not in b.writes})
     except (RuntimeError, TypeError, ValueError, IndexError):
-        return False
+        return None
     planned = rw.objects[out]
     if not isinstance(result, torch.Tensor) or result.shape != planned.shape or result.dtype != planned.dtype:
-        return False
-    rw.objects[out] = result
-    folded.add(out)
-    # Lists that hold the value were built from the planned tensor; they must hold the view now.
-    for li, value in enumerate(rw.plan.values):
-        if isinstance(value, ListValue) and value.kind in (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST):
-            for j, item in enumerate(value.items):
-                if item == out:
-                    rw.objects[li][j] = result
-    return True
+        return None
+    return result
 
 
-def elide_view_copies(plan: Plan, steps: list, objects: list, computed: set[int], params: set[int],
-                      effects: MethodEffects) -> tuple[list, set[int]]:
+def with_views(plan: Plan, objects: list, views: dict[int, torch.Tensor]) -> list:
+    """``objects`` with ``views`` in place of the values they replace, in lists that hold them too."""
+    if not views:
+        return objects
+    objects = list(objects)
+    for vi, view in views.items():
+        objects[vi] = view
+    # Lists were built from the planned tensors; those holding a replaced value are made anew.
+    for li, value in enumerate(plan.values):
+        if (isinstance(value, ListValue) and value.kind in (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)
+                and any(item in views for item in value.items)):
+            objects[li] = [views.get(item, old) for item, old in zip(value.items, objects[li])]
+    return objects
+
+
+def elide_view_copies(plan: Plan, steps: list, objects: list, computed: frozenset[int], params: set[int],
+                      effects: MethodEffects) -> tuple[list, frozenset[int]]:
     """Copies of activations that can be views made in their place; returns the steps and the new locals.
 
     ``effects`` are those of the method's steps before any were folded."""
     if any(isinstance(s, JumpFalseCall) for s in steps):
-        return steps, set()
+        return steps, frozenset()
     rw = _Rewriter(plan, steps, objects, computed, effects.after(steps))
     result = list(steps)
     made: set[int] = set()
@@ -163,9 +179,11 @@ def elide_view_copies(plan: Plan, steps: list, objects: list, computed: set[int]
             b.writes[0],
             b.convert,
             aliases=tuple(rw.tensor_positions(step)),
+            strided=True,
+            functional=Functional(view),
         ), step.args)
         made.add(out)
-    return result, made
+    return result, frozenset(made)
 
 
 def _untouched(rw: _Rewriter, source: int, spec: TensorSpec, first: int, last: int) -> bool:

@@ -4,8 +4,9 @@ The executor's own code (codegen.py) writes every result into the memory
 the exporter planned for it. That is what makes it exact and allocation-free,
 and also what keeps a compiler from fusing anything: every intermediate is a
 write to memory the caller can observe. This module writes the same method as
-a pure function instead: each out-variant call becomes the functional
-operator it is the out-variant of (``aten::add.out`` -> ``aten::add.Tensor``),
+a pure function instead: each call becomes its kernel's functional form
+(``Binding.functional``: an out-variant becomes the operator it is the
+out-variant of, ``aten::add.out`` -> ``aten::add.Tensor``),
 results are values, not memory, and only state the method keeps between calls
 (mutable buffers, read before they are written) stays in planned memory,
 updated in place. TorchInductor can then fuse elementwise chains and choose
@@ -18,74 +19,45 @@ says why, and the method runs as compiled by codegen.py.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import torch
 
 from pterun.core.dtype import storage_dtype
 from pterun.core.layout import CHANNELS_LAST_4D, CHANNELS_LAST_5D
-from pterun.executor.codegen import DelegateStep, KernelStep
+from pterun.executor.effects import MethodEffects
 from pterun.executor.source import make_function
+from pterun.executor.steps import DelegateStep, KernelStep
 from pterun.format import Kind, ListValue, Plan, TensorSpec
-from pterun.kernels.aten import overload_of, overloads_of
 
 
 class Unsupported(Exception):
     """The method cannot be written functionally; the message says which instruction and why."""
 
 
-# Factory functions (arange, full, ...) take the result's dtype and device where their out-variant
-# takes the out tensor.
-_TENSOR_OPTIONS = ("dtype", "layout", "device", "pin_memory")
-
-
-@functools.lru_cache(maxsize=None)
-def functional_of(name: str):
-    """(functional overload, whether it takes tensor options) for an ATen out-variant, or None."""
-    out = overload_of(name)
-    if out is None:
-        return None
-    schema = out._schema
-    inputs = [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
-    n_out = sum(1 for a in schema.arguments if a.is_out)
-    for candidate in overloads_of(schema.name):
-        s = candidate._schema
-        if any(a.is_out or (a.alias_info is not None and a.alias_info.is_write) for a in s.arguments):
-            continue
-        if len(s.returns) != n_out:
-            continue
-        arguments = [(a.name, str(a.type)) for a in s.arguments]
-        if arguments == inputs:
-            return candidate, False
-        if [a for a in arguments if a[0] not in _TENSOR_OPTIONS] == inputs and all(
-            a.name in inputs_names(inputs) or a.name in _TENSOR_OPTIONS for a in s.arguments
-        ):
-            return candidate, True
-    return None
-
-
-def inputs_names(inputs) -> set[str]:
-    return {name for name, _ in inputs}
-
-
 def _region(spec: TensorSpec) -> tuple:
     return spec.memory_id, spec.memory_offset, spec.nbytes
 
 
-def _dim_order_copy(tensor: torch.Tensor, dtype: torch.dtype, channels_last: int) -> torch.Tensor:
-    # Always a copy, as the out-variant it stands for: a clone of a mutable buffer taken before the buffer
-    # is updated in place must keep the old values (``to``/``contiguous`` hand back their input when
-    # nothing changes).
-    fmt = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)[channels_last]
-    return tensor.to(dtype, memory_format=fmt, copy=True)
+def _returns_one(fn) -> bool:
+    # A functional form returns one value unless its schema says several, or a list.
+    schema = getattr(fn, "_schema", None)
+    return schema is None or (len(schema.returns) == 1 and not str(schema.returns[0].type).startswith("List"))
+
+
+def _memory_format(spec: TensorSpec) -> torch.memory_format:
+    if spec.dim_order == CHANNELS_LAST_4D:
+        return torch.channels_last
+    if spec.dim_order == CHANNELS_LAST_5D:
+        return torch.channels_last_3d
+    return torch.contiguous_format
 
 
 class _Writer:
-    def __init__(self, plan: Plan, steps: Sequence, objects: list, name: str, device: torch.device,
-                 constants: set[int]) -> None:
-        self.plan, self.steps, self.objects, self.name, self.device = plan, steps, objects, name, device
-        self.env: dict[str, object] = {"_dim_order_copy": _dim_order_copy}
+    def __init__(self, plan: Plan, steps: Sequence, effects: MethodEffects, objects: list, device: torch.device,
+                 constants: frozenset[int]) -> None:
+        self.plan, self.steps, self.objects, self.name, self.device = plan, steps, objects, plan.name, device
+        self.env: dict[str, object] = {}
         self.lines: list[str] = []
         self.inputs = {vi: f"p{vi}" for vi in plan.inputs if isinstance(plan.values[vi], TensorSpec)}
         self.defined: set[int] = set(self.inputs)
@@ -94,7 +66,8 @@ class _Writer:
         for vi, value in enumerate(plan.values):
             if not isinstance(value, TensorSpec) or value.memory_id is None or vi in self.inputs or vi in constants:
                 self.defined.add(vi)  # constants, scalars, lists: fixed at load
-        self.written = self.all_written()
+        # Every value some step writes: out arguments, results, in-place updates.
+        self.written = {t for e in effects.effects for v in (*e.writes, *e.binds) for t in self.targets(v)}
         # The last value written to each planned region: the exporter removes a view by planning it
         # on its base's bytes, and the view is then read without ever being written.
         self.region: dict[tuple, int] = {}
@@ -129,20 +102,6 @@ class _Writer:
         name = f"c{vi}"
         self.env.setdefault(name, self.objects[vi])
         return name
-
-    def all_written(self) -> set[int]:
-        """Every value some instruction writes: out arguments, results, in-place updates."""
-        written: set[int] = set()
-        for step in self.steps:
-            if not isinstance(step, KernelStep):
-                continue
-            b = step.binding
-            positions = set(b.writes) | set(b.mutates)
-            if b.result is not None:
-                positions.add(b.result)
-            for p in positions:
-                written.update(self.targets(step.args[p]))
-        return written
 
     def note_region(self, vi: int) -> None:
         value = self.plan.values[vi]
@@ -188,58 +147,43 @@ class _Writer:
 
     def kernel(self, n: int, step: KernelStep) -> None:
         b = step.binding
-        name = step.name
-        if name.startswith("dim_order_ops::"):
-            out = step.args[-2]
-            spec = self.plan.values[out]
-            if name.startswith("dim_order_ops::_empty_dim_order"):
-                self.fail(n, "_empty_dim_order has no functional form here")
-            layout = 1 if spec.dim_order == CHANNELS_LAST_4D else 2 if spec.dim_order == CHANNELS_LAST_5D else 0
-            dtype = f"x{n}_dtype"
-            self.env[dtype] = storage_dtype(spec.scalar_type)
-            self.assign(out, f"_dim_order_copy({self.ref(step.args[0], n)}, {dtype}, {layout})")
-            return
-        if name.startswith("et_copy::"):
-            self.assign(step.args[1], f"{self.ref(step.args[0], n)}.clone()")
-            return
-        if b.writes:
-            found = functional_of(name) if name.startswith("aten::") else None
-            if found is None:
-                self.fail(n, f"{name} has no functional form")
-            functional, options = found
-            fn = f"k{n}"
-            self.env[fn] = functional
-            args = self.call_args(n, step, set(b.writes))
-            outs = [t for pos in b.writes for t in self.targets(step.args[pos])]
-            if options:
-                spec = self.plan.values[outs[0]]
-                dtype = f"x{n}_dtype"
-                self.env[dtype] = storage_dtype(spec.scalar_type)
-                self.env["_device"] = self.device
-                args = f"{args}, dtype={dtype}, device=_device" if args else f"dtype={dtype}, device=_device"
-            call = f"{fn}({args})"
-            if len(outs) == 1 and len(functional._schema.returns) == 1 and not str(
-                functional._schema.returns[0].type
-            ).startswith("List"):
-                self.assign(outs[0], call)
-            else:
-                self.lines.append(f"        _r = {call}")
-                for k, target in enumerate(outs):
-                    self.assign(target, f"_r[{k}]")
-            return
-        # Results and in-place updates: the kernel's own callable, traceable when it is torch's overload.
+        form = b.functional
+        if form is None:
+            self.fail(n, f"{step.name} has no functional form")
         fn = f"k{n}"
-        if isinstance(b.fn, torch._ops.OpOverload) or not name.startswith("aten::"):
-            self.env[fn] = b.fn  # a view made in place of a copy, or a Python kernel
+        self.env[fn] = form.fn
+        if not form.outputs:
+            # The kernel's own traceable form: in-place updates stay in place (state), results are assigned.
+            call = f"{fn}({self.call_args(n, step, set())})"
+            for pos in b.mutates:
+                self.ref(step.args[pos], n)
+            if b.result is not None:
+                self.assign(step.args[b.result], call)
+            else:
+                self.lines.append(f"        {call}")
+            return
+        args = self.call_args(n, step, set(form.outputs))
+        outs = [t for pos in form.outputs for t in self.targets(step.args[pos])]
+        if form.options:
+            options = ", ".join(f"{k}={self.option(n, k, outs[0])}" for k in form.options)
+            args = f"{args}, {options}" if args else options
+        call = f"{fn}({args})"
+        if len(outs) == 1 and _returns_one(form.fn):
+            self.assign(outs[0], call)
         else:
-            self.env[fn] = overload_of(name)  # the schema binder calls the overload's C++ entry point
-        call = f"{fn}({self.call_args(n, step, set())})"
-        for pos in b.mutates:
-            self.ref(step.args[pos], n)
-        if b.result is not None:
-            self.assign(step.args[b.result], call)
-        else:
-            self.lines.append(f"        {call}")
+            self.lines.append(f"        _r = {call}")
+            for k, target in enumerate(outs):
+                self.assign(target, f"_r[{k}]")
+
+    def option(self, n: int, key: str, out: int) -> str:
+        """A keyword describing the output ``out`` (its dtype, device or memory format), fixed at load."""
+        if key == "device":
+            self.env["_device"] = self.device
+            return "_device"
+        spec = self.plan.values[out]
+        name = f"x{n}_{key}"
+        self.env[name] = storage_dtype(spec.scalar_type) if key == "dtype" else _memory_format(spec)
+        return name
 
     def write(self) -> tuple:
         for n, step in enumerate(self.steps):
@@ -249,10 +193,6 @@ class _Writer:
                 self.fail(n, "delegates run outside the compiled function")
             if not isinstance(step, KernelStep):
                 self.fail(n, f"{type(step).__name__} (control flow) is not supported")
-            if not (step.name.startswith(("aten::", "executorch_prim::", "dim_order_ops::", "et_copy::"))):
-                self.fail(n, f"{step.name} is not an operator torch.compile can trace")
-            if step.name == "executorch_prim::et_copy_index.tensor":
-                self.fail(n, "et_copy_index grows a tensor in place")
             self.kernel(n, step)
         outputs = "".join(f"{self.ref(o, -1)}, " for o in self.plan.outputs)
         params = ", ".join(self.inputs.values())
@@ -261,8 +201,10 @@ class _Writer:
         return run, source
 
 
-def functional_method(plan: Plan, steps: Sequence, objects: list, device: torch.device, constants: set[int]) -> tuple:
+def functional_method(plan: Plan, steps: Sequence, effects: MethodEffects, objects: list, device: torch.device,
+                      constants: frozenset[int]) -> tuple:
     """(run, source): ``run`` takes the method's tensor inputs in order and returns its outputs.
 
-    ``constants`` are the values fixed at load, planned ones included (copies folded into views)."""
-    return _Writer(plan, steps, objects, plan.name, device, constants).write()
+    ``effects`` are the steps' effects; ``constants`` the values fixed at load, planned ones included
+    (copies folded into views)."""
+    return _Writer(plan, steps, effects, objects, device, constants).write()

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from pterun.core.device import DeviceType
-from pterun.kernels.registry import Binding, KernelFactory, KernelRegistry, fixed_arity
+from pterun.kernels.registry import (
+    Binding,
+    Functional,
+    KernelFactory,
+    KernelRegistry,
+    exact_count,
+    fixed_arity,
+)
 
 
 def default_registry() -> KernelRegistry:
@@ -30,7 +37,8 @@ def _cuda_mm(count: int) -> Binding:
         from pterun.kernels.triton.gemv import mm_out
     except ImportError:  # no Triton: torch's kernel
         return generic
-    return Binding(mm_out, (0, 1), (("out", 2),), None, (), generic.writes, accepts=generic.accepts)
+    return Binding(mm_out, (0, 1), (("out", 2),), None, (), generic.writes, accepts=generic.accepts, strided=True,
+                   functional=generic.functional)
 
 
-__all__ = ["Binding", "KernelFactory", "KernelRegistry", "default_registry", "fixed_arity"]
+__all__ = ["Binding", "Functional", "KernelFactory", "KernelRegistry", "default_registry", "exact_count", "fixed_arity"]

@@ -15,7 +15,7 @@ import torch
 
 from pterun.core.dtype import to_torch
 from pterun.errors import InvalidProgram
-from pterun.kernels.registry import Binding, KernelFactory
+from pterun.kernels.registry import Binding, Functional, KernelFactory, exact_count
 from pterun.kernels.schema import argument_kinds, result_kinds
 
 _MEMORY_FORMATS = (torch.contiguous_format, torch.preserve_format, torch.channels_last, torch.channels_last_3d)
@@ -99,6 +99,55 @@ def overloads_of(qualified: str) -> list:
     return [o for o in found if o is not None]
 
 
+# Operators whose results depend on tensor values read on the host (a value, or a data-dependent shape).
+_HOST_SYNCING = frozenset({
+    "aten::_local_scalar_dense", "aten::_local_scalar_dense.default", "aten::nonzero.out", "aten::masked_select.out",
+    "aten::unique_consecutive.out", "aten::_unique2.out", "aten::unique_dim.out",
+})
+
+# Factory functions (arange, full, ...) take the result's dtype and device where their out-variant
+# takes the out tensor.
+_TENSOR_OPTIONS = ("dtype", "layout", "device", "pin_memory")
+_VIEW_COPY_OUTS = ("out", "Tensor_out", "int_out", "dims_out", "dim_out")
+
+
+def view_of(name: str):
+    """The view an ``aten::<view>_copy`` out-variant copies (permute_copy.out -> permute.default), or None."""
+    namespace, op, overload = split_name(name)
+    if namespace != "aten" or not op.endswith("_copy") or overload not in _VIEW_COPY_OUTS:
+        return None
+    return overload_of(f"aten::{op[: -len('_copy')]}.{'default' if overload == 'out' else overload[: -len('_out')]}")
+
+
+@functools.lru_cache(maxsize=None)
+def functional_of(name: str) -> Functional | None:
+    """The functional form of an ATen operator: for an out-variant, the overload that returns what it
+    writes (``aten::add.out`` -> ``aten::add.Tensor``); for any other, the overload itself."""
+    out = overload_of(name)
+    if out is None:
+        return None
+    schema = out._schema
+    outputs = tuple(i for i, a in enumerate(schema.arguments) if a.is_out)
+    if not outputs:
+        return Functional(out)
+    inputs = [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
+    names = {a for a, _ in inputs}
+    for candidate in overloads_of(schema.name):
+        s = candidate._schema
+        if any(a.is_out or (a.alias_info is not None and a.alias_info.is_write) for a in s.arguments):
+            continue
+        if len(s.returns) != len(outputs):
+            continue
+        arguments = [(a.name, str(a.type)) for a in s.arguments]
+        if arguments == inputs:
+            return Functional(candidate, outputs)
+        if [a for a in arguments if a[0] not in _TENSOR_OPTIONS] == inputs and all(
+            a.name in names or a.name in _TENSOR_OPTIONS for a in s.arguments
+        ):
+            return Functional(candidate, outputs, ("dtype", "device"))
+    return None
+
+
 def schema_kernel(overload, name: str) -> KernelFactory:
     """Binds ``overload`` (a torch ``OpOverload``) by its schema."""
     schema = overload._schema
@@ -120,14 +169,9 @@ def schema_kernel(overload, name: str) -> KernelFactory:
     views = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
     aliases = tuple(i for i, a in enumerate(arguments) if a.alias_info is not None) if views else ()
     binding = Binding(overload._op, positional, keywords, n if returns_fresh else None, convert, writes, mutates,
-                      aliases, argument_kinds(schema), result_kinds(schema) if returns_fresh else None)
-
-    def factory(count: int) -> Binding:
-        if count != n + 1:
-            raise InvalidProgram(f"{name} takes {n} arguments and a result; the call passes {count} values")
-        return binding
-
-    return factory
+                      aliases, argument_kinds(schema), result_kinds(schema) if returns_fresh else None,
+                      syncs=name in _HOST_SYNCING, strided=True, view=view_of(name), functional=functional_of(name))
+    return exact_count(binding, n + 1, name)
 
 
 @functools.lru_cache(maxsize=None)

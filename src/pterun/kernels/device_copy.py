@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from pterun.kernels.registry import KernelRegistry, fixed_arity
+from pterun.kernels.registry import Functional, KernelRegistry, fixed_arity
 
 
 def _copy(self: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -22,4 +22,6 @@ def _copy(self: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 def register(registry: KernelRegistry) -> None:
     for name in ("et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"):
         registry.register(name, fixed_arity(_copy, 3, name, result=False, mutates=(1,), keywords={1: "out"},
-                                            accepts=(frozenset({"tensor"}), frozenset({"tensor"}))))
+                                            accepts=(frozenset({"tensor"}), frozenset({"tensor"})),
+                                            # Compiled methods run on one device: the copy is a clone.
+                                            functional=Functional(torch.ops.aten.clone.default, (1,))))

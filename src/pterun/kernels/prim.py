@@ -13,8 +13,8 @@ import operator
 
 import torch
 
-from pterun.errors import InvalidArgument, InvalidProgram, InvalidType
-from pterun.kernels.registry import Binding, KernelRegistry, fixed_arity
+from pterun.errors import InvalidArgument, InvalidType
+from pterun.kernels.registry import Binding, Functional, KernelRegistry, exact_count, fixed_arity
 
 
 def _number(x, op: str):
@@ -181,30 +181,34 @@ _NUMBER = frozenset({"int", "double", "bool"})
 _TENSOR, _INT, _BOOL, _INT_LIST = frozenset({"tensor"}), frozenset({"int"}), frozenset({"bool"}), frozenset({"int_list"})
 
 
+def _traceable(fn, nargs: int, name: str, **effects):
+    # These kernels are plain Python on numbers and tensors' sizes: torch.compile traces them as they are.
+    return fixed_arity(fn, nargs, name, functional=Functional(fn), **effects)
+
+
 def register(registry: KernelRegistry) -> None:
     for suffix, fn in _BINARY.items():
         name = f"executorch_prim::{suffix}"
-        registry.register(name, fixed_arity(fn, 3, name, accepts=(_NUMBER, _NUMBER), returns=_NUMBER))
+        registry.register(name, _traceable(fn, 3, name, accepts=(_NUMBER, _NUMBER), returns=_NUMBER))
     for suffix, fn in _UNARY.items():
         name = f"executorch_prim::{suffix}"
-        registry.register(name, fixed_arity(fn, 2, name, accepts=(_NUMBER,), returns=_NUMBER))
+        registry.register(name, _traceable(fn, 2, name, accepts=(_NUMBER,), returns=_NUMBER))
     name = "executorch_prim::sym_ite.Scalar"
-    registry.register(name, fixed_arity(_sym_ite, 4, name, accepts=(_BOOL, _NUMBER, _NUMBER), returns=_NUMBER))
+    registry.register(name, _traceable(_sym_ite, 4, name, accepts=(_BOOL, _NUMBER, _NUMBER), returns=_NUMBER))
     registry.register("aten::sym_size.int",
-                      fixed_arity(_sym_size, 3, "aten::sym_size.int", accepts=(_TENSOR, _INT), returns=_INT))
+                      _traceable(_sym_size, 3, "aten::sym_size.int", accepts=(_TENSOR, _INT), returns=_INT,
+                                 strided=True))
     for name in ("aten::sym_numel", "aten::sym_numel.default"):
-        registry.register(name, fixed_arity(_sym_numel, 2, "aten::sym_numel", accepts=(_TENSOR,), returns=_INT))
+        registry.register(name, _traceable(_sym_numel, 2, "aten::sym_numel", accepts=(_TENSOR,), returns=_INT,
+                                                  strided=True))
     for name in ("aten::_local_scalar_dense", "aten::_local_scalar_dense.default"):
-        registry.register(name, fixed_arity(_local_scalar_dense, 2, "aten::_local_scalar_dense", accepts=(_TENSOR,),
-                                            returns=_NUMBER))
+        registry.register(name, _traceable(_local_scalar_dense, 2, "aten::_local_scalar_dense", accepts=(_TENSOR,),
+                                           returns=_NUMBER, syncs=True, strided=True))
     registry.register("executorch_prim::et_view.default",
-                      fixed_arity(_et_view, 3, "executorch_prim::et_view", aliases=(0,), accepts=(_TENSOR, _INT_LIST),
-                                  returns=_TENSOR))
-    registry.register("executorch_prim::et_copy_index.tensor", _copy_index_factory)
-
-
-def _copy_index_factory(count: int) -> Binding:
+                      _traceable(_et_view, 3, "executorch_prim::et_view", aliases=(0,), accepts=(_TENSOR, _INT_LIST),
+                                 returns=_TENSOR))
     # The schema returns nothing; emitters have passed the three arguments alone and with a result slot.
-    if count not in (3, 4):
-        raise InvalidProgram(f"executorch_prim::et_copy_index.tensor takes 3 arguments; the call passes {count}")
-    return Binding(_et_copy_index, (0, 1, 2), mutates=(0,), accepts=(_TENSOR, _TENSOR, _INT))
+    # It grows a tensor in place: no functional form.
+    name = "executorch_prim::et_copy_index.tensor"
+    registry.register(name, exact_count(Binding(_et_copy_index, (0, 1, 2), mutates=(0,), accepts=(_TENSOR, _TENSOR, _INT)),
+                                        4, name, also=(3,)))

@@ -24,6 +24,23 @@ from pterun.errors import InvalidProgram, OperatorMissing
 
 
 @dataclass(frozen=True)
+class Functional:
+    """A kernel's call as a pure function, which ``torch.compile`` can trace (``executor/functional.py``).
+
+    ``fn`` takes the binding's arguments except ``outputs`` (in the same positions and keywords) and
+    returns the values those arguments would be written with, in order: one value, or a sequence when
+    there are several. ``options`` names keywords ``fn`` also takes that describe the first output
+    ("dtype", "device", "memory_format"): a factory's out-variant learns its dtype from ``out``, its
+    functional form from a keyword. With no ``outputs``, ``fn`` is a traceable form of the kernel,
+    called as the kernel is.
+    """
+
+    fn: Callable
+    outputs: tuple[int, ...] = ()
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Binding:
     """How to call a kernel with an instruction's argument list, and what the call does to it.
 
@@ -33,9 +50,10 @@ class Binding:
     load (ExecuTorch encodes dtypes and memory formats as ints).
 
     The rest is the kernel's whole effect on the call's values, and the
-    executor relies on it (``executor/effects.py``): to refuse a program that
-    would write a constant (the file's bytes) and to turn copies into views.
-    A kernel must declare every argument it writes:
+    executor relies on it (``executor/steps.py`` describes every step from
+    it): to refuse a program that would write a constant (the file's bytes),
+    to turn copies into views, to decide what a CUDA graph can hold and what
+    ``torch.compile`` can trace. A kernel must declare every argument it writes:
 
     * ``writes``: ``out`` tensors (or lists of them) that torch resizes to the
       result's shape; the executor empties the dynamic ones before the call,
@@ -48,6 +66,16 @@ class Binding:
     format names them, in lower case: "tensor", "int_list", "null"; None or a
     missing entry: any), and ``returns`` those of the value the result is
     assigned to. The executor refuses at load a call that passes anything else.
+
+    What the executor may do around the call:
+
+    * ``syncs``: the kernel reads tensor values on the host (``.item()``, a
+      result whose shape depends on the data), so no CUDA graph can hold it;
+    * ``strided``: it reads its tensor arguments at any strides, so a copy
+      that only feeds such kernels can become a view;
+    * ``view``: the kernel copies this view of its arguments into its one
+      written argument (a ``<view>_copy``), so it can be that view instead;
+    * ``functional``: its pure form (None: ``torch.compile`` cannot trace it).
     """
 
     fn: Callable
@@ -60,6 +88,10 @@ class Binding:
     aliases: tuple[int, ...] = ()
     accepts: tuple[frozenset[str] | None, ...] = ()
     returns: frozenset[str] | None = None
+    syncs: bool = False
+    strided: bool = False
+    view: Callable | None = None
+    functional: Functional | None = None
 
 
 KernelFactory = Callable[[int], Binding]
@@ -68,23 +100,28 @@ KernelFactory = Callable[[int], Binding]
 Provider = Callable[[str], "KernelFactory | None"]
 
 
-def fixed_arity(fn: Callable, nargs: int, name: str, *, result: bool = True, writes: tuple[int, ...] = (),
-                mutates: tuple[int, ...] = (), aliases: tuple[int, ...] = (),
-                keywords: dict[int, str] | None = None, accepts: tuple = (),
-                returns: frozenset[str] | None = None) -> KernelFactory:
-    """A factory for kernels that take exactly ``nargs`` values (result included)."""
-    keywords = keywords or {}
+def exact_count(binding: Binding, nargs: int, name: str, *, also: tuple[int, ...] = ()) -> KernelFactory:
+    """A factory for calls of exactly ``nargs`` values (the result's slot included; ``also``: other
+    counts emitters are known to pass), every one bound by ``binding``."""
 
     def factory(count: int) -> Binding:
-        if count != nargs:
+        if count != nargs and count not in also:
             raise InvalidProgram(f"{name} takes {nargs - 1} arguments and a result; the call passes {count} values")
-        last = nargs - 1
-        positional = tuple(i for i in range(last) if i not in keywords)
-        named = tuple((k, i) for i, k in keywords.items())
-        return Binding(fn, positional, named, last if result else None, writes=writes, mutates=mutates,
-                       aliases=aliases, accepts=tuple(accepts), returns=returns)
+        return binding
 
     return factory
+
+
+def fixed_arity(fn: Callable, nargs: int, name: str, *, result: bool = True, keywords: dict[int, str] | None = None,
+                **effects) -> KernelFactory:
+    """A factory for a Python kernel that takes exactly ``nargs`` values (result included), the last one
+    its result when ``result``; ``effects`` are the :class:`Binding`'s other fields."""
+    keywords = keywords or {}
+    last = nargs - 1
+    positional = tuple(i for i in range(last) if i not in keywords)
+    named = tuple((k, i) for i, k in keywords.items())
+    binding = Binding(fn, positional, named, last if result else None, **effects)
+    return exact_count(binding, nargs, name)
 
 
 @dataclass

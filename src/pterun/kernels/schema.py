@@ -17,8 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from pterun.errors import InvalidProgram
-from pterun.kernels.registry import Binding, KernelFactory
+from pterun.kernels.registry import Binding, KernelFactory, exact_count
 
 _SCALARS = frozenset({"int", "double", "bool"})
 _KINDS = {
@@ -70,10 +69,4 @@ def python_kernel(fn: Callable, schema_text: str, dtype: Callable | None = None)
     convert = tuple((i, dtype) for i, a in enumerate(arguments)
                     if str(a.real_type) in ("ScalarType", "Optional[ScalarType]"))
     binding = Binding(fn, tuple(range(n)), convert=convert, mutates=written, accepts=argument_kinds(schema))
-
-    def factory(count: int) -> Binding:
-        if count != n + 1:
-            raise InvalidProgram(f"{name} takes {n} arguments and a result; the call passes {count}")
-        return binding
-
-    return name, factory
+    return name, exact_count(binding, n + 1, name)

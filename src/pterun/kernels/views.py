@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import functools
 
-from pterun.kernels.aten import overload_of, split_name
-from pterun.kernels.registry import Binding, KernelFactory
+from pterun.kernels.aten import functional_of, overload_of, view_of
+from pterun.kernels.registry import Binding, KernelFactory, exact_count
 from pterun.kernels.schema import argument_kinds
-
-_OUT_OVERLOADS = ("out", "Tensor_out", "int_out", "dims_out", "dim_out")
 
 
 def _copier(view):
@@ -25,14 +23,6 @@ def _copier(view):
         return out.copy_(source)
 
     return copy
-
-
-def view_of(name: str):
-    """The view an ``aten::<view>_copy`` out-variant copies (permute_copy.out -> permute.default), or None."""
-    namespace, op, overload = split_name(name)
-    if namespace != "aten" or not op.endswith("_copy") or overload not in _OUT_OVERLOADS:
-        return None
-    return overload_of(f"aten::{op[: -len('_copy')]}.{'default' if overload == 'out' else overload[: -len('_out')]}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -52,13 +42,6 @@ def view_copy_provider(name: str) -> KernelFactory | None:
     accepts = argument_kinds(out_variant._schema)
     positional = tuple(i for i, a in enumerate(arguments) if not a.is_out and not a.kwarg_only)
     keywords = tuple((a.name, i) for i, a in enumerate(arguments) if a.kwarg_only)
-
-    def factory(count: int) -> Binding:
-        from pterun.errors import InvalidProgram
-
-        if count != n + 1:
-            raise InvalidProgram(f"{name} takes {n} arguments and a result; the call passes {count} values")
-        out_position = dict(keywords)["out"]
-        return Binding(copy, positional, keywords, None, writes=(out_position,), accepts=accepts)
-
-    return factory
+    binding = Binding(copy, positional, keywords, None, writes=(dict(keywords)["out"],), accepts=accepts,
+                      strided=True, view=view, functional=functional_of(name))
+    return exact_count(binding, n + 1, name)

@@ -140,5 +140,5 @@ def test_unsupported_operator_fails_load(mlp):
 def test_one_device_per_process(mlp):
     a = pterun.Runtime.get().load_program(mlp.pte).load_method("forward")
     b = pterun.Runtime.get().load_program(mlp.pte).load_method("forward")
-    (ha,), (hb,) = [h for _, h in a._handles], [h for _, h in b._handles]
+    (ha,), (hb,) = a.delegate_handles, b.delegate_handles
     assert ha.program.gpu is hb.program.gpu is device.gpu()

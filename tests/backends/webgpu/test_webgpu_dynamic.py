@@ -39,7 +39,7 @@ def test_dynamic_model_matches_cpu_runtime(block):
     assert ops["sym_size.int"] >= 1 and ops["aten.linear.default"] == 4 and ops["aten.sigmoid.default"] >= 1
     assert ops["aten._softmax.default"] == 1 and ops["aten.mul.Tensor"] >= 3
     method = pterun.Runtime.get().load_program(lowered.pte).load_method("forward")
-    (d,) = [h for _, h in method._handles if isinstance(h, WebGPUDelegate) and h.fused_swiglu]
+    (d,) = [h for h in method.delegate_handles if isinstance(h, WebGPUDelegate) and h.fused_swiglu]
     pipelines, memory = device.gpu().pipeline_count, buffers(d)
     # Each input's length alone, then both, then the bounds and the smallest sizes.
     for n, m in [(9, 5), (3, 5), (3, 2), (16, 2), (16, 8), (1, 1), (12, 7), (9, 5)]:

@@ -71,7 +71,7 @@ CLAIMS = {
 
 
 def delegates(method) -> list[WebGPUDelegate]:
-    return [h for _, h in method._handles if isinstance(h, WebGPUDelegate)]
+    return [h for h in method.delegate_handles if isinstance(h, WebGPUDelegate)]
 
 
 @pytest.mark.parametrize("name", sorted(CLAIMS))

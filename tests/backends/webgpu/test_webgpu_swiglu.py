@@ -31,7 +31,7 @@ SIGMOID, MUL, SILU, SWIGLU = (
 
 
 def delegates(method) -> list[WebGPUDelegate]:
-    return [h for _, h in method._handles if isinstance(h, WebGPUDelegate)]
+    return [h for h in method.delegate_handles if isinstance(h, WebGPUDelegate)]
 
 
 @pytest.fixture(scope="module")

@@ -53,7 +53,7 @@ def _tensors(obj):
 def _on_cuda(method) -> None:
     """Every constant and buffer the delegates made at init lives on the GPU."""
     tensors = []
-    for _, delegate in method._handles:
+    for delegate in method.delegate_handles:
         assert delegate.device.type == "cuda"
         tensors += list(_tensors(delegate._cache))
     assert tensors and all(t.device.type == "cuda" for t in tensors), "a constant or buffer stayed off the GPU"

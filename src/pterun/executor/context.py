@@ -1,0 +1,49 @@
+"""What loading a method needs from its program, and nothing else.
+
+A method is loaded from its plan and a :class:`LoadContext`: the registries to
+resolve kernels, backends and memory from, the program's data, and the
+options the program was loaded with. The method never sees the program, so
+``program.py`` imports ``method.py`` and not the other way round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pterun.backends import BackendRegistry
+from pterun.core.device import Device, DeviceType
+from pterun.executor.data import ProgramData
+from pterun.kernels import KernelRegistry
+from pterun.memory import AllocatorRegistry
+
+
+@dataclass
+class Registries:
+    kernels: KernelRegistry
+    backends: BackendRegistry
+    allocators: AllocatorRegistry
+
+
+@dataclass(frozen=True)
+class LoadContext:
+    registries: Registries
+    data: ProgramData
+    device: Device | None  # every method runs here, whatever its plan says
+    backend_options: Mapping[str, Mapping[str, Any]]
+    load_nested: Callable  # (program bytes, device) -> a program run by the same executor (a delegate's)
+    compile: bool  # write methods functionally for torch.compile (functional.py)
+    cuda_graphs: bool  # replay CUDA methods as captured graphs (graphs.py)
+    allow_tf32: bool  # float32 products and convolutions may use TF32 (precision.py)
+
+    def device_for(self, device_type: int, device_index: int) -> Device:
+        """Where a value the plan tags with this device lives."""
+        if self.device is not None:
+            return self.device
+        return Device(DeviceType(device_type), device_index)
+
+    @property
+    def run_device(self) -> Device:
+        """The device kernels are chosen for and delegates told about."""
+        return self.device or Device()

@@ -1,0 +1,158 @@
+"""Loading a method, in ExecuTorch's order; each step returns what it made.
+
+1. memory and values (values.py): arenas, planned tensors, constants;
+2. delegates, initialized (delegates.py), then every operator resolved to a
+   kernel (steps.py);
+3. checks: every call's arguments are of the kinds its kernel takes
+   (arguments.py), and no step writes a constant (effects.py);
+4. copies become views (fold.py);
+5. the instruction chain compiled into one Python function (codegen.py), and
+   with ``compile=True`` also written as a pure function for ``torch.compile``
+   (functional.py, compiled.py);
+6. what a call needs: a binder per input (binders.py), a slot per unplanned
+   output (outputs.py), and on CUDA a graph runner (graphs.py).
+
+Everything is built in locals and returned only once all of it succeeded, so
+a failed load leaves nothing behind (its delegates are destroyed) and other
+methods are untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pterun.core.device import DeviceType
+from pterun.core.layout import is_contiguous_order
+from pterun.executor.arguments import check_arguments
+from pterun.executor.binders import Binder, scalar_binder, tensor_binder
+from pterun.executor.codegen import CompiledMethod, MethodValues, compile_method
+from pterun.executor.compiled import CompiledFunction
+from pterun.executor.context import LoadContext
+from pterun.executor.delegates import Delegates
+from pterun.executor.effects import MethodEffects, check_writes, delegate_writes, written_inputs
+from pterun.executor.fold import elide_view_copies, fold_constant_views, with_views
+from pterun.executor.functional import Unsupported, functional_method
+from pterun.executor.graphs import CudaGraphRunner
+from pterun.executor.outputs import OutputSlot
+from pterun.executor.steps import build_steps
+from pterun.executor.values import Values, make_values
+from pterun.format import Dynamism, Kind, ListValue, Plan, TensorSpec
+
+
+@dataclass
+class LoadedMethod:
+    values: Values
+    objects: list  # every value's object, copies folded into views
+    delegates: Delegates
+    steps: list
+    compiled: CompiledMethod  # the method's own code, which errors are mapped back to
+    run: Callable  # what a call runs: the compiled code, or the compiled functional form
+    compiled_function: CompiledFunction | None  # compile=True and the method has a functional form
+    compile_status: str  # "off", or why the method has no functional form
+    functional_source: str | None
+    arguments: int  # how many arguments ``run`` takes
+    binders: list[Binder]  # per input
+    outputs: list[OutputSlot]  # per unplanned output the method gives a buffer
+    slot_of: dict[int, OutputSlot]  # output position -> its slot
+    written_inputs: frozenset[int]  # inputs the method updates in place
+    graph: CudaGraphRunner | None
+    shape_tensors: list  # planned dynamic inputs, whose shapes key the CUDA graph
+    shape_args: bool  # the graph is keyed by shapes at all
+
+
+def load_method(context: LoadContext, plan: Plan) -> LoadedMethod:
+    values = make_values(context, plan)
+    delegates = Delegates(context, plan)
+    try:
+        return _load(context, plan, values, delegates)
+    except BaseException:
+        delegates.destroy()
+        raise
+
+
+def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates) -> LoadedMethod:
+    steps, assigned = build_steps(plan, context.registries.kernels, context.run_device.type, delegates.functions(plan))
+    check_arguments(plan, steps)
+    effects = MethodEffects(plan, steps, delegate_writes(plan, delegates.handles, values.objects))
+    check_writes(plan, steps, effects)
+
+    constants = frozenset(i for i, v in enumerate(plan.values) if isinstance(v, TensorSpec) and v.is_constant)
+    steps, views = fold_constant_views(plan, steps, values.objects, constants, assigned, effects)
+    objects = with_views(plan, values.objects, views)
+    constants |= views.keys()
+    params_in = [vi for vi in values.unplanned if vi in plan.inputs]
+    steps, made = elide_view_copies(plan, steps, objects, assigned, set(params_in), effects)
+    computed = assigned | made
+
+    # Unplanned inputs alias the caller's tensors; unplanned outputs get buffers, unless an instruction
+    # computes them (a view of another tensor).
+    outputs_unplanned = [vi for vi in values.unplanned if vi not in plan.inputs and vi not in computed]
+    dynamic = {i for i, v in enumerate(plan.values)
+               if isinstance(v, TensorSpec) and v.dynamism == Dynamism.DYNAMIC_BOUND}
+    code = MethodValues(
+        objects, params_in + outputs_unplanned, computed - set(params_in), dynamic,
+        {i: v.items for i, v in enumerate(plan.values) if isinstance(v, ListValue)
+         and v.kind in (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)},
+        {i: plan.values[i].dim_order for i in dynamic if not is_contiguous_order(plan.values[i].dim_order)},
+    )
+    compiled = compile_method(code, steps, plan)
+    run, compiled_function, status, functional_source = compiled.run, None, "off", None
+    if context.compile:
+        try:
+            functional, functional_source = functional_method(plan, steps, effects.after(steps), objects,
+                                                              context.run_device.torch, constants)
+        except Unsupported as reason:
+            status = f"not compiled: {reason}"
+        else:
+            # Every tensor input is passed in; nothing is copied into planned memory and the function
+            # returns its results, so no output needs a buffer.
+            params_in = [vi for vi in plan.inputs if isinstance(plan.values[vi], TensorSpec)]
+            outputs_unplanned = []
+            run = compiled_function = CompiledFunction(functional, dynamic=any(vi in dynamic for vi in params_in))
+
+    where = f"method {plan.name!r}"
+    binders = [_binder(context, plan, i, vi, objects, params_in) for i, vi in enumerate(plan.inputs)]
+    output_position: dict[int, int] = {}
+    for pos, vi in enumerate(plan.outputs):
+        output_position.setdefault(vi, pos)
+    slots = [OutputSlot(plan.values[vi], len(params_in) + k,
+                        context.device_for(plan.values[vi].device_type, plan.values[vi].device_index),
+                        f"{where} output {output_position[vi]}")
+             for k, vi in enumerate(outputs_unplanned)]
+    dynamic_inputs = [vi for vi in plan.inputs if isinstance(plan.values[vi], TensorSpec) and vi in dynamic]
+    return LoadedMethod(
+        values, objects, delegates, steps, compiled, run, compiled_function, status, functional_source,
+        arguments=len(params_in) + len(outputs_unplanned),
+        binders=binders,
+        outputs=slots,
+        slot_of={pos: slots[outputs_unplanned.index(vi)] for pos, vi in enumerate(plan.outputs)
+                 if vi in outputs_unplanned},
+        written_inputs=written_inputs(plan, effects),
+        graph=_graph_runner(context, effects, run),
+        # The graph is keyed by the input shapes; a method whose inputs cannot change shape needs no key.
+        shape_tensors=[objects[vi] for vi in dynamic_inputs if vi not in params_in],
+        shape_args=bool(dynamic_inputs),
+    )
+
+
+def _binder(context: LoadContext, plan: Plan, index: int, vi: int, objects: list, params_in: list[int]) -> Binder:
+    value = plan.values[vi]
+    where = f"method {plan.name!r} input {index}"
+    if not isinstance(value, TensorSpec):
+        return scalar_binder(value, where)
+    if vi in params_in:
+        device = context.device_for(value.device_type, value.device_index)
+        return tensor_binder(value, where, argument=params_in.index(vi), device=device)
+    return tensor_binder(value, where, target=objects[vi])
+
+
+def _graph_runner(context: LoadContext, effects: MethodEffects, run: Callable) -> CudaGraphRunner | None:
+    device = context.device
+    if device is None or device.type != DeviceType.CUDA or not context.cuda_graphs:
+        return None
+    # Host synchronization cannot be captured: control flow reads conditions, and some kernels read
+    # tensor values into Python numbers.
+    if effects.syncs:
+        return None
+    return CudaGraphRunner(run, device.torch)

@@ -1,0 +1,124 @@
+"""A method's steps, and what each one does, described once at load.
+
+Every instruction becomes a step: a kernel call (the operator's name, its
+:class:`~pterun.kernels.Binding` and the call's value indices), a delegate
+call, or one of the format's own instructions (a move, a conditional jump, a
+free). Each step's :class:`Effect` says what it does to the method's values,
+as its kernel or backend declares it. Everything that reasons about steps
+reads this one description: the constant check and the rewrites of copies
+into views (effects.py, fold.py), the functional form for ``torch.compile``
+(functional.py), whether a CUDA graph can hold the method (graphs.py), and
+the names in generated code and in errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pterun.core.device import DeviceType
+from pterun.errors import OperatorMissing
+from pterun.format import DelegateCall, FreeCall, JumpFalseCall, Kind, KernelCall, MoveCall, Plan, Scalar
+from pterun.kernels import Binding, KernelRegistry
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    name: str  # the operator, as the program names it ("aten::add.out")
+    binding: Binding
+    args: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DelegateStep:
+    name: str  # the backend's id
+    fn: Callable[[list], None]
+    args: tuple[int, ...]
+
+
+Step = KernelStep | DelegateStep | MoveCall | JumpFalseCall | FreeCall | None  # None: folded away at load
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One step's effect, on values as the step names them (a list stands for its items)."""
+
+    writes: tuple[int, ...] = ()  # values whose memory the step writes (out arguments, in-place updates)
+    reads: tuple[int, ...] = ()
+    binds: tuple[int, ...] = ()  # values given a new object (a kernel's result, a moved value)
+    shares: tuple[int, ...] = ()  # values whose memory that new object may share
+    syncs: bool = False  # reads tensor values on the host: no CUDA graph can hold the step
+    strided: bool = False  # reads its tensors at any strides (a copy feeding it may be a view)
+
+
+def step_effect(step: Step, delegate_writes: Sequence[int] = ()) -> Effect:
+    """The effect of one step; ``delegate_writes`` are the argument positions a delegate step writes."""
+    if isinstance(step, KernelStep):
+        b, args = step.binding, step.args
+        return Effect(
+            writes=tuple(args[p] for p in (*b.writes, *b.mutates)),
+            reads=tuple(args[p] for p in (*b.positional, *(i for _, i in b.keywords)) if p not in b.writes),
+            binds=(args[b.result],) if b.result is not None else (),
+            shares=tuple(args[p] for p in b.aliases),
+            syncs=b.syncs,
+            strided=b.strided,
+        )
+    if isinstance(step, DelegateStep):
+        return Effect(writes=tuple(step.args[p] for p in delegate_writes), reads=step.args)
+    if isinstance(step, MoveCall):
+        return Effect(reads=(step.source,), binds=(step.target,), shares=(step.source,))
+    if isinstance(step, JumpFalseCall):
+        return Effect(reads=(step.condition,), syncs=True)  # the condition is read on the host
+    return Effect()  # FreeCall, or a step folded away
+
+
+def describe(step: Step) -> str:
+    """What a step is, for errors and generated code: "aten::add.out", "delegate XnnpackBackend"."""
+    if isinstance(step, KernelStep):
+        return step.name
+    if isinstance(step, DelegateStep):
+        return f"delegate {step.name}"
+    return type(step).__name__
+
+
+def operator_name(plan: Plan, op_index: int) -> str:
+    op, overload = plan.operators[op_index]
+    return f"{op}.{overload}" if overload else op
+
+
+def build_steps(plan: Plan, kernels: KernelRegistry, device_type: DeviceType,
+                delegates: Sequence[tuple[str, Callable]]) -> tuple[list[Step], frozenset[int]]:
+    """The method's steps, every operator resolved to its kernel, and the values steps assign.
+
+    ``delegates`` are ``(backend id, execute function)`` per delegate of the plan. Every missing operator
+    is named in one ``OperatorMissing``."""
+    factories, missing = {}, []
+    for index in range(len(plan.operators)):
+        name = operator_name(plan, index)
+        try:
+            factories[index] = kernels.lookup(name, device_type)
+        except OperatorMissing as exc:
+            missing.append((name, exc))
+    if missing:
+        detail = missing[0][1].message if len(missing) == 1 else ", ".join(name for name, _ in missing)
+        raise OperatorMissing(f"method {plan.name!r} needs {len(missing)} operator(s) with no kernel: {detail}")
+    steps: list[Step] = []
+    assigned: set[int] = set()
+    for ins in plan.instructions:
+        if isinstance(ins, KernelCall):
+            binding = factories[ins.op_index](len(ins.args))
+            if binding.result is not None:
+                assigned.add(ins.args[binding.result])
+            steps.append(KernelStep(operator_name(plan, ins.op_index), binding, ins.args))
+        elif isinstance(ins, DelegateCall):
+            # A delegate returns scalars (symbolic sizes) by replacing them in its argument list; they are
+            # read back after the call.
+            assigned.update(a for a in ins.args if isinstance(plan.values[a], Scalar)
+                            and plan.values[a].kind in (Kind.INT, Kind.DOUBLE, Kind.BOOL))
+            backend_id, fn = delegates[ins.delegate_index]
+            steps.append(DelegateStep(backend_id, fn, ins.args))
+        else:
+            if isinstance(ins, MoveCall):
+                assigned.add(ins.target)
+            steps.append(ins)
+    return steps, frozenset(assigned)

@@ -1,0 +1,80 @@
+"""A method's memory and values, made once at load.
+
+Each planned buffer (arena) is allocated from the allocator registered for
+the device the plan tags it with, or the device the program was loaded for.
+Planned tensors view their arena at their planned offset, so tensors the
+plan overlaps overlap here too and in-place updates alias as planned; initial
+values of mutable buffers are copied in. Constants view the program's data
+(data.py). Scalars and lists are plain Python values. Tensors with no plan
+and no data are the caller's: inputs are bound per call, outputs get buffers
+(outputs.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pterun.errors import PteError
+from pterun.executor.context import LoadContext
+from pterun.executor.tensors import shaped
+from pterun.format import Kind, ListValue, Plan, Scalar, TensorSpec
+
+_ITEM_LISTS = (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)  # lists of other values
+
+
+@dataclass(frozen=True)
+class Values:
+    arenas: list  # by memory id (0, the constants' segment, has none)
+    objects: list  # every value's object (None: a tensor the caller binds or an output buffer)
+    unplanned: list[int]  # tensors with no memory of the method's own: inputs and outputs
+    scratch: list  # buffers of unplanned tensors that are neither (a view or a delegate fills them in)
+
+
+def make_values(context: LoadContext, plan: Plan) -> Values:
+    arenas = [None] + [_arena(context, plan, memory_id) for memory_id in range(1, len(plan.buffer_sizes))]
+    objects: list[Any] = [None] * len(plan.values)
+    unplanned: list[int] = []
+    scratch: list = []
+    inputs, outputs = set(plan.inputs), set(plan.outputs)
+    data = context.data
+    for i, value in enumerate(plan.values):
+        where = f"method {plan.name!r} value {i}"
+        if isinstance(value, TensorSpec):
+            device = context.device_for(value.device_type, value.device_index)
+            if value.memory_id is not None:
+                tensor = shaped(arenas[value.memory_id].view(value.memory_offset, value.nbytes), value)
+                initial = data.initial_value(value, where)
+                if initial is not None:
+                    tensor.view(-1).copy_(initial.view(-1))
+                objects[i] = tensor
+            elif value.external or value.data_buffer_idx > 0:
+                objects[i] = data.constant(value, where, device)
+            elif i in inputs or i in outputs:
+                unplanned.append(i)
+            else:
+                # Unplanned and no input or output: something (a view, a delegate) fills it in at run time;
+                # give it memory of its own in case a writer needs it.
+                buffer = context.registries.allocators.allocate(value.nbytes, device)
+                scratch.append(buffer)
+                objects[i] = shaped(buffer.view(0, value.nbytes), value)
+        elif isinstance(value, Scalar):
+            objects[i] = value.value
+        elif value.kind in (Kind.DOUBLE_LIST, Kind.BOOL_LIST):
+            objects[i] = list(value.items)
+    for i, value in enumerate(plan.values):
+        if isinstance(value, ListValue) and value.kind in _ITEM_LISTS:
+            objects[i] = [None if item == -1 else objects[item] for item in value.items]
+    return Values(arenas, objects, unplanned, scratch)
+
+
+def _arena(context: LoadContext, plan: Plan, memory_id: int):
+    device = context.device_for(*plan.arena_device(memory_id))
+    size = plan.buffer_sizes[memory_id]
+    try:
+        return context.registries.allocators.allocate(size, device)
+    except PteError as exc:
+        raise type(exc)(
+            f"method {plan.name!r}: cannot allocate planned buffer {memory_id - 1} "
+            f"({size} bytes) on device {device}: {exc.message}"
+        ) from None
