@@ -25,8 +25,12 @@ import pterun
 from executorch.extension.llm.custom_ops import op_tile_crop_aot  # noqa: F401 - preprocess::tile_crop
 from pterun.errors import InvalidArgument, InvalidProgram
 from pterun.format import ProgramFile
-from pterun.kernels import default_registry
-from pterun.kernels import llm as L
+from pterun.kernels import default_registry, llm
+from pterun.kernels.llm.attention import custom_quantized_sdpa, custom_sdpa, sdpa_with_kv_cache
+from pterun.kernels.llm.cache import update_cache, update_cache_with_indices
+from pterun.kernels.llm.copies import fallback, tile_crop
+from pterun.kernels.llm.delta_rule import gated_delta_rule
+from pterun.kernels.llm.hadamard import fast_hadamard_transform
 from tests.support.compare import assert_matches
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.oracle import reference_module, run_reference
@@ -71,7 +75,7 @@ def test_custom_sdpa_matches_executorch(case, is_causal, scale):
     v = _random((batch, cache_len, kv_heads, head_dim), 3)
     expected = ll.custom_sdpa(q, k, v, start_pos, None, 0.0, is_causal, scale)
     actual = torch.empty(0)
-    L.custom_sdpa(q, k, v, start_pos, None, 0.0, is_causal, scale, actual)
+    custom_sdpa(q, k, v, start_pos, None, 0.0, is_causal, scale, actual)
     assert_matches(actual, expected)
 
 
@@ -85,7 +89,7 @@ def test_custom_sdpa_with_mask_matches_executorch(case):
     mask[:, -3:] = -math.inf
     expected = ll.custom_sdpa(q, k, v, start_pos, mask, 0.0, False, None)
     actual = torch.empty(0)
-    L.custom_sdpa(q, k, v, start_pos, mask, 0.0, False, None, actual)
+    custom_sdpa(q, k, v, start_pos, mask, 0.0, False, None, actual)
     assert_matches(actual, expected)
 
 
@@ -99,7 +103,7 @@ def test_custom_sdpa_reduced_precision_matches_executorch(dtype, case):
     for is_causal in (True, False):
         expected = ll.custom_sdpa(q, k, v, start_pos, None, 0.0, is_causal, None)
         actual = torch.empty(0, dtype=dtype)
-        L.custom_sdpa(q, k, v, start_pos, None, 0.0, is_causal, None, actual)
+        custom_sdpa(q, k, v, start_pos, None, 0.0, is_causal, None, actual)
         _assert_close_to_scale(actual, expected)
 
 
@@ -117,7 +121,7 @@ def test_sdpa_with_kv_cache_matches_executorch(dtype):
             q, k, v, key_cache, value_cache, start_pos, q_len, None, 0.0, True, None
         )
         actual = torch.empty(0, dtype=dtype)
-        L.sdpa_with_kv_cache(q, k, v, ours_k, ours_v, start_pos, q_len, None, 0.0, True, None, actual)
+        sdpa_with_kv_cache(q, k, v, ours_k, ours_v, start_pos, q_len, None, 0.0, True, None, actual)
         assert torch.equal(ours_k, key_cache) and torch.equal(ours_v, value_cache)
         if dtype == torch.float32:
             assert_matches(actual, expected)
@@ -132,16 +136,16 @@ def test_update_cache_matches_executorch():
     for start_pos, length in ((0, 4), (4, 1), (9, 1), (5, 5)):
         value = _random((2, length, 3, 4), 14 + start_pos)
         ll.update_cache(value, cache, start_pos)
-        assert L.update_cache(value, ours, start_pos, placeholder) is placeholder
+        assert update_cache(value, ours, start_pos, placeholder) is placeholder
         assert torch.equal(ours, cache)
     int8_cache = torch.zeros(1, 6, 2, 4, dtype=torch.int8)
     ours8 = int8_cache.clone()
     value8 = torch.randint(-128, 128, (1, 2, 2, 4), dtype=torch.int8)
     ll.update_cache(value8, int8_cache, 3)
-    L.update_cache(value8, ours8, 3, placeholder)
+    update_cache(value8, ours8, 3, placeholder)
     assert torch.equal(ours8, int8_cache)
     with pytest.raises(InvalidArgument):
-        L.update_cache(_random((2, 2, 3, 4), 15), ours, 9, placeholder)
+        update_cache(_random((2, 2, 3, 4), 15), ours, 9, placeholder)
 
 
 def test_update_cache_with_indices_matches_executorch():
@@ -155,10 +159,10 @@ def test_update_cache_with_indices_matches_executorch():
         if trial == 3:
             indices[0] = torch.tensor([1, 7, 1, 7, 1])  # repeated positions: the last write wins
         ll.update_cache_with_indices(value, cache, 0, indices)
-        L.update_cache_with_indices(value, ours, 0, indices, placeholder)
+        update_cache_with_indices(value, ours, 0, indices, placeholder)
         assert torch.equal(ours, cache), f"trial {trial}"
     with pytest.raises(InvalidArgument):
-        L.update_cache_with_indices(value, ours, 0, torch.full((2, 5), 12), placeholder)
+        update_cache_with_indices(value, ours, 0, torch.full((2, 5), 12), placeholder)
 
 
 def _per_token_int8(x: torch.Tensor):
@@ -177,7 +181,7 @@ def test_custom_quantized_sdpa_matches_executorch(case, is_causal):
     params = (qz, qs, kz, ks, vz, vs)
     expected = ll.custom_quantized_sdpa(q, k, v, start_pos, None, 0.0, is_causal, None, *params, False)
     actual = torch.empty(0)
-    L.custom_quantized_sdpa(q, k, v, start_pos, None, 0.0, is_causal, None, *params, False, actual)
+    custom_quantized_sdpa(q, k, v, start_pos, None, 0.0, is_causal, None, *params, False, actual)
     assert_matches(actual, expected)
 
 
@@ -187,7 +191,7 @@ def test_custom_quantized_sdpa_with_sequence_at_dim_2_matches_executorch():
     v, vz, vs = _per_token_int8(_random((1, 4, 12, 8), 26))
     expected = ll.custom_quantized_sdpa(q, k, v, 2, None, 0.0, True, None, qz, qs, kz, ks, vz, vs, True)
     actual = torch.empty(0)
-    L.custom_quantized_sdpa(q, k, v, 2, None, 0.0, True, None, qz, qs, kz, ks, vz, vs, True, actual)
+    custom_quantized_sdpa(q, k, v, 2, None, 0.0, True, None, qz, qs, kz, ks, vz, vs, True, actual)
     assert_matches(actual, expected)
     # A float query takes the float path, which counts its tokens along dim 1 even in this layout.
     qf, kf, vf = _random((1, 4, 3, 8), 27), _random((1, 4, 12, 8), 28), _random((1, 4, 12, 8), 29)
@@ -195,7 +199,7 @@ def test_custom_quantized_sdpa_with_sequence_at_dim_2_matches_executorch():
         expected = ll.custom_quantized_sdpa(qf, kf, vf, 2, None, 0.0, is_causal, None, None, None, None, None,
                                             None, None, True)
         actual = torch.empty(0)
-        L.custom_quantized_sdpa(qf, kf, vf, 2, None, 0.0, is_causal, None, None, None, None, None, None, None,
+        custom_quantized_sdpa(qf, kf, vf, 2, None, 0.0, is_causal, None, None, None, None, None, None, None,
                                 True, actual)
         assert_matches(actual, expected)
 
@@ -219,7 +223,7 @@ def test_gated_delta_rule_matches_executorch(case):
     state = _random((batch, kv_heads, k_dim, v_dim), 31)
     expected_out, expected_state = ll.gated_delta_rule(q, k, v, decay, beta, state)
     out, final_state = torch.empty(0), torch.empty(0)
-    L.gated_delta_rule(q, k, v, decay, beta, state, out, final_state)
+    gated_delta_rule(q, k, v, decay, beta, state, out, final_state)
     assert_matches([out, final_state], [expected_out, expected_state])
 
 
@@ -229,7 +233,7 @@ def test_fast_hadamard_transform_matches_executorch(dtype, size):
     x = (_random((5, size), 32) * 3).to(dtype)
     expected = ll.fast_hadamard_transform(x)
     actual = torch.empty(0, dtype=dtype)
-    L.fast_hadamard_transform(x, actual)
+    fast_hadamard_transform(x, actual)
     if dtype == torch.float32:
         assert_matches(actual, expected)
     else:
@@ -239,13 +243,13 @@ def test_fast_hadamard_transform_matches_executorch(dtype, size):
 
 def test_fast_hadamard_transform_rejects_other_sizes():
     with pytest.raises(InvalidArgument):
-        L.fast_hadamard_transform(torch.randn(3, 12), torch.empty(0))
+        fast_hadamard_transform(torch.randn(3, 12), torch.empty(0))
 
 
 def test_tile_crop_orders_tiles_row_major():
     x = torch.arange(3 * 4 * 6, dtype=torch.float32).reshape(3, 4, 6)
     out = torch.empty(0)
-    L.tile_crop(x, 2, out)
+    tile_crop(x, 2, out)
     assert out.shape == (6, 3, 2, 2)
     for tile in range(6):
         row, col = divmod(tile, 3)
@@ -255,13 +259,13 @@ def test_tile_crop_orders_tiles_row_major():
 def test_fallback_copies():
     x = _random((3, 5), 33)
     out = torch.empty(0)
-    L.fallback(x, out)
+    fallback(x, out)
     assert torch.equal(out, x)
 
 
 def test_registry_binds_every_operator_by_arity():
     registry = default_registry()
-    for _, text in L._KERNELS:
+    for _, text in llm.KERNELS:
         schema = torch._C.parse_schema(text)
         nargs = len(schema.arguments)
         factory = registry.lookup(f"{schema.name}.{schema.overload_name}")

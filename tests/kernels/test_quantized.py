@@ -22,8 +22,12 @@ import executorch.kernels.quantized  # noqa: F401 - registers the kernels and th
 import pterun
 from pterun.errors import InvalidArgument, InvalidProgram
 from pterun.format import ProgramFile
-from pterun.kernels import default_registry
-from pterun.kernels import quantized as K
+from pterun.kernels import default_registry, quantized
+from pterun.kernels.quantized import dequantize, quantize
+from pterun.kernels.quantized.add import add
+from pterun.kernels.quantized.embedding import embedding_kernel
+from pterun.kernels.quantized.matmul import mixed_linear, mixed_mm
+from pterun.kernels.quantized.qparams import choose_qparams, choose_qparams_per_token_asymmetric
 from tests.support.compare import assert_matches
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.oracle import run_reference
@@ -72,7 +76,7 @@ def test_quantize_per_tensor_matches_executorch(dtype, input_dtype):
             x, scale, zero_point, lo, hi, dtype, out=torch.empty(x.shape, dtype=dtype)
         )
         actual = torch.empty(0, dtype=dtype)
-        K.quantize_per_tensor(x, scale, zero_point, lo, hi, dtype, actual)
+        quantize.quantize_per_tensor(x, scale, zero_point, lo, hi, dtype, actual)
         _assert_equal(actual, expected, f"quantize_per_tensor scale={scale} zp={zero_point}")
 
 
@@ -80,7 +84,7 @@ def test_quantize_sends_unrepresentable_values_to_quant_min():
     # On x86 ExecuTorch's float -> int64 conversion turns NaN, +-inf and huge values into INT64_MIN.
     x = torch.tensor([math.inf, -math.inf, math.nan, 1e30, -1e30, 1e10])
     actual = torch.empty(0, dtype=torch.int8)
-    K.quantize_per_tensor(x, 1.0, 0, -128, 127, torch.int8, actual)
+    quantize.quantize_per_tensor(x, 1.0, 0, -128, 127, torch.int8, actual)
     expected = qd.quantize_per_tensor.out(x, 1.0, 0, -128, 127, torch.int8,
                                           out=torch.empty(6, dtype=torch.int8))
     _assert_equal(actual, expected, "unrepresentable")
@@ -90,7 +94,7 @@ def test_quantize_sends_unrepresentable_values_to_quant_min():
 def test_quantize_rounds_half_to_even():
     x = torch.arange(-8, 8, dtype=torch.float32) + 0.5
     actual = torch.empty(0, dtype=torch.int8)
-    K.quantize_per_tensor(x, 1.0, 0, -128, 127, torch.int8, actual)
+    quantize.quantize_per_tensor(x, 1.0, 0, -128, 127, torch.int8, actual)
     expected = qd.quantize_per_tensor.out(x, 1.0, 0, -128, 127, torch.int8,
                                           out=torch.empty(16, dtype=torch.int8))
     _assert_equal(actual, expected, "ties")
@@ -103,7 +107,7 @@ def test_quantize_per_tensor_tensor_args_matches_executorch():
         x, scale, zero_point, -128, 127, torch.int8, out=torch.empty(x.shape, dtype=torch.int8)
     )
     actual = torch.empty(0, dtype=torch.int8)
-    K.quantize_per_tensor_tensor(x, scale, zero_point, -128, 127, torch.int8, actual)
+    quantize.quantize_per_tensor_tensor(x, scale, zero_point, -128, 127, torch.int8, actual)
     _assert_equal(actual, expected, "quantize_per_tensor.Tensor_out")
 
 
@@ -119,10 +123,10 @@ def test_dequantize_per_tensor_matches_executorch(dtype, out_dtype):
             out=torch.empty(q.shape, dtype=out_dtype),
         )
         actual = torch.empty(0, dtype=out_dtype)
-        K.dequantize_per_tensor(q, scale, zero_point, lo, hi, dtype, out_dtype, actual)
+        dequantize.dequantize_per_tensor(q, scale, zero_point, lo, hi, dtype, out_dtype, actual)
         _assert_equal(actual, expected, f"dequantize_per_tensor scale={scale}")
         # Without out_dtype the out tensor's type decides.
-        K.dequantize_per_tensor(q, scale, zero_point, lo, hi, dtype, None, actual)
+        dequantize.dequantize_per_tensor(q, scale, zero_point, lo, hi, dtype, None, actual)
         _assert_equal(actual, expected, "dequantize_per_tensor without out_dtype")
 
 
@@ -133,7 +137,7 @@ def test_dequantize_per_tensor_tensor_args_matches_executorch():
         q, scale, zero_point, -128, 127, torch.int8, out=torch.empty(q.shape)
     )
     actual = torch.empty(0)
-    K.dequantize_per_tensor_tensor(q, scale, zero_point, -128, 127, torch.int8, None, actual)
+    dequantize.dequantize_per_tensor_tensor(q, scale, zero_point, -128, 127, torch.int8, None, actual)
     _assert_equal(actual, expected, "dequantize_per_tensor.Tensor_out")
 
 
@@ -149,7 +153,7 @@ def test_quantize_per_channel_matches_executorch(axis, input_dtype):
         x, scales, zero_points, axis, -128, 127, torch.int8, out=torch.empty(x.shape, dtype=torch.int8)
     )
     actual = torch.empty(0, dtype=torch.int8)
-    K.quantize_per_channel(x, scales, zero_points, axis, -128, 127, torch.int8, actual)
+    quantize.quantize_per_channel(x, scales, zero_points, axis, -128, 127, torch.int8, actual)
     _assert_equal(actual, expected, "quantize_per_channel")
 
 
@@ -169,7 +173,7 @@ def test_dequantize_per_channel_matches_executorch(axis, out_dtype, dtype):
                 out=torch.empty(q.shape, dtype=out_dtype),
             )
             actual = torch.empty(0, dtype=out_dtype)
-            K.dequantize_per_channel(q, scales, zero_points, axis, lo, hi, dtype, out_dtype, actual)
+            dequantize.dequantize_per_channel(q, scales, zero_points, axis, lo, hi, dtype, out_dtype, actual)
             what = f"dequantize_per_channel {scale_dtype} zp={zero_points is not None}"
             _assert_equal(actual, expected, what)
 
@@ -185,7 +189,7 @@ def test_dequantize_per_channel_one_dimensional_matches_executorch(out_dtype):
         out=torch.empty(300, dtype=out_dtype),
     )
     actual = torch.empty(0, dtype=out_dtype)
-    K.dequantize_per_channel(q, scales, zero_points, 0, -128, 127, torch.int32, out_dtype, actual)
+    dequantize.dequantize_per_channel(q, scales, zero_points, 0, -128, 127, torch.int32, out_dtype, actual)
     _assert_equal(actual, expected, "dequantize_per_channel 1-d")
 
 
@@ -213,7 +217,7 @@ def test_choose_qparams_matches_executorch(bounds):
         scale_ref, zp_ref = torch.empty(1, dtype=torch.float64), torch.empty(1, dtype=torch.int64)
         qd.choose_qparams.Tensor_out(x, lo, hi, 1e-5, torch.int8, scale_out=scale_ref, zero_point_out=zp_ref)
         scale, zero_point = torch.empty(1, dtype=torch.float64), torch.empty(1, dtype=torch.int64)
-        K.choose_qparams(x, lo, hi, 1e-5, torch.int8, scale, zero_point)
+        choose_qparams(x, lo, hi, 1e-5, torch.int8, scale, zero_point)
         _assert_equal(scale, scale_ref, f"choose_qparams scale, case {i}")
         _assert_equal(zero_point, zp_ref, f"choose_qparams zero point, case {i}")
 
@@ -224,7 +228,7 @@ def test_choose_qparams_per_token_asymmetric_matches_executorch():
         scale_ref, zp_ref = torch.empty(2, 3, 1, dtype=torch.float64), torch.empty(2, 3, 1, dtype=torch.int64)
         qd.choose_qparams_per_token_asymmetric.out(x, torch.int8, scale_out=scale_ref, zero_point_out=zp_ref)
         scale, zero_point = torch.empty(0, dtype=torch.float64), torch.empty(0, dtype=torch.int64)
-        K.choose_qparams_per_token_asymmetric(x, torch.int8, scale, zero_point)
+        choose_qparams_per_token_asymmetric(x, torch.int8, scale, zero_point)
         _assert_equal(scale, scale_ref, f"per-token scale, case {i}")
         _assert_equal(zero_point, zp_ref, f"per-token zero point, case {i}")
 
@@ -238,13 +242,13 @@ def test_per_token_quantize_and_dequantize_match_executorch(out_dtype):
         x, scale, zero_point, -128, 127, torch.int8, out=torch.empty(x.shape, dtype=torch.int8)
     )
     q = torch.empty(0, dtype=torch.int8)
-    K.quantize_per_token(x, scale, zero_point, -128, 127, torch.int8, q)
+    quantize.quantize_per_token(x, scale, zero_point, -128, 127, torch.int8, q)
     _assert_equal(q, expected_q, "quantize_per_token")
     expected = qd.dequantize_per_token.out(
         q, scale, zero_point, -128, 127, torch.int8, out_dtype, out=torch.empty(x.shape, dtype=out_dtype)
     )
     actual = torch.empty(0, dtype=out_dtype)
-    K.dequantize_per_token(q, scale, zero_point, -128, 127, torch.int8, out_dtype, actual)
+    dequantize.dequantize_per_token(q, scale, zero_point, -128, 127, torch.int8, out_dtype, actual)
     _assert_equal(actual, expected, "dequantize_per_token")
 
 
@@ -258,7 +262,7 @@ def test_quantized_add_matches_executorch():
         args = (scales[0], zps[0], 0, 255, b, scales[1], zps[1], 0, 255, scales[2], zps[2], 10, 250)
         expected = qd.add.out(a, *args, out=torch.empty(7, 9, dtype=torch.uint8))
         actual = torch.empty(7, 9, dtype=torch.uint8)
-        K.add(a, *args, actual)
+        add(a, *args, actual)
         _assert_equal(actual, expected, f"add, trial {trial}")
 
 
@@ -269,13 +273,13 @@ def test_mixed_mm_and_mixed_linear_match_executorch():
     s = torch.rand(24, generator=g) * 0.1
     expected = qd.mixed_mm.out(x, w, s, None, out=torch.empty(5, 7))
     actual = torch.empty(0)
-    K.mixed_mm(x, w, s, None, actual)
+    mixed_mm(x, w, s, None, actual)
     assert_matches(actual, expected)
     wl = torch.randint(-128, 128, (6, 24), generator=g, dtype=torch.int8)
     for scales in (torch.rand(6, generator=g), torch.rand(6, 3, generator=g), torch.rand(6, 5, generator=g)):
         expected = qd.mixed_linear.out(x, wl, scales, None, None, out=torch.empty(5, 6))
         actual = torch.empty(0)
-        K.mixed_linear(x, wl, scales, None, None, actual)
+        mixed_linear(x, wl, scales, None, None, actual)
         assert_matches(actual, expected)
 
 
@@ -286,34 +290,35 @@ def test_mixed_mm_half_matches_executorch():
     s = (torch.rand(16, generator=g) * 0.05).half()
     expected = qd.mixed_mm.out(x, w, s, None, out=torch.empty(3, 4, dtype=torch.float16))
     actual = torch.empty(0, dtype=torch.float16)
-    K.mixed_mm(x, w, s, None, actual)
+    mixed_mm(x, w, s, None, actual)
     assert_matches(actual, expected)
 
 
 def test_invalid_arguments_raise():
     x = torch.randn(4)
     with pytest.raises(InvalidArgument):
-        K.quantize_per_tensor(x, 0.1, 0, -128, 127, torch.int8, torch.empty(4, dtype=torch.uint8))
+        quantize.quantize_per_tensor(x, 0.1, 0, -128, 127, torch.int8, torch.empty(4, dtype=torch.uint8))
     with pytest.raises(InvalidArgument):
-        K.quantize_per_tensor(x, 0.1, 0, -200, 127, torch.int8, torch.empty(4, dtype=torch.int8))
+        quantize.quantize_per_tensor(x, 0.1, 0, -200, 127, torch.int8, torch.empty(4, dtype=torch.int8))
     with pytest.raises(InvalidArgument):
-        K.dequantize_per_tensor(torch.zeros(4, dtype=torch.int8), 0.1, 0, -128, 127, torch.uint8, None,
-                                torch.empty(4))
+        dequantize.dequantize_per_tensor(torch.zeros(4, dtype=torch.int8), 0.1, 0, -128, 127, torch.uint8,
+                                         None, torch.empty(4))
     with pytest.raises(InvalidArgument):
-        K.quantize_per_channel(x, torch.ones(3, dtype=torch.float64), torch.zeros(3, dtype=torch.int64), 0,
-                               -128, 127, torch.int8, torch.empty(4, dtype=torch.int8))
+        quantize.quantize_per_channel(x, torch.ones(3, dtype=torch.float64),
+                                      torch.zeros(3, dtype=torch.int64), 0, -128, 127, torch.int8,
+                                      torch.empty(4, dtype=torch.int8))
     with pytest.raises(InvalidArgument):
-        K.dequantize_per_channel(torch.zeros(4, 2, dtype=torch.int8), torch.ones(4), None, 2, -128, 127,
-                                 torch.int8, None, torch.empty(4, 2))
+        dequantize.dequantize_per_channel(torch.zeros(4, 2, dtype=torch.int8), torch.ones(4), None, 2, -128,
+                                          127, torch.int8, None, torch.empty(4, 2))
     with pytest.raises(InvalidArgument):
-        K._embedding_kernel(8, False)(torch.zeros(4, 8, dtype=torch.int8), torch.ones(4), None, -128, 127,
-                                      torch.tensor([4]), torch.empty(0))
+        embedding_kernel(8, False)(torch.zeros(4, 8, dtype=torch.int8), torch.ones(4), None, -128, 127,
+                                   torch.tensor([4]), torch.empty(0))
 
 
 def test_registry_binds_every_operator_by_arity():
     registry = default_registry()
-    for _, text in K._KERNELS:
-        schema = torch._C.parse_schema(f"quantized_decomposed::{text}")
+    for _, text in quantized.KERNELS:
+        schema = torch._C.parse_schema(text)
         nargs = len(schema.arguments)
         factory = registry.lookup(f"{schema.name}.{schema.overload_name}")
         binding = factory(nargs + 1)

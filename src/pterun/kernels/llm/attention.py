@@ -1,0 +1,200 @@
+"""llama::custom_sdpa, sdpa_with_kv_cache, custom_quantized_sdpa: attention over a KV cache.
+
+Attention follows ExecuTorch's flash-attention loop: key blocks of 512, an
+online softmax in float32, and for half/bfloat16 inputs the unnormalized
+probabilities rounded to the input type before they multiply the values. What
+remains different is float32 summation order inside the matmuls, which can
+tip a reduced-precision probability to its neighbouring value now and then.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from pterun.errors import InvalidArgument
+from pterun.kernels.llm.cache import check_cache_shapes, write_span
+from pterun.kernels.python_kernels import F32, KernelTable, f32, resize
+
+KERNELS = KernelTable()
+
+_KV_BLOCK = 512
+_ATTENTION_TYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor, exact: bool) -> torch.Tensor:
+    # Half results hinge on float32 scores rounding as ExecuTorch's half matmul rounds them; exact
+    # products summed in double land closer to its summation order than a float32 matmul does.
+    if exact:
+        return (a.double() @ b.double()).to(F32)
+    return a @ b
+
+
+def _query_block(q_len: int) -> int:
+    # ExecuTorch picks its query tile by sequence length.
+    return 32 if q_len < 192 else 64 if q_len < 768 else 256
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos: int, attn_mask, is_causal: bool,
+               scale, num_keys: int, value_dtype: torch.dtype) -> torch.Tensor:
+    """Flash attention over float32 q [B, H, S, D] and k, v [B, Hkv, N, D]; float32 [B, H, S, D] out.
+
+    ``value_dtype`` is the activation type: for half and bfloat16 the probabilities are rounded to it
+    before they weight the values, as ExecuTorch's reduced-precision matmul consumes them, except
+    that for bfloat16 a query tile of a single row keeps them in float32 (ExecuTorch's matrix-vector
+    path for that case reads the float probabilities).
+    """
+    batch, heads, q_len, head_dim = q.shape
+    kv_heads = k.shape[1]
+    if kv_heads > heads or heads % kv_heads:
+        raise InvalidArgument(f"attention: {heads} query heads cannot share {kv_heads} key/value heads")
+    reps = heads // kv_heads
+    if reps > 1:
+        k = k.repeat_interleave(reps, dim=1)
+        v = v.repeat_interleave(reps, dim=1)
+    softmax_scale = f32(scale if scale is not None else 1.0 / math.sqrt(head_dim))
+    reduced = value_dtype in (torch.float16, torch.bfloat16)
+    exact = value_dtype == torch.float16
+    keep_last_row = value_dtype == torch.bfloat16 and q_len % _query_block(q_len) == 1
+
+    run_max = torch.full((batch, heads, q_len), -math.inf, dtype=F32, device=q.device)
+    run_sum = torch.zeros_like(run_max)
+    dst = torch.zeros((batch, heads, q_len, v.shape[-1]), dtype=F32, device=q.device)
+    positions = torch.arange(q_len, device=q.device).unsqueeze(1) + start_pos
+    for n0 in range(0, num_keys, _KV_BLOCK):
+        n1 = min(n0 + _KV_BLOCK, num_keys)
+        qk = _matmul(q, k[:, :, n0:n1].transpose(-1, -2), exact)
+        if is_causal:
+            keys = torch.arange(n0, n1, device=q.device).unsqueeze(0)
+            qk = qk.masked_fill(keys > positions, -math.inf)
+        if attn_mask is not None:
+            qk = qk * softmax_scale + attn_mask[:, n0:n1]
+        else:
+            qk = qk * softmax_scale
+        new_max = torch.maximum(run_max, qk.amax(-1))
+        dead = new_max == -math.inf  # nothing attended yet: the block contributes zeros
+        p = torch.exp(qk - new_max.unsqueeze(-1)).masked_fill_(dead.unsqueeze(-1), 0.0)
+        correction = torch.exp(run_max - new_max)
+        run_sum = torch.where(dead, run_sum, p.sum(-1) + correction * run_sum)
+        if n0 > 0:
+            dst = torch.where(dead.unsqueeze(-1), dst, dst * correction.unsqueeze(-1))
+        run_max = torch.where(dead, run_max, new_max)
+        if reduced:
+            rounded = p.to(value_dtype).to(F32)
+            if keep_last_row:
+                rounded[..., -1, :] = p[..., -1, :]
+            p = rounded
+        dst = dst + _matmul(p, v[:, :, n0:n1], exact)
+    return dst * (1.0 / run_sum).unsqueeze(-1)
+
+
+def _check_attention(q, k, v, attn_mask, is_causal, what):
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise InvalidArgument(f"{what}: query, key and value must be 4-d")
+    if q.shape[3] != v.shape[3] or k.shape[3] != v.shape[3]:
+        raise InvalidArgument(f"{what}: query, key and value must have one head size")
+    if attn_mask is not None:
+        if is_causal:
+            raise InvalidArgument(f"{what}: attn_mask and is_causal cannot both be set")
+        if attn_mask.dim() != 2 or attn_mask.dtype != F32:
+            raise InvalidArgument(f"{what}: attn_mask must be a 2-d float tensor")
+
+
+def _sdpa_into(q, k, v, start_pos, attn_mask, is_causal, scale, out, what, seq_dim_2=False,
+               dequantized=None) -> torch.Tensor:
+    """custom_sdpa: q [B, S, H, D], k/v caches [B, N, Hkv, D] (or [B, H, S, D] layouts when seq_dim_2)."""
+    _check_attention(q, k, v, attn_mask, is_causal, what)
+    seq_axis = 2 if seq_dim_2 else 1
+    q_len = q.shape[seq_axis]
+    kv_len = v.shape[seq_axis]
+    # ExecuTorch counts the query's tokens along dim 1 unless the query is int8.
+    counted = q_len if dequantized is not None else q.shape[1]
+    num_keys = kv_len if attn_mask is not None else start_pos + counted
+    if num_keys > kv_len:
+        raise InvalidArgument(f"{what}: start_pos {start_pos} + {counted} tokens exceeds the {kv_len} cached")
+    if attn_mask is not None and tuple(attn_mask.shape) != (q_len, kv_len):
+        raise InvalidArgument(f"{what}: attn_mask is {tuple(attn_mask.shape)}, expected {(q_len, kv_len)}")
+    resize(out, q.shape)
+    if dequantized is not None:
+        qf, kf, vf = dequantized
+    else:
+        qf, kf, vf = q.to(F32), k.to(F32), v.to(F32)
+    if not seq_dim_2:
+        qf, kf, vf = qf.transpose(1, 2), kf.transpose(1, 2), vf.transpose(1, 2)
+    result = _attention(qf, kf, vf, start_pos, attn_mask, is_causal, scale, num_keys,
+                        q.dtype if dequantized is None else F32)
+    if not seq_dim_2:
+        result = result.transpose(1, 2)
+    out.copy_(result)
+    return out
+
+
+@KERNELS.kernel(
+    "llama::custom_sdpa.out(Tensor query, Tensor key, Tensor value, SymInt start_pos, "
+    "Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None, *, "
+    "Tensor(a!) out) -> Tensor(a!)")
+def custom_sdpa(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, out):
+    what = "custom_sdpa"
+    if query.dtype not in _ATTENTION_TYPES or key.dtype != query.dtype or value.dtype != query.dtype:
+        raise InvalidArgument(f"{what}: query, key and value must share a float, half or bfloat16 type")
+    return _sdpa_into(query, key, value, start_pos, attn_mask, is_causal, scale, out, what)
+
+
+@KERNELS.kernel(
+    "llama::sdpa_with_kv_cache.out(Tensor query, Tensor key, Tensor value, Tensor(a!) key_cache, "
+    "Tensor(b!) value_cache, SymInt start_pos, SymInt seq_len, Tensor? attn_mask=None, "
+    "float drpout_p=0., bool is_causal=False, float? scale=None, *, Tensor(c!) out) -> Tensor(c!)")
+def sdpa_with_kv_cache(query, key, value, key_cache, value_cache, start_pos, seq_len, attn_mask, dropout_p,
+                       is_causal, scale, out):
+    what = "sdpa_with_kv_cache"
+    if key_cache.dim() != 4 or value_cache.dim() != 4:
+        raise InvalidArgument(f"{what}: caches must be 4-d")
+    for cache in (key_cache, value_cache):
+        if not start_pos < cache.shape[1] or start_pos + seq_len > cache.shape[1]:
+            raise InvalidArgument(
+                f"{what}: positions [{start_pos}, {start_pos + seq_len}) do not fit a cache of "
+                f"{cache.shape[1]}"
+            )
+    if query.dim() != 4:
+        raise InvalidArgument(f"{what}: query must be 4-d")
+    check_cache_shapes(key, key_cache, what)
+    check_cache_shapes(value, value_cache, what)
+    write_span(key, key_cache, start_pos, what)
+    write_span(value, value_cache, start_pos, what)
+    return custom_sdpa(query, key_cache, value_cache, start_pos, attn_mask, dropout_p, is_causal, scale, out)
+
+
+def _dequantize_rows(t: torch.Tensor, zero_points: torch.Tensor, scales: torch.Tensor, what: str):
+    if t.dtype != torch.int8 or zero_points.dtype != torch.int8 or scales.dtype != F32:
+        raise InvalidArgument(f"{what}: tensors must be int8 with int8 zero points and float scales")
+    if zero_points.dim() != t.dim() or scales.dim() != t.dim() or \
+            zero_points.shape[:-1] != t.shape[:-1] or scales.shape[:-1] != t.shape[:-1]:
+        raise InvalidArgument(f"{what}: quantization parameters must match the tensor but in the last dim")
+    return (t.to(torch.int32) - zero_points[..., :1].to(torch.int32)).to(F32) * scales[..., :1]
+
+
+@KERNELS.kernel(
+    "llama::custom_quantized_sdpa.out(Tensor query, Tensor key, Tensor value, SymInt start_pos, "
+    "Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None, "
+    "Tensor? q_zero_points=None, Tensor? q_scales=None, Tensor? k_zero_points=None, Tensor? k_scales=None, "
+    "Tensor? v_zero_points=None, Tensor? v_scales=None, bool is_seq_at_dim_2=False, *, "
+    "Tensor(a!) out) -> Tensor(a!)")
+def custom_quantized_sdpa(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, q_zero_points,
+                          q_scales, k_zero_points, k_scales, v_zero_points, v_scales, is_seq_at_dim_2, out):
+    what = "custom_quantized_sdpa"
+    if query.dtype != torch.int8:
+        if query.dtype not in _ATTENTION_TYPES or key.dtype != query.dtype or value.dtype != query.dtype:
+            raise InvalidArgument(f"{what}: query, key and value must share one type")
+        return _sdpa_into(query, key, value, start_pos, attn_mask, is_causal, scale, out, what,
+                          seq_dim_2=bool(is_seq_at_dim_2))
+    params = (q_zero_points, q_scales, k_zero_points, k_scales, v_zero_points, v_scales)
+    if any(p is None for p in params):
+        raise InvalidArgument(f"{what}: an int8 query needs zero points and scales for q, k and v")
+    dequantized = (
+        _dequantize_rows(query, q_zero_points, q_scales, f"{what} query"),
+        _dequantize_rows(key, k_zero_points, k_scales, f"{what} key"),
+        _dequantize_rows(value, v_zero_points, v_scales, f"{what} value"),
+    )
+    return _sdpa_into(query, key, value, start_pos, attn_mask, is_causal, scale, out, what,
+                      seq_dim_2=bool(is_seq_at_dim_2), dequantized=dequantized)
