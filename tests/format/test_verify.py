@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pterun.errors import InvalidExternalData, InvalidProgram
+from pterun.flatbuf.verify import MAX_DEPTH, verify_buffer
 from pterun.format._generated import flat_tensor_layout, program_layout
-from pterun.format.verify import MAX_DEPTH, verify_buffer
 
 # table Node { child: Node; left: Node; right: Node; value: long; names: [string]; }
 # table Root { name: string; node: Node; items: [long]; nodes: [Node]; count: int; kind_type: ubyte; kind: Kind; }

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Union
 
 from pterun.errors import InvalidProgram, NotSupported
+from pterun.flatbuf.verify import DATA_PER_BYTE
 from pterun.format._generated import program_generated as fb
-from pterun.format.verify import DATA_PER_BYTE
 
 
 class Kind(enum.IntEnum):

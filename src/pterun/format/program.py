@@ -14,12 +14,12 @@ import enum
 import struct
 
 from pterun.errors import InvalidArgument, InvalidProgram, NotFound, PteError
+from pterun.flatbuf.verify import verify_buffer
 from pterun.format._generated import program_generated as fb
 from pterun.format._generated import program_layout
 from pterun.format.header import HEADER_OFFSET, read_program_header
 from pterun.format.plan import Plan, charge, read_budget, read_plan
 from pterun.format.source import FileBytes, Source, read_source
-from pterun.format.verify import verify_buffer
 
 MAX_SUPPORTED_VERSION = 0
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from pterun.backends.webgpu._generated import vkgraph_layout
 from pterun.errors import DelegateInvalidCompatibility, InvalidProgram
-from pterun.format.verify import verify_buffer
+from pterun.flatbuf.verify import verify_buffer
 
 HEADER_MAGIC = b"VH00"
 HEADER_LENGTH = 30

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from pterun.backends.xnnpack._generated import xnngraph_layout
 from pterun.errors import DelegateInvalidCompatibility, InvalidProgram
-from pterun.format.verify import verify_buffer
+from pterun.flatbuf.verify import verify_buffer
 
 HEADER_MAGIC = b"XH00"
 HEADER_MIN_LENGTH = 30
