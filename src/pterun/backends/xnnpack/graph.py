@@ -23,7 +23,6 @@ from pterun.backends.xnnpack.blob import Blob
 from pterun.errors import DelegateInvalidCompatibility, InvalidProgram, NotFound, PteError
 
 INVALID_ID = 0xFFFFFFFF
-NAMED_OFFSET = 0xFFFFFFFFFFFFFFFF
 FLAG_EXTERNAL_INPUT = 1
 FLAG_EXTERNAL_OUTPUT = 2
 # Bounds no real graph comes near; a blob past them is corrupt, and honoring it would exhaust memory.
