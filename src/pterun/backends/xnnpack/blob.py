@@ -26,7 +26,6 @@ IDENTIFIERS = (b"XN00", b"XN01")
 class Blob:
     flatbuffer: memoryview
     constants: memoryview | None  # None: a bare flatbuffer, constants live inside it
-    identifier: bytes
 
 
 def split_blob(processed: memoryview) -> Blob:
@@ -47,4 +46,4 @@ def split_blob(processed: memoryview) -> Blob:
         )
     # The FlatBuffers Python reader follows offsets blindly; only a verified buffer is safe to read.
     verify_buffer(flatbuffer, xnngraph_layout, error=DelegateInvalidCompatibility)
-    return Blob(flatbuffer, constants, identifier)
+    return Blob(flatbuffer, constants)
