@@ -2,7 +2,7 @@
 
 The reader is flatc's own output (`--python --gen-onefile`), untouched. The
 layout table lists, for each table of the schema, the fields the generic
-verifier (pterun/format/verify.py) must check; it is derived from the binary
+verifier (pterun/flatbuf/verify.py) must check; it is derived from the binary
 schema flatc writes (`--binary --schema`), read through a reader that flatc
 generates from our reflection.fbs, so no .fbs parsing is done by hand.
 """

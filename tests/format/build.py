@@ -38,6 +38,7 @@ class Tensor:
 class Plan:
     name: str = "forward"
     # Tensor | ("int", v) | ("double", v) | ("bool", v) | ("int_list", [value indices]) | ("null",)
+    # | ("same", i): value i's table again (FlatBuffers lets any number of offsets share one table)
     values: list = field(default_factory=list)
     inputs: list[int] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
@@ -109,79 +110,61 @@ def _tensor(b: flatbuffers.Builder, t: Tensor) -> int:
     return fb.TensorEnd(b)
 
 
+def _table(b: flatbuffers.Builder, name: str, **fields) -> int:
+    """Table ``name`` of the program schema with ``fields`` (its Add functions' names, without the table's)."""
+    getattr(fb, f"{name}Start")(b)
+    for key, value in fields.items():
+        getattr(fb, f"{name}Add{key}")(b, value)
+    return getattr(fb, f"{name}End")(b)
+
+
+# Plan.values' kinds: the table each is written as.
+_SCALARS = {"int": "Int", "double": "Double", "bool": "Bool"}
+
+
 def _value(b: flatbuffers.Builder, v) -> int:
     if isinstance(v, Tensor):
         tag, table = fb.KernelTypes.Tensor, _tensor(b, v)
-    elif v[0] == "int":
-        fb.IntStart(b)
-        fb.IntAddIntVal(b, v[1])
-        tag, table = fb.KernelTypes.Int, fb.IntEnd(b)
-    elif v[0] == "double":
-        fb.DoubleStart(b)
-        fb.DoubleAddDoubleVal(b, v[1])
-        tag, table = fb.KernelTypes.Double, fb.DoubleEnd(b)
-    elif v[0] == "bool":
-        fb.BoolStart(b)
-        fb.BoolAddBoolVal(b, v[1])
-        tag, table = fb.KernelTypes.Bool, fb.BoolEnd(b)
+    elif v[0] in _SCALARS:
+        name = _SCALARS[v[0]]
+        tag, table = getattr(fb.KernelTypes, name), _table(b, name, **{f"{name}Val": v[1]})
     elif v[0] == "int_list":  # ("int_list", [value indices])
-        items = _scalars(b, v[1], "q")
-        fb.IntListStart(b)
-        fb.IntListAddItems(b, items)
-        tag, table = fb.KernelTypes.IntList, fb.IntListEnd(b)
+        tag, table = fb.KernelTypes.IntList, _table(b, "IntList", Items=_scalars(b, v[1], "q"))
     elif v[0] == "null":
-        fb.NullStart(b)
-        tag, table = fb.KernelTypes.Null, fb.NullEnd(b)
+        tag, table = fb.KernelTypes.Null, _table(b, "Null")
     elif v[0] == "raw":  # ("raw", tag): a union tag with an empty table
-        fb.NullStart(b)
-        tag, table = v[1], fb.NullEnd(b)
+        tag, table = v[1], _table(b, "Null")
     else:
         raise ValueError(v)
-    fb.EValueStart(b)
-    fb.EValueAddValType(b, tag)
-    fb.EValueAddVal(b, table)
-    return fb.EValueEnd(b)
+    return _table(b, "EValue", ValType=tag, Val=table)
+
+
+# Plan.instructions' kinds: the table each is written as, and its fields in the order of the tuple's items.
+_INSTRUCTIONS = {
+    "kernel": ("KernelCall", ("OpIndex", "Args")),
+    "delegate": ("DelegateCall", ("DelegateIndex", "Args")),
+    "move": ("MoveCall", ("MoveFrom", "MoveTo")),
+    "jump": ("JumpFalseCall", ("CondValueIndex", "DestinationInstruction")),
+    "free": ("FreeCall", ("ValueIndex",)),
+}
 
 
 def _instruction(b: flatbuffers.Builder, ins: tuple) -> int:
-    kind = ins[0]
-    if kind == "kernel":
-        args = _scalars(b, ins[2], "i")
-        fb.KernelCallStart(b)
-        fb.KernelCallAddOpIndex(b, ins[1])
-        fb.KernelCallAddArgs(b, args)
-        tag, table = fb.InstructionArguments.KernelCall, fb.KernelCallEnd(b)
-    elif kind == "delegate":
-        args = _scalars(b, ins[2], "i")
-        fb.DelegateCallStart(b)
-        fb.DelegateCallAddDelegateIndex(b, ins[1])
-        fb.DelegateCallAddArgs(b, args)
-        tag, table = fb.InstructionArguments.DelegateCall, fb.DelegateCallEnd(b)
-    elif kind == "move":
-        fb.MoveCallStart(b)
-        fb.MoveCallAddMoveFrom(b, ins[1])
-        fb.MoveCallAddMoveTo(b, ins[2])
-        tag, table = fb.InstructionArguments.MoveCall, fb.MoveCallEnd(b)
-    elif kind == "jump":
-        fb.JumpFalseCallStart(b)
-        fb.JumpFalseCallAddCondValueIndex(b, ins[1])
-        fb.JumpFalseCallAddDestinationInstruction(b, ins[2])
-        tag, table = fb.InstructionArguments.JumpFalseCall, fb.JumpFalseCallEnd(b)
-    elif kind == "free":
-        fb.FreeCallStart(b)
-        fb.FreeCallAddValueIndex(b, ins[1])
-        tag, table = fb.InstructionArguments.FreeCall, fb.FreeCallEnd(b)
-    else:
+    if ins[0] not in _INSTRUCTIONS:
         raise ValueError(ins)
-    fb.InstructionStart(b)
-    fb.InstructionAddInstrArgsType(b, tag)
-    fb.InstructionAddInstrArgs(b, table)
-    return fb.InstructionEnd(b)
+    name, fields = _INSTRUCTIONS[ins[0]]
+    # Vectors are written before the table that refers to them.
+    values = [_scalars(b, x, "i") if field == "Args" else x for field, x in zip(fields, ins[1:])]
+    table = _table(b, name, **dict(zip(fields, values)))
+    return _table(b, "Instruction", InstrArgsType=getattr(fb.InstructionArguments, name), InstrArgs=table)
 
 
 def _plan(b: flatbuffers.Builder, p: Plan) -> int:
     name = b.CreateString(p.name)
-    values = _vector(b, [_value(b, v) for v in p.values])
+    made: list[int] = []
+    for v in p.values:
+        made.append(made[v[1]] if isinstance(v, tuple) and v[0] == "same" else _value(b, v))
+    values = _vector(b, made)
     inputs = _scalars(b, p.inputs, "i")
     outputs = _scalars(b, p.outputs, "i")
     instructions = _vector(b, [_instruction(b, ins) for ins in p.instructions])
@@ -257,49 +240,22 @@ def program(
     """A .pte file; with ``segments`` it gets an extended header of ``header_length`` bytes and the segment data."""
     b = flatbuffers.Builder(1024)
     plan_vec = _vector(b, [_plan(b, p) for p in plans])
-    buffers = None
-    if constant_buffers is not None:
-        made = []
-        for data in constant_buffers:
-            storage = _bytes(b, data)
-            fb.BufferStart(b)
-            fb.BufferAddStorage(b, storage)
-            made.append(fb.BufferEnd(b))
-        buffers = _vector(b, made)
-    inline = None
-    if delegate_data is not None:
-        made = []
-        for data in delegate_data:
-            blob = _bytes(b, data)
-            fb.BackendDelegateInlineDataStart(b)
-            fb.BackendDelegateInlineDataAddData(b, blob)
-            made.append(fb.BackendDelegateInlineDataEnd(b))
-        inline = _vector(b, made)
+    def tables(items, make):
+        return None if items is None else _vector(b, [make(item) for item in items])
+
+    buffers = tables(constant_buffers, lambda data: _table(b, "Buffer", Storage=_bytes(b, data)))
+    inline = tables(delegate_data, lambda data: _table(b, "BackendDelegateInlineData", Data=_bytes(b, data)))
     segment_offsets, offset = [], 0
     for data in segments or []:
         segment_offsets.append((offset, len(data)))
         offset += -(-len(data) // 16) * 16
-    seg_vec = None
-    if segments is not None:
-        made = []
-        for off, size in segment_offsets:
-            fb.DataSegmentStart(b)
-            fb.DataSegmentAddOffset(b, off)
-            fb.DataSegmentAddSize(b, size)
-            made.append(fb.DataSegmentEnd(b))
-        seg_vec = _vector(b, made)
+    seg_vec = tables(
+        segment_offsets if segments is not None else None,
+        lambda seg: _table(b, "DataSegment", Offset=seg[0], Size=seg[1]),
+    )
     cs = _subsegment(b, *constant_segment) if constant_segment is not None else None
-    mut = _vector(b, [_subsegment(b, i, offs) for i, offs in mutable]) if mutable is not None else None
-    named_vec = None
-    if named is not None:
-        made = []
-        for key, index in named:
-            k = b.CreateString(key)
-            fb.NamedDataStart(b)
-            fb.NamedDataAddKey(b, k)
-            fb.NamedDataAddSegmentIndex(b, index)
-            made.append(fb.NamedDataEnd(b))
-        named_vec = _vector(b, made)
+    mut = tables(mutable, lambda m: _subsegment(b, *m))
+    named_vec = tables(named, lambda n: _table(b, "NamedData", Key=b.CreateString(n[0]), SegmentIndex=n[1]))
     fb.ProgramStart(b)
     fb.ProgramAddVersion(b, version)
     fb.ProgramAddExecutionPlan(b, plan_vec)

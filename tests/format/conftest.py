@@ -1,38 +1,19 @@
+from functools import partial
+
 import pytest
 
 from tests.format import programs
 
 
-@pytest.fixture(scope="session")
-def affine():
-    return programs.affine()
+def _exported(name: str, export):
+    """A session fixture ``name`` holding what ``export()`` exports (once per session)."""
+    return pytest.fixture(scope="session", name=name)(lambda: export())
 
 
-@pytest.fixture(scope="session")
-def stateful():
-    return programs.stateful()
-
-
-@pytest.fixture(scope="session")
-def external():
-    return programs.external()
-
-
-@pytest.fixture(scope="session")
-def trainable_external():
-    return programs.trainable_external()
-
-
-@pytest.fixture(scope="session")
-def sin_inline():
-    return programs.delegated(inline=True)
-
-
-@pytest.fixture(scope="session")
-def sin_segment():
-    return programs.delegated(inline=False)
-
-
-@pytest.fixture(scope="session")
-def inline_constants():
-    return programs.inline_constants()
+affine = _exported("affine", programs.affine)
+stateful = _exported("stateful", programs.stateful)
+external = _exported("external", programs.external)
+trainable_external = _exported("trainable_external", programs.trainable_external)
+sin_inline = _exported("sin_inline", partial(programs.delegated, inline=True))
+sin_segment = _exported("sin_segment", partial(programs.delegated, inline=False))
+inline_constants = _exported("inline_constants", programs.inline_constants)

@@ -1,1 +1,1 @@
-"""Vocabulary shared by every layer above the format: devices, dtypes, layouts."""
+"""Vocabulary shared by memory, kernels, backends and the executor: devices, dtypes, layouts. No file format."""

@@ -1,4 +1,4 @@
-"""ExecuTorch ScalarType codes <-> torch dtypes.
+"""ExecuTorch ScalarType codes -> torch dtypes.
 
 The codes are c10::ScalarType's, so the mapping is by number; codes the format
 has but torch cannot hold (the sub-byte quantized packings) map to uint8, as
@@ -36,7 +36,6 @@ _BY_CODE: dict[int, torch.dtype] = {
     28: torch.uint32,
     29: torch.uint64,
 }
-_BY_DTYPE = {dtype: code for code, dtype in _BY_CODE.items()}
 
 NAMES = {
     0: "Byte", 1: "Char", 2: "Short", 3: "Int", 4: "Long", 5: "Half", 6: "Float", 7: "Double", 11: "Bool",
@@ -61,10 +60,6 @@ def to_torch(code: int) -> torch.dtype:
 def storage_dtype(code: int) -> torch.dtype:
     dtype = to_torch(code)
     return _STORAGE.get(dtype, dtype)
-
-
-def from_torch(dtype: torch.dtype) -> int:
-    return _BY_DTYPE[dtype]
 
 
 def name(code: int) -> str:

@@ -6,12 +6,12 @@ import struct
 from dataclasses import dataclass
 
 from pterun.errors import InvalidExternalData, NotFound, PteError
+from pterun.flatbuf.verify import verify_buffer
 from pterun.format._generated import flat_tensor_generated as fb
 from pterun.format._generated import flat_tensor_layout
 from pterun.format.header import read_data_header
 from pterun.format.plan import ELEMENT_SIZE
 from pterun.format.source import FileBytes, Source, read_source
-from pterun.format.verify import verify_buffer
 
 MAX_SUPPORTED_VERSION = 0
 

@@ -14,23 +14,20 @@ import enum
 import struct
 
 from pterun.errors import InvalidArgument, InvalidProgram, NotFound, PteError
+from pterun.flatbuf.tables import vector_span
+from pterun.flatbuf.verify import verify_buffer
 from pterun.format._generated import program_generated as fb
 from pterun.format._generated import program_layout
+from pterun.format.budget import charge, ints, read_budget, string
 from pterun.format.header import HEADER_OFFSET, read_program_header
-from pterun.format.plan import Plan, charge, read_budget, read_plan
+from pterun.format.plan import Plan
+from pterun.format.plan_reader import read_plan
 from pterun.format.source import FileBytes, Source, read_source
-from pterun.format.verify import verify_buffer
 
 MAX_SUPPORTED_VERSION = 0
 
 # What a reader of a corrupt, unverified buffer can raise.
 _READ_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError, AttributeError)
-
-
-def _text(raw: bytes | None) -> str:
-    raw = raw or b""
-    charge(len(raw))
-    return raw.decode()
 
 
 class Verification(enum.IntEnum):
@@ -74,7 +71,7 @@ class ProgramFile:
                 f"program schema version is {self.version}; this runtime reads versions up to {MAX_SUPPORTED_VERSION}"
             )
         self.method_names: tuple[str, ...] = tuple(
-            _text(root.ExecutionPlan(i).Name()) for i in range(charge(root.ExecutionPlanLength()))
+            string(root.ExecutionPlan(i).Name()) or "" for i in range(charge(root.ExecutionPlanLength()))
         )
         self._segment_count = root.SegmentsLength()
         self._segments: dict[int, memoryview] = {}
@@ -88,8 +85,7 @@ class ProgramFile:
                     f"program has both {root.ConstantBufferLength()} inline constant buffers and a constant "
                     f"segment of {cs.OffsetsLength()} entries; only one may be used"
                 )
-            charge(cs.OffsetsLength())
-            self._constant_offsets = tuple(int(x) for x in cs.OffsetsAsNumpy())
+            self._constant_offsets = ints(cs.OffsetsLength(), cs.OffsetsAsNumpy)
             if cs.OffsetsLength() > 1:
                 self._constant_segment = self.segment(cs.SegmentIndex(), what="constant segment")
         self._inline_constants = root.ConstantBufferLength()
@@ -97,13 +93,13 @@ class ProgramFile:
         self._mutable: list[tuple[memoryview, tuple[int, ...]]] = []
         for i in range(charge(root.MutableDataSegmentsLength())):
             ms = root.MutableDataSegments(i)
-            offsets = tuple(int(x) for x in ms.OffsetsAsNumpy()) if charge(ms.OffsetsLength()) else ()
+            offsets = ints(ms.OffsetsLength(), ms.OffsetsAsNumpy)
             self._mutable.append((self.segment(ms.SegmentIndex(), what="mutable data segment"), offsets))
 
         self.named_data: dict[str, memoryview] = {}
         for i in range(charge(root.NamedDataLength())):
             nd = root.NamedData(i)
-            key = _text(nd.Key())
+            key = string(nd.Key()) or ""
             if key in self.named_data:
                 raise InvalidProgram(f"named data key {key!r} appears twice")
             self.named_data[key] = self.segment(nd.SegmentIndex(), what=f"named data {key!r}")
@@ -172,21 +168,9 @@ class ProgramFile:
             return segment[offset : offset + nbytes]
         if not 0 <= buffer_idx < self._inline_constants:
             raise InvalidArgument(f"constant {buffer_idx} is past the program's {self._inline_constants} constant buffers")
-        try:
-            buf = self._root.ConstantBuffer(buffer_idx)
-            length = buf.StorageLength()
-            if nbytes > length:
-                raise InvalidArgument(f"constant {buffer_idx} needs {nbytes} bytes; its buffer holds {length}")
-            start = buf._tab.Vector(buf._tab.Offset(4)) if length else 0
-        except _READ_ERRORS as exc:
-            raise InvalidProgram(f"constant buffer {buffer_idx} is corrupt ({exc})") from None
-        # Verified programs cannot get here with a buffer outside the flatbuffer; unverified ones can.
-        if start + length > len(self._program_bytes):
-            raise InvalidProgram(
-                f"constant buffer {buffer_idx} spans bytes {start}..{start + length} of a "
-                f"{len(self._program_bytes)}-byte program"
-            )
-        return self._program_bytes[start : start + nbytes]
+        what = f"constant buffer {buffer_idx}"
+        storage = self._byte_vector(lambda: self._root.ConstantBuffer(buffer_idx), what, need=nbytes)
+        return storage[:nbytes]
 
     def mutable_initial_value(self, buffer_idx: int, nbytes: int) -> memoryview:
         """The initial value of a planned tensor (always read from mutable data segment 0, as ExecuTorch does)."""
@@ -206,19 +190,27 @@ class ProgramFile:
     def delegate_data(self, inline: bool, index: int) -> memoryview:
         if not inline:
             return self.segment(index, what="delegate data")
-        try:
-            # Read here, where it is first needed, so an unverified program fails cleanly here too.
+
+        def entry():
             count = self._root.BackendDelegateDataLength()
             if not 0 <= index < count:
                 raise InvalidProgram(f"delegate data {index} is past the program's {count} inline blobs")
-            entry = self._root.BackendDelegateData(index)
-            length = entry.DataLength()
-            start = entry._tab.Vector(entry._tab.Offset(4)) if length else 0
+            return self._root.BackendDelegateData(index)
+
+        return self._byte_vector(entry, f"inline delegate data {index}")
+
+    def _byte_vector(self, table, what: str, need: int = 0) -> memoryview:
+        """The byte vector that is the first field of ``table()``, at least ``need`` bytes long. Read where
+        first needed, so that an unverified program fails cleanly here too."""
+        try:
+            start, length = vector_span(table())
         except _READ_ERRORS as exc:
-            raise InvalidProgram(f"inline delegate data {index} is corrupt ({exc})") from None
+            raise InvalidProgram(f"{what} is corrupt ({exc})") from None
+        if need > length:
+            raise InvalidArgument(f"{what} needs {need} bytes; its buffer holds {length}")
+        # Verified programs cannot get here with bytes outside the flatbuffer; unverified ones can.
         if start + length > len(self._program_bytes):
             raise InvalidProgram(
-                f"inline delegate data {index} spans bytes {start}..{start + length} of a "
-                f"{len(self._program_bytes)}-byte program"
+                f"{what} spans bytes {start}..{start + length} of a {len(self._program_bytes)}-byte program"
             )
         return self._program_bytes[start : start + length]

@@ -60,7 +60,3 @@ def device_memory_kind(ptr: int) -> str:
     if kind == CU_MEMORYTYPE_UNIFIED:
         return "managed"
     return "pinned host"
-
-
-def is_device_memory(ptr: int) -> bool:
-    return device_memory_kind(ptr) in ("device", "managed")

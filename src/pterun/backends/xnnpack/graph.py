@@ -21,9 +21,9 @@ from pterun.backends.xnnpack._generated import xnngraph_generated as fb
 from pterun.backends.xnnpack._generated import xnngraph_layout as layout
 from pterun.backends.xnnpack.blob import Blob
 from pterun.errors import DelegateInvalidCompatibility, InvalidProgram, NotFound, PteError
+from pterun.flatbuf.tables import union_member, vector_span
 
 INVALID_ID = 0xFFFFFFFF
-NAMED_OFFSET = 0xFFFFFFFFFFFFFFFF
 FLAG_EXTERNAL_INPUT = 1
 FLAG_EXTERNAL_OUTPUT = 2
 # Bounds no real graph comes near; a blob past them is corrupt, and honoring it would exhaust memory.
@@ -193,14 +193,12 @@ class _Reader:
             raise DelegateInvalidCompatibility(f"XNNPACK value {index} has unknown value type {kind}")
         qvalue = None
         if kind == fb.XValueUnion.XNNQuantizedTensorValue:
-            qvalue = fb.XNNQuantizedTensorValue()
-            qvalue.Init(table.Bytes, table.Pos)
+            qvalue = union_member(table, fb.XNNQuantizedTensorValue)
             tv = qvalue.TensorValue()
             if tv is None:
                 raise InvalidProgram(f"XNNPACK quantized value {index} has no tensor value")
         else:
-            tv = fb.XNNTensorValue()
-            tv.Init(table.Bytes, table.Pos)
+            tv = union_member(table, fb.XNNTensorValue)
         dims = tuple(tv.Dims(i) for i in range(tv.DimsLength()))
         if tv.NumDims() != len(dims):
             raise InvalidProgram(f"XNNPACK value {tv.IdOut()}: num_dims {tv.NumDims()} but {len(dims)} dims")
@@ -231,8 +229,7 @@ class _Reader:
         if table is None:
             raise InvalidProgram(f"XNNPACK value {value.id} is quantized but has no parameters")
         if kind == fb.XNNQuantParams.PerTensorQuant:
-            q = fb.PerTensorQuant()
-            q.Init(table.Bytes, table.Pos)
+            q = union_member(table, fb.PerTensorQuant)
             _check_scales(value, torch.tensor([q.Scale()], dtype=torch.float64))
             bounds = _ZERO_POINTS.get(value.datatype)
             if bounds is not None and not bounds[0] <= q.ZeroPoint() <= bounds[1]:
@@ -240,8 +237,7 @@ class _Reader:
                                      f"outside [{bounds[0]}, {bounds[1]}]")
             return PerTensor(q.Scale(), q.ZeroPoint())
         if kind == fb.XNNQuantParams.PerChannelQuant:
-            q = fb.PerChannelQuant()
-            q.Init(table.Bytes, table.Pos)
+            q = union_member(table, fb.PerChannelQuant)
             axis = q.ChannelDim()
             if not 0 <= axis < len(value.dims):
                 raise InvalidProgram(f"XNNPACK value {value.id}: channel dim {axis} of a {len(value.dims)}-d value")
@@ -256,12 +252,10 @@ class _Reader:
             _check_scales(value, scales)
             return PerChannel(scales, axis)
         if kind == fb.XNNQuantParams.PerTokenDynamicQuant:
-            q = fb.PerTokenDynamicQuant()
-            q.Init(table.Bytes, table.Pos)
+            q = union_member(table, fb.PerTokenDynamicQuant)
             return DynamicRows(q.NumNonbatchDims())
         if kind == fb.XNNQuantParams.PerChannelGroupQuant:
-            q = fb.PerChannelGroupQuant()
-            q.Init(table.Bytes, table.Pos)
+            q = union_member(table, fb.PerChannelGroupQuant)
             if len(value.dims) != 2 or q.GroupSize() <= 0 or value.dims[1] % q.GroupSize():
                 raise InvalidProgram(f"XNNPACK value {value.id}: blocks of {q.GroupSize()} do not tile {value.dims}")
             shape = (value.dims[0], value.dims[1] // q.GroupSize())
@@ -303,10 +297,9 @@ class _Reader:
             if not 0 < index < root.ConstantBufferLength():
                 raise InvalidProgram(f"XNNPACK {what}: constant buffer {index} does not exist")
             buffer = root.ConstantBuffer(index)
-            n = buffer.StorageLength()
+            start, n = vector_span(buffer)
             if n < nbytes:
                 raise InvalidProgram(f"XNNPACK {what}: needs {nbytes} bytes, constant buffer {index} has {n}")
-            start = buffer._tab.Vector(buffer._tab.Offset(4))
             return self.blob.flatbuffer[start : start + nbytes]
         if not 0 < index < root.ConstantDataLength():
             raise InvalidProgram(f"XNNPACK {what}: constant data entry {index} does not exist")
@@ -342,8 +335,7 @@ class _Reader:
                 f"XNNPACK node {index} (debug handle {xnode.DebugHandle()}) has unknown node type {kind}"
             )
         table_name = _NODE_TABLES[kind]
-        obj = getattr(fb, table_name)()
-        obj.Init(table.Bytes, table.Pos)
+        obj = union_member(table, getattr(fb, table_name))
         node = Node(index, name, xnode.DebugHandle(), _fields(obj, table_name))
         bounds = xnode.OutputMinMax()
         if bounds is not None:

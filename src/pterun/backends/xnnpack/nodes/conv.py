@@ -178,10 +178,8 @@ def _dynamic(node: Node, b: Builder, x, f, bias, y, xshape, shape, cout: int, sy
     _emit_conv(node, b, src, b.bind(wt, "w"), "None", acc, symmetric)
     if acc != o:
         b.emit(f"{o}.copy_({acc})")
-    b.emit(f"{o}.mul_({b.bind(b.env[row_scale].view(scale_shape), 'rscale')})")
-    b.emit(f"{o}.mul_({b.bind(wscale, 'wscale')})")
-    if bias is not None:
-        b.emit(f"{o}.add_({b.ref(bias.id)})")
+    rscale = b.bind(b.env[row_scale].view(scale_shape), "rscale")
+    qmath.emit_dequantize(b, o, rscale, b.bind(wscale, "wscale"), bias)
     emit_float_clamp(node, b, o)
 
 

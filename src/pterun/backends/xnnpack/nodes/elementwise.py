@@ -50,41 +50,42 @@ _BINARY = {
 _BINARY_CLAMPED = ("XNNAdd", "XNNSubtract", "XNNMultiply", "XNNDiv")
 
 
-def unary(node: Node, b: Builder) -> None:
-    p = node.p
-    x, y = b.value(p.input_id), b.value(p.output_id)
-    fn = _UNARY[node.kind]
-    if node.kind != "XNNSoftmax" and qmath.is_q8(x) and qmath.is_q8(y):
-        return _q8_lookup(node, b, x, y, lambda t, o: fn(t, out=o))
+def _pointwise(node: Node, b: Builder, lookup, call) -> None:
+    """y = f(x), elementwise: on 8-bit values through a table of ``lookup(t, out)`` (None: XNNPACK has no
+    8-bit form), on floats as the call that ``call(x, out)`` writes, given the names of x and y."""
+    x, y = b.value(node.p.input_id), b.value(node.p.output_id)
+    if lookup is not None and qmath.is_q8(x) and qmath.is_q8(y):
+        return _q8_lookup(node, b, x, y, lookup)
     require_float(node, x, y)
     o = b.define(y.id, b.shape(x.id))
-    b.emit(f"{b.bind(fn, node.kind.removeprefix('XNN').lower())}({b.ref(x.id)}, out={o})")
+    b.emit(call(x, o))
+
+
+def unary(node: Node, b: Builder) -> None:
+    fn = _UNARY[node.kind]
+    lookup = None if node.kind == "XNNSoftmax" else lambda t, o: fn(t, out=o)
+    name = node.kind.removeprefix("XNN").lower()
+    _pointwise(node, b, lookup, lambda x, o: f"{b.bind(fn, name)}({b.ref(x.id)}, out={o})")
 
 
 def leaky_relu(node: Node, b: Builder) -> None:
-    p = node.p
-    x, y = b.value(p.input_id), b.value(p.output_id)
-    slope = float(p.negative_slope)
+    slope = float(node.p.negative_slope)
     if not math.isfinite(slope):
         raise InvalidProgram(f"XNNPACK {node.where}: negative_slope is {slope}; this runtime needs a finite slope")
-    if qmath.is_q8(x) and qmath.is_q8(y):
-        return _q8_lookup(node, b, x, y, lambda t, o: torch.ops.aten.leaky_relu.out(t, slope, out=o))
-    require_float(node, x, y)
-    o = b.define(y.id, b.shape(x.id))
-    b.emit(f"torch.ops.aten.leaky_relu.out({b.ref(x.id)}, {b.number(slope)}, out={o})")
+    _pointwise(
+        node, b, lambda t, o: torch.ops.aten.leaky_relu.out(t, slope, out=o),
+        lambda x, o: f"torch.ops.aten.leaky_relu.out({b.ref(x.id)}, {b.number(slope)}, out={o})",
+    )
 
 
 def elu(node: Node, b: Builder) -> None:
-    p = node.p
-    x, y = b.value(p.input_id), b.value(p.output_id)
-    alpha = float(p.alpha)
+    alpha = float(node.p.alpha)
     if not positive_normal(alpha):  # XNNPACK refuses the node as well
         raise InvalidProgram(f"XNNPACK {node.where}: alpha is {alpha}; it must be a positive normal float")
-    if qmath.is_q8(x) and qmath.is_q8(y):
-        return _q8_lookup(node, b, x, y, lambda t, o: torch.ops.aten.elu.out(t, alpha, 1, 1, out=o))
-    require_float(node, x, y)
-    o = b.define(y.id, b.shape(x.id))
-    b.emit(f"torch.ops.aten.elu.out({b.ref(x.id)}, {b.number(alpha)}, 1, 1, out={o})")
+    _pointwise(
+        node, b, lambda t, o: torch.ops.aten.elu.out(t, alpha, 1, 1, out=o),
+        lambda x, o: f"torch.ops.aten.elu.out({b.ref(x.id)}, {b.number(alpha)}, 1, 1, out={o})",
+    )
 
 
 def clamp(node: Node, b: Builder) -> None:

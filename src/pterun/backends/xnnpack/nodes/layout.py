@@ -22,11 +22,16 @@ def _same_type(node: Node, *values) -> None:
         raise unsupported(node, *values)
 
 
+def _moved(node: Node, b: Builder):
+    """The node's input and output, of one type (elements are moved, not computed), and the input's shape."""
+    x, y = b.value(node.p.input_id), b.value(node.p.output_id)
+    _same_type(node, x, y)
+    return x, y, b.shape(x.id)
+
+
 def reshape(node: Node, b: Builder) -> None:
     p = node.p
-    x, y = b.value(p.input_id), b.value(p.output_id)
-    _same_type(node, x, y)
-    xshape = b.shape(x.id)
+    x, y, xshape = _moved(node, b)
     dims = list(p.new_shape)
     if len(dims) != p.num_dims:
         raise InvalidProgram(f"XNNPACK {node.where}: num_dims {p.num_dims} but {len(dims)} dimensions")
@@ -52,9 +57,7 @@ def reshape(node: Node, b: Builder) -> None:
 
 def transpose(node: Node, b: Builder) -> None:
     p = node.p
-    x, y = b.value(p.input_id), b.value(p.output_id)
-    _same_type(node, x, y)
-    xshape = b.shape(x.id)
+    x, y, xshape = _moved(node, b)
     perm = tuple(p.perm)
     if sorted(perm) != list(range(len(xshape))):
         raise InvalidArgument(f"XNNPACK {node.where}: {list(perm)} does not permute {len(xshape)} dimensions")
@@ -64,9 +67,7 @@ def transpose(node: Node, b: Builder) -> None:
 
 def slice_(node: Node, b: Builder) -> None:
     p = node.p
-    x, y = b.value(p.input_id), b.value(p.output_id)
-    _same_type(node, x, y)
-    xshape = b.shape(x.id)
+    x, y, xshape = _moved(node, b)
     if not len(p.offsets) == len(p.sizes) == len(xshape):
         raise InvalidArgument(f"XNNPACK {node.where}: slice of {len(p.sizes)} dimensions of {list(xshape)}")
     starts, sizes = [], []
@@ -106,9 +107,7 @@ def concatenate(node: Node, b: Builder) -> None:
 
 def constant_pad(node: Node, b: Builder) -> None:
     p = node.p
-    x, y = b.value(p.input_id), b.value(p.output_id)
-    _same_type(node, x, y)
-    xshape = b.shape(x.id)
+    x, y, xshape = _moved(node, b)
     pre, post = list(p.pre_paddings), list(p.post_paddings)
     if not len(pre) == len(post) == len(xshape):
         raise InvalidArgument(f"XNNPACK {node.where}: paddings {pre}, {post} for shape {list(xshape)}")

@@ -157,10 +157,7 @@ def _dynamic(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
         b.emit(f"{xf}.copy_({qname})")
         b.emit(f"torch.mm({xf}, {wname}, out={acc})")
         b.emit(f"{o2}.copy_({acc})")
-    b.emit(f"{o2}.mul_({scale_name})")
-    b.emit(f"{o2}.mul_({wsname})")
-    if bias is not None:
-        b.emit(f"{o2}.add_({b.ref(bias.id)})")
+    qmath.emit_dequantize(b, o2, scale_name, wsname, bias)
     emit_float_clamp(node, b, o)
 
 

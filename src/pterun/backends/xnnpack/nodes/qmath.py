@@ -108,3 +108,12 @@ def emit_requantize(b, acc: str, scale: str, zero_point: int, qmin: int, qmax: i
     if zero_point:
         b.emit(f"{acc}.add_({b.number(zero_point)})")
     b.emit(f"{out}.copy_({acc})")
+
+
+def emit_dequantize(b, out: str, row_scales: str, weight_scales: str, bias) -> None:
+    """Products of rows quantized at run time and int8 weights, back to floats in ``out``: times each row's
+    scale and each output channel's, plus the float bias (XNNPACK's qd8_f32 kernels)."""
+    b.emit(f"{out}.mul_({row_scales})")
+    b.emit(f"{out}.mul_({weight_scales})")
+    if bias is not None:
+        b.emit(f"{out}.add_({b.ref(bias.id)})")

@@ -14,9 +14,10 @@ byte of input. A file written without sharing (as ExecuTorch writes them)
 stays far inside both bounds; one that is not is rejected in time linear in
 its size, rather than keeping this walk or any reader after it busy for hours.
 
-The layout tables (``_generated/*_layout.py``) are derived from each ``.fbs``
-file by ``scripts/regen_schema.py``, so one verifier serves every schema
-pterun reads: programs, data files and delegate blobs.
+The layout tables (the ``_generated/*_layout.py`` beside each schema's reader)
+are derived from each ``.fbs`` file by ``scripts/regen_schema.py``, so one
+verifier serves every schema pterun reads: programs, data files and delegate
+blobs.
 """
 
 from __future__ import annotations
