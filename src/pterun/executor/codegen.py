@@ -27,9 +27,6 @@ escaped (``ascii``).
 
 from __future__ import annotations
 
-import keyword
-import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -37,13 +34,9 @@ import torch
 
 from pterun.core.layout import strides_for
 from pterun.errors import PteError
-from pterun.executor.source import make_function
+from pterun.executor.source import bind, comment, inline, kernel_name, literal, make_function
 from pterun.executor.steps import DelegateStep, KernelStep, Step, describe
 from pterun.format import FreeCall, JumpFalseCall, MoveCall, Plan
-
-# Names the compiler itself uses: c3, p3, v3, a3 (a delegate's argument list), f3_1 (a converter), x3_1 (a
-# converted constant), and its helpers. A kernel's name never takes one of them.
-_OWN = re.compile(r"[cpvafx]\d+(_\d+)?|pc|run|_r|_truth|_keep_dim_order|_keep_contiguous|__make")
 
 
 @dataclass
@@ -121,26 +114,19 @@ class _Compiler:
 
     def constant(self, index: int) -> str:
         value = self.values.objects[index]
-        if _literal(value):
-            return _source(value)
+        if inline(value):
+            return literal(value)
         name = f"c{index}"
         self.env.setdefault(name, value)
         return name
 
     def bind(self, name: str, value, step: int, *, own: bool = False) -> str:
-        """A name for a load-time object (a kernel, a dtype): ``name`` if it is free or names the same
-        object, else one made unique by the step's number. ``own``: a name the compiler made."""
-        if not own and (not name.isidentifier() or keyword.iskeyword(name) or _OWN.fullmatch(name)):
-            name = f"{name}_"
-        if self.env.get(name, value) is not value:
-            name = f"{name}_{step}"
-        self.env[name] = value
-        return name
+        return bind(self.env, name, value, step, own=own)
 
     def converted(self, value, n: int, pos: int) -> str:
         """A converted constant argument: inline, a dtype (memory format, layout) by its name, or x<n>_<pos>."""
-        if _literal(value):
-            return _source(value)
+        if inline(value):
+            return literal(value)
         if isinstance(value, (torch.dtype, torch.memory_format, torch.layout)):
             return self.bind(str(value).removeprefix("torch."), value, n)
         return self.bind(f"x{n}_{pos}", value, n, own=True)
@@ -151,7 +137,7 @@ class _Compiler:
 
     def emit(self, indent: int, text: str, step: int | None = None) -> None:
         if step is not None:
-            text = f"{text}  # {ascii(describe(self.steps[step]))[1:-1]}"
+            text = f"{text}  # {comment(describe(self.steps[step]))}"
         self.lines.append("    " * indent + text)
         if step is not None:
             self.line_step[len(self.lines)] = step
@@ -163,7 +149,7 @@ class _Compiler:
     def kernel(self, n: int, step: KernelStep, indent: int) -> None:
         b = step.binding
         args = step.args
-        fn_name = self.bind(_kernel_name(step.name), b.fn, n)
+        fn_name = self.bind(kernel_name(step.name), b.fn, n)
         converters = dict(b.convert)
         exprs: dict[int, str] = {}
         for pos in (*b.positional, *(i for _, i in b.keywords)):
@@ -206,7 +192,7 @@ class _Compiler:
                     self.emit(indent, f"{self.helper('_keep_contiguous', _keep_contiguous)}({self.ref(target)})", n)
 
     def delegate(self, n: int, step: DelegateStep, indent: int) -> None:
-        fn_name, list_name = self.bind(_kernel_name(f"delegate::{step.name}"), step.fn, n), f"a{n}"
+        fn_name, list_name = self.bind(kernel_name(f"delegate::{step.name}"), step.fn, n), f"a{n}"
         self.env[list_name] = [None if (a in self.values.locals or a in self.params) else self.values.objects[a]
                                for a in step.args]
         for j, a in enumerate(step.args):
@@ -280,27 +266,6 @@ class _Compiler:
 
 def compile_method(values: MethodValues, steps: Sequence[Step], plan: Plan) -> CompiledMethod:
     return _Compiler(values, steps, plan).compile()
-
-
-def _literal(value) -> bool:
-    """Whether a load-time value is written inline: a scalar whose repr is itself, immutable."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return True
-    return isinstance(value, float) and math.isfinite(value)
-
-
-def _source(value) -> str:
-    return ascii(value) if isinstance(value, str) else repr(value)
-
-
-def _kernel_name(operator: str) -> str:
-    """An identifier for an operator's kernel: "aten::addmm.out" -> "addmm_out"; other namespaces keep theirs
-    ("quantized_decomposed::quantize_per_tensor.out" -> "quantized_decomposed_quantize_per_tensor_out")."""
-    namespace, _, rest = operator.partition("::")
-    if namespace == "aten":
-        namespace = ""
-    text = f"{namespace}_{rest}" if namespace else rest
-    return re.sub(r"\W", "_", text, flags=re.ASCII).strip("_") or "kernel"
 
 
 def failing_step(compiled: CompiledMethod, tb) -> int | None:

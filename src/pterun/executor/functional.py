@@ -26,7 +26,7 @@ import torch
 from pterun.core.dtype import storage_dtype
 from pterun.core.layout import CHANNELS_LAST_4D, CHANNELS_LAST_5D
 from pterun.executor.effects import MethodEffects
-from pterun.executor.source import make_function
+from pterun.executor.source import bind, comment, kernel_name, make_function
 from pterun.executor.steps import DelegateStep, KernelStep
 from pterun.format import Kind, ListValue, Plan, TensorSpec
 
@@ -150,8 +150,7 @@ class _Writer:
         form = b.functional
         if form is None:
             self.fail(n, f"{step.name} has no functional form")
-        fn = f"k{n}"
-        self.env[fn] = form.fn
+        fn = bind(self.env, kernel_name(step.name), form.fn, n)
         if not form.outputs:
             # The kernel's own traceable form: in-place updates stay in place (state), results are assigned.
             call = f"{fn}({self.call_args(n, step, set())})"
@@ -193,7 +192,10 @@ class _Writer:
                 self.fail(n, "delegates run outside the compiled function")
             if not isinstance(step, KernelStep):
                 self.fail(n, f"{type(step).__name__} (control flow) is not supported")
+            first = len(self.lines)
             self.kernel(n, step)
+            for k in range(first, len(self.lines)):
+                self.lines[k] += f"  # {comment(step.name)}"
         outputs = "".join(f"{self.ref(o, -1)}, " for o in self.plan.outputs)
         params = ", ".join(self.inputs.values())
         body = [f"    def run({params}):", *self.lines, f"        return ({outputs})"]
