@@ -92,7 +92,6 @@ class Gpu:
                 wanted[key] = limits[key]
         self.device = adapter.request_device_sync(required_limits=wanted)
         self.queue = self.device.queue
-        self.adapter_info = dict(adapter.info)
         dl = self.device.limits
         self.max_binding = int(dl["max-storage-buffer-binding-size"])
         self.max_groups = int(dl["max-compute-workgroups-per-dimension"])

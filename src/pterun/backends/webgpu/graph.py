@@ -101,10 +101,6 @@ class Graph:
             raise InvalidProgram(f"Vulkan graph value {vid} is {type(value).__name__}, expected a tensor")
         return value
 
-    def add_value(self, value) -> int:
-        self.values.append(value)
-        return len(self.values) - 1
-
 
 def _decode_value(v: fb.VkValue):
     kind = v.ValueType()

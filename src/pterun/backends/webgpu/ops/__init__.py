@@ -43,6 +43,4 @@ for _family in (
 ):
     BUILDERS.update(_family.OPS)
 
-SUPPORTED = sorted(BUILDERS)
-
-__all__ = ["BUILDERS", "SUPPORTED"]
+__all__ = ["BUILDERS"]

@@ -21,7 +21,6 @@ from pterun.backends.webgpu.ops.common import (
 from pterun.backends.webgpu.program import NodeBuilder, TSlot
 from pterun.errors import DelegateInvalidCompatibility
 
-F32_MAX = 3.4028234663852886e38
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 
 # name -> (formula in x, s0, s1; the type it must be computed in, or None for the operand's)
