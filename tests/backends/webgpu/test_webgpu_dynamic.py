@@ -24,7 +24,7 @@ RTOL = 1e-4
 
 
 def buffers(d: WebGPUDelegate) -> list[int]:
-    return sorted(id(s.storage.buffer) for s in d.program.slots.values() if hasattr(s, "storage"))
+    return sorted(id(s.storage.buffer) for s in d.program.slots.tensors())
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 
 import pterun
 from pterun.backends.webgpu import WebGPUDelegate, device
-from pterun.backends.webgpu.program import TSlot
+from pterun.backends.webgpu.slots import TSlot
 from pterun.format import ProgramFile
 from tests.backends.webgpu.adapter import needs_adapter
 from tests.backends.webgpu.programs import delegate_ops, export, graphs, model
@@ -121,11 +121,7 @@ def test_memory_is_planned_once_and_reused():
     gpu = device.gpu()
     for d in delegates(method):
         p = d.program
-        intermediates = {
-            id(s.storage): s.storage.nbytes
-            for s in [*p.slots.values(), *p.scratch]
-            if isinstance(s, TSlot) and s.storage.kind == "plan"
-        }
+        intermediates = {id(s.storage): s.storage.nbytes for s in p.slots.tensors() if s.storage.kind == "plan"}
         if len(intermediates) > 4:
             assert p.planned_bytes < sum(intermediates.values()), "no two intermediates share a buffer"
     method.execute(flat(inputs(0)))

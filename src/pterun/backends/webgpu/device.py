@@ -12,10 +12,8 @@ parameter block), so resizing a graph never compiles anything.
 
 from __future__ import annotations
 
-import importlib.resources
 import re
 import threading
-from string import Template
 
 from pterun.errors import DelegateInvalidCompatibility, NotFound
 
@@ -55,21 +53,6 @@ def available() -> bool:
 def unavailable_reason() -> str:
     available()
     return _probe or ""
-
-
-def shader_source(family: str) -> str:
-    return importlib.resources.files(__package__).joinpath("shaders", f"{family}.wgsl").read_text()
-
-
-_SOURCES: dict[str, Template] = {}
-
-
-def render(family: str, **subs) -> str:
-    """The WGSL for ``family`` with its ``${NAME}`` placeholders filled in, after the shared prelude."""
-    template = _SOURCES.get(family)
-    if template is None:
-        template = _SOURCES[family] = Template(shader_source("common") + "\n" + shader_source(family))
-    return template.substitute(**subs)
 
 
 class Gpu:

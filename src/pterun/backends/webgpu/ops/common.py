@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from pterun.backends.webgpu.program import MAX_DIMS, TSlot, contiguous_strides, groups, numel
+import math
+
+from pterun.backends.webgpu.builder import groups
+from pterun.backends.webgpu.slots import TSlot
+from pterun.core.layout import strides_for
 from pterun.errors import DelegateInvalidCompatibility, InvalidArgument
 
+MAX_DIMS = 8  # dimensions a parameter block has room for (sizes and strides at 8.., 16.., 24.., 32..)
 WG = 64  # invocations per workgroup of the one-thread-per-element kernels
 
 # Operand addressing modes of the elementwise kernels: a general strided walk, the same index as
@@ -39,6 +44,11 @@ def broadcast(*shapes) -> tuple[int, ...]:
     return tuple(out)
 
 
+def contiguous_strides(shape) -> list[int]:
+    """Every tensor of a compiled graph is contiguous in its buffer."""
+    return list(strides_for(shape, range(len(shape))))
+
+
 def broadcast_strides(shape, out_shape) -> list[int]:
     """Strides that walk a contiguous ``shape`` while iterating ``out_shape`` (0 along broadcast dims)."""
     strides = contiguous_strides(shape)
@@ -52,7 +62,7 @@ def broadcast_strides(shape, out_shape) -> list[int]:
 def operand_mode(shape, out_shape) -> int:
     if tuple(shape) == tuple(out_shape):
         return SAME
-    if numel(shape) == 1:
+    if math.prod(shape) == 1:
         return SCALAR
     return STRIDED
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from pterun.backends.webgpu.builder import NodeBuilder
 from pterun.backends.webgpu.graph import TensorValue
 from pterun.backends.webgpu.ops.common import (
     broadcast,
@@ -18,7 +19,7 @@ from pterun.backends.webgpu.ops.common import (
     operand_mode,
     padded,
 )
-from pterun.backends.webgpu.program import NodeBuilder, TSlot
+from pterun.backends.webgpu.slots import TSlot
 from pterun.errors import DelegateInvalidCompatibility
 
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
@@ -246,7 +247,7 @@ def build_div_mode(b: NodeBuilder, op) -> None:
     args = op.args
     mode = b.value(args[2])
     a, c = b.tensor(args[0]), b.tensor(args[1])
-    out = b.program.graph.tensor(args[-1])
+    out = b.graph.tensor(args[-1])
     integer = not isinstance(out, TensorValue) or out.dtype.name not in ("FLOAT32", "FLOAT64")
     if mode is None:
         binary(b, a, c, args[-1], "a / b", "f32")

@@ -7,8 +7,9 @@ of the sigmoid/mul/mul chain ExecuTorch 1.5.1 leaves in the graph.
 
 from __future__ import annotations
 
+from pterun.backends.webgpu.builder import NodeBuilder
 from pterun.backends.webgpu.ops.common import broadcast, broadcast_strides, grid, operand_mode, padded
-from pterun.backends.webgpu.program import NodeBuilder, TSlot
+from pterun.backends.webgpu.slots import TSlot
 from pterun.errors import DelegateInvalidCompatibility
 
 FUSED = "silu_mul_fused"
