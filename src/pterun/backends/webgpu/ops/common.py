@@ -67,6 +67,19 @@ def operand_mode(shape, out_shape) -> int:
     return STRIDED
 
 
+def broadcast_params(shape, operands, alpha=0) -> list:
+    """The parameter words of the broadcasting kernels (binary, where, swiglu) for an output of ``shape``:
+    numel, rank, each operand's addressing mode (four bits apiece), alpha; at 8 the output's sizes, then
+    each operand's strides."""
+    modes = 0
+    for k, operand in enumerate(operands):
+        modes |= operand_mode(operand, shape) << (4 * k)
+    words = [math.prod(shape), len(shape), modes, alpha, 0, 0, 0, 0, *padded(shape, 1)]
+    for operand in operands:
+        words += padded(broadcast_strides(operand, shape))
+    return words
+
+
 def padded(values, fill: int = 0) -> list[int]:
     values = list(values)
     if len(values) > MAX_DIMS:
@@ -111,6 +124,26 @@ def row_dispatches(b, family: str, subs: dict, bindings: list, params, layout) -
         b.dispatch(
             family, {**subs, "SERIAL": "true" if serial else "false"}, bindings, params, grid_for(serial)
         )
+
+
+def per_dim(values: list[int], default: list[int]) -> list[int]:
+    """A window's size, stride, padding or dilation along each spatial dimension: ``default`` when none
+    is given, one value for all of them, or one each."""
+    if not values:
+        return list(default)
+    if len(values) == 1:
+        return values * len(default)
+    return list(values)
+
+
+def pairs(*per_dims: list[int]) -> list[int]:
+    """The (h, w) values of each, in order: how the convolution and pooling kernels take them."""
+    return [v for p in per_dims for v in p[:2]]
+
+
+def require_f32(b, *slots: TSlot) -> None:
+    if any(t.elem != "f32" for t in slots):
+        raise DelegateInvalidCompatibility(f"{b.op.name}: only float32 is supported")
 
 
 def compute_type(*slots: TSlot) -> str:

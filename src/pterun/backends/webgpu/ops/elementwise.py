@@ -11,14 +11,7 @@ import math
 
 from pterun.backends.webgpu.builder import NodeBuilder
 from pterun.backends.webgpu.graph import TensorValue
-from pterun.backends.webgpu.ops.common import (
-    broadcast,
-    broadcast_strides,
-    compute_type,
-    grid,
-    operand_mode,
-    padded,
-)
+from pterun.backends.webgpu.ops.common import broadcast, broadcast_params, compute_type, grid
 from pterun.backends.webgpu.slots import TSlot
 from pterun.errors import DelegateInvalidCompatibility
 
@@ -192,20 +185,7 @@ def binary(b: NodeBuilder, a: TSlot, c: TSlot, out_vid: int, formula: str, rule,
     al = _scalar_for(tc, alpha)
 
     def params():
-        shape = y.shape
-        return [
-            y.numel,
-            len(shape),
-            operand_mode(a.shape, shape) | operand_mode(c.shape, shape) << 4,
-            al,
-            0,
-            0,
-            0,
-            0,
-            *padded(shape, 1),
-            *padded(broadcast_strides(a.shape, shape)),
-            *padded(broadcast_strides(c.shape, shape)),
-        ]
+        return broadcast_params(y.shape, (a.shape, c.shape), al)
 
     b.dispatch(
         "binary",
@@ -274,23 +254,7 @@ def build_where(b: NodeBuilder, op) -> None:
     y = b.out(args[-1], lambda: broadcast(cond.shape, xa.shape, xb.shape))
 
     def params():
-        shape = y.shape
-        return [
-            y.numel,
-            len(shape),
-            operand_mode(cond.shape, shape)
-            | operand_mode(xa.shape, shape) << 4
-            | operand_mode(xb.shape, shape) << 8,
-            0,
-            0,
-            0,
-            0,
-            0,
-            *padded(shape, 1),
-            *padded(broadcast_strides(cond.shape, shape)),
-            *padded(broadcast_strides(xa.shape, shape)),
-            *padded(broadcast_strides(xb.shape, shape)),
-        ]
+        return broadcast_params(y.shape, (cond.shape, xa.shape, xb.shape))
 
     b.dispatch(
         "where",

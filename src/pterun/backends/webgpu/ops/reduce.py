@@ -5,8 +5,13 @@ from __future__ import annotations
 import math
 
 from pterun.backends.webgpu.builder import NodeBuilder
-from pterun.backends.webgpu.ops.common import contiguous_strides, norm_dim, padded, row_dispatches
-from pterun.errors import DelegateInvalidCompatibility
+from pterun.backends.webgpu.ops.common import (
+    contiguous_strides,
+    norm_dim,
+    padded,
+    require_f32,
+    row_dispatches,
+)
 
 KINDS = {
     "aten.sum.dim_IntList": 0,
@@ -19,8 +24,7 @@ KINDS = {
 def build_reduce(b: NodeBuilder, op) -> None:
     args = op.args
     x = b.tensor(args[0])
-    if x.elem != "f32":
-        raise DelegateInvalidCompatibility(f"{op.name}: only float32 is supported")
+    require_f32(b, x)
     rank = b.rank(args[0])
     listed = b.static_ints(args[1]) if b.value(args[1]) is not None else []
     dims = sorted({norm_dim(d, rank) for d in listed}) if listed else list(range(rank))

@@ -5,15 +5,13 @@ from __future__ import annotations
 import math
 
 from pterun.backends.webgpu.builder import NodeBuilder
-from pterun.backends.webgpu.ops.common import norm_dim, row_dispatches
-from pterun.errors import DelegateInvalidCompatibility
+from pterun.backends.webgpu.ops.common import norm_dim, require_f32, row_dispatches
 
 
 def build_softmax(b: NodeBuilder, op) -> None:
     args = op.args
     x = b.tensor(args[0])
-    if x.elem != "f32":
-        raise DelegateInvalidCompatibility(f"{op.name}: only float32 is supported")
+    require_f32(b, x)
     rank = b.rank(args[0])
     dim = norm_dim(b.scalar(args[1]), rank)
     y = b.out(args[-1], lambda: x.shape)
