@@ -1,5 +1,8 @@
 """One-operator graphs checked against PyTorch: the harness of the per-kernel tests.
 
+The kernel tests run each operator on random inputs of several shapes, with odd sizes and sizes past
+one workgroup (64 invocations, 16 x 16 matmul tiles, 65535 workgroups per grid dimension).
+
 ``check(name, *args)`` builds a graph holding the single operator ``name``
 with ``args`` laid out as the Vulkan serializer lays out that operator's
 schema (tensors become graph inputs, lists and scalars become values), runs
@@ -18,6 +21,14 @@ from tests.backends.webgpu.crafted import DTYPES, Craft, run
 from tests.support.compare import assert_matches
 
 RTOL = 1e-4
+
+
+def rand(*shape, scale=1.0, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+def positive(*shape, seed=0):
+    return rand(*shape, seed=seed).abs() + 0.05
 
 
 def aten(name: str):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from pterun.backends.webgpu import WebGPUDelegate
 from pterun.backends.webgpu.blob import split_blob
 from pterun.backends.webgpu.graph import Graph, read_graph
 from pterun.format import ProgramFile
@@ -20,6 +21,7 @@ from tests.support.exporting import Exported, ExportSpec, export_program
 from tests.support.models import build
 
 BACKEND = "VulkanBackend"
+RTOL = 1e-4  # the WebGPU backend against the reference (ExecuTorch's CPU runtime or PyTorch)
 
 
 def partitioners() -> list:
@@ -149,3 +151,8 @@ def graphs(pte: Path, method: str = "forward") -> list[Graph]:
 
 def delegate_ops(pte: Path) -> collections.Counter:
     return collections.Counter(op.name for g in graphs(pte) for op in g.chain)
+
+
+def delegates(method) -> list[WebGPUDelegate]:
+    """The VulkanBackend delegates of a loaded method."""
+    return [h for h in method.delegate_handles if isinstance(h, WebGPUDelegate)]

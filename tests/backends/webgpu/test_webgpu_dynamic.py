@@ -13,18 +13,16 @@ from pterun.backends.webgpu.graph import DType
 from pterun.errors import InvalidArgument
 from tests.backends.webgpu.adapter import needs_adapter
 from tests.backends.webgpu.crafted import Craft, run
-from tests.backends.webgpu.programs import delegate_ops, dynamic_inputs, export
+from tests.backends.webgpu.programs import RTOL, delegate_ops, delegates, dynamic_inputs, export, model
 from tests.support.compare import assert_matches
 from tests.support.differential import flat
 from tests.support.oracle import run_reference
 
 pytestmark = needs_adapter
 
-RTOL = 1e-4
-
 
 def buffers(d: WebGPUDelegate) -> list[int]:
-    return sorted(id(s.storage.buffer) for s in d.program.slots.values() if hasattr(s, "storage"))
+    return sorted(id(s.storage.buffer) for s in d.program.slots.tensors())
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +37,7 @@ def test_dynamic_model_matches_cpu_runtime(block):
     assert ops["sym_size.int"] >= 1 and ops["aten.linear.default"] == 4 and ops["aten.sigmoid.default"] >= 1
     assert ops["aten._softmax.default"] == 1 and ops["aten.mul.Tensor"] >= 3
     method = pterun.Runtime.get().load_program(lowered.pte).load_method("forward")
-    (d,) = [h for h in method.delegate_handles if isinstance(h, WebGPUDelegate) and h.fused_swiglu]
+    (d,) = [h for h in delegates(method) if h.fused_swiglu]
     pipelines, memory = device.gpu().pipeline_count, buffers(d)
     # Each input's length alone, then both, then the bounds and the smallest sizes.
     for n, m in [(9, 5), (3, 5), (3, 2), (16, 2), (16, 8), (1, 1), (12, 7), (9, 5)]:
@@ -157,19 +155,20 @@ def test_input_past_its_bound_is_refused():
 
 def test_symbolic_sizes_a_delegate_returns_reach_the_next_one():
     """transformers' Llama with a dynamic length: one delegate computes a size another one needs."""
-    import pterun
-    from tests.backends.webgpu.programs import export, model
-    from tests.support.compare import assert_matches
-    from tests.support.differential import flat
-    from tests.support.oracle import run_reference
-
     lowered, reference = export("llama_dynamic", True), export("llama_dynamic", False)
     plan = pterun.format.ProgramFile(lowered.pte).plan("forward")
     calls = [ins for ins in plan.instructions if isinstance(ins, pterun.format.DelegateCall)]
-    ints = [a for ins in calls for a in ins.args if getattr(plan.values[a], "kind", None) == pterun.format.Kind.INT]
+    ints = [
+        a
+        for ins in calls
+        for a in ins.args
+        if getattr(plan.values[a], "kind", None) == pterun.format.Kind.INT
+    ]
     assert len(calls) > 1 and ints, "premise: delegates pass an int (a symbolic size) between them"
     method = pterun.Runtime.get().load_program(lowered.pte).load_method("forward")
     _, inputs, _ = model("llama_dynamic")
     for seed in range(4):
         args = flat(inputs(seed))
-        assert_matches(method.execute(args), run_reference(reference.pte, args), rtol=1e-4, what=f"seed {seed}")
+        assert_matches(
+            method.execute(args), run_reference(reference.pte, args), rtol=RTOL, what=f"seed {seed}"
+        )

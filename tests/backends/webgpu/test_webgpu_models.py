@@ -6,18 +6,16 @@ from __future__ import annotations
 import pytest
 
 import pterun
-from pterun.backends.webgpu import WebGPUDelegate, device
-from pterun.backends.webgpu.program import TSlot
+from pterun.backends.webgpu import device
+from pterun.backends.webgpu.slots import TSlot
 from pterun.format import ProgramFile
 from tests.backends.webgpu.adapter import needs_adapter
-from tests.backends.webgpu.programs import delegate_ops, export, graphs, model
+from tests.backends.webgpu.programs import RTOL, delegate_ops, delegates, export, graphs, model
 from tests.support.compare import assert_matches
 from tests.support.differential import flat
 from tests.support.oracle import reference_module, run_reference
 
 pytestmark = needs_adapter
-
-RTOL = 1e-4
 
 # The operators each model's VulkanBackend delegates must hold (what the test claims to cover).
 CLAIMS = {
@@ -70,10 +68,6 @@ CLAIMS = {
 }
 
 
-def delegates(method) -> list[WebGPUDelegate]:
-    return [h for h in method.delegate_handles if isinstance(h, WebGPUDelegate)]
-
-
 @pytest.mark.parametrize("name", sorted(CLAIMS))
 def test_matches_cpu_runtime(name):
     lowered, reference = export(name, True), export(name, False)
@@ -122,9 +116,7 @@ def test_memory_is_planned_once_and_reused():
     for d in delegates(method):
         p = d.program
         intermediates = {
-            id(s.storage): s.storage.nbytes
-            for s in [*p.slots.values(), *p.scratch]
-            if isinstance(s, TSlot) and s.storage.kind == "plan"
+            id(s.storage): s.storage.nbytes for s in p.slots.tensors() if s.storage.kind == "plan"
         }
         if len(intermediates) > 4:
             assert p.planned_bytes < sum(intermediates.values()), "no two intermediates share a buffer"

@@ -14,13 +14,12 @@ from pterun.backends.webgpu.graph import DType, Op, constant_bytes, read_graph
 from pterun.format import ProgramFile
 from tests.backends.webgpu.adapter import needs_adapter
 from tests.backends.webgpu.crafted import Craft, run
-from tests.backends.webgpu.programs import delegate_ops, export, model
+from tests.backends.webgpu.programs import RTOL, delegate_ops, delegates, export, model
 from tests.support.compare import assert_matches
 from tests.support.oracle import run_reference
 
 pytestmark = needs_adapter
 
-RTOL = 1e-4
 FUSED = "silu_mul_fused"
 SIGMOID, MUL, SILU, SWIGLU = (
     "aten.sigmoid.default",
@@ -28,10 +27,6 @@ SIGMOID, MUL, SILU, SWIGLU = (
     "aten.silu.default",
     "et_vk.swiglu.default",
 )
-
-
-def delegates(method) -> list[WebGPUDelegate]:
-    return [h for h in method.delegate_handles if isinstance(h, WebGPUDelegate)]
 
 
 @pytest.fixture(scope="module")

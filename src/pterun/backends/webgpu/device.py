@@ -12,10 +12,8 @@ parameter block), so resizing a graph never compiles anything.
 
 from __future__ import annotations
 
-import importlib.resources
 import re
 import threading
-from string import Template
 
 from pterun.errors import DelegateInvalidCompatibility, NotFound
 
@@ -57,21 +55,6 @@ def unavailable_reason() -> str:
     return _probe or ""
 
 
-def shader_source(family: str) -> str:
-    return importlib.resources.files(__package__).joinpath("shaders", f"{family}.wgsl").read_text()
-
-
-_SOURCES: dict[str, Template] = {}
-
-
-def render(family: str, **subs) -> str:
-    """The WGSL for ``family`` with its ``${NAME}`` placeholders filled in, after the shared prelude."""
-    template = _SOURCES.get(family)
-    if template is None:
-        template = _SOURCES[family] = Template(shader_source("common") + "\n" + shader_source(family))
-    return template.substitute(**subs)
-
-
 class Gpu:
     """The device, its queue and a cache of compute pipelines."""
 
@@ -92,7 +75,6 @@ class Gpu:
                 wanted[key] = limits[key]
         self.device = adapter.request_device_sync(required_limits=wanted)
         self.queue = self.device.queue
-        self.adapter_info = dict(adapter.info)
         dl = self.device.limits
         self.max_binding = int(dl["max-storage-buffer-binding-size"])
         self.max_groups = int(dl["max-compute-workgroups-per-dimension"])

@@ -101,9 +101,21 @@ class Graph:
             raise InvalidProgram(f"Vulkan graph value {vid} is {type(value).__name__}, expected a tensor")
         return value
 
-    def add_value(self, value) -> int:
-        self.values.append(value)
-        return len(self.values) - 1
+
+# Scalar values: the table's reader and its value as Python's.
+_SCALARS = {
+    fb.GraphTypes.Int: (fb.Int, lambda x: int(x.IntVal())),
+    fb.GraphTypes.Double: (fb.Double, lambda x: float(x.DoubleVal())),
+    fb.GraphTypes.Bool: (fb.Bool, lambda x: bool(x.BoolVal())),
+    fb.GraphTypes.String: (fb.String, lambda x: (x.StringVal() or b"").decode()),
+}
+# Lists: the table's reader, the wrapper that keeps them apart, and each item as Python's.
+_LISTS = {
+    fb.GraphTypes.IntList: (fb.IntList, IntList, int),
+    fb.GraphTypes.DoubleList: (fb.DoubleList, DoubleList, float),
+    fb.GraphTypes.BoolList: (fb.BoolList, BoolList, bool),
+    fb.GraphTypes.ValueList: (fb.ValueList, ValueList, int),
+}
 
 
 def _decode_value(v: fb.VkValue):
@@ -111,23 +123,6 @@ def _decode_value(v: fb.VkValue):
     table = v.Value()
     if kind == fb.GraphTypes.NONE or kind == fb.GraphTypes.Null or table is None:
         return None
-    if kind == fb.GraphTypes.Int:
-        x = fb.Int()
-        x.Init(table.Bytes, table.Pos)
-        return int(x.IntVal())
-    if kind == fb.GraphTypes.Double:
-        x = fb.Double()
-        x.Init(table.Bytes, table.Pos)
-        return float(x.DoubleVal())
-    if kind == fb.GraphTypes.Bool:
-        x = fb.Bool()
-        x.Init(table.Bytes, table.Pos)
-        return bool(x.BoolVal())
-    if kind == fb.GraphTypes.String:
-        x = fb.String()
-        x.Init(table.Bytes, table.Pos)
-        s = x.StringVal()
-        return s.decode() if s is not None else ""
     if kind == fb.GraphTypes.SymInt:
         return SymInt()
     if kind == fb.GraphTypes.VkTensor:
@@ -144,14 +139,13 @@ def _decode_value(v: fb.VkValue):
             mem_obj_id=x.MemObjId(),
             staging=staging,
         )
-    lists = {
-        fb.GraphTypes.IntList: (fb.IntList, IntList, int),
-        fb.GraphTypes.DoubleList: (fb.DoubleList, DoubleList, float),
-        fb.GraphTypes.BoolList: (fb.BoolList, BoolList, bool),
-        fb.GraphTypes.ValueList: (fb.ValueList, ValueList, int),
-    }
-    if kind in lists:
-        reader, wrapper, conv = lists[kind]
+    if kind in _SCALARS:
+        reader, value = _SCALARS[kind]
+        x = reader()
+        x.Init(table.Bytes, table.Pos)
+        return value(x)
+    if kind in _LISTS:
+        reader, wrapper, conv = _LISTS[kind]
         x = reader()
         x.Init(table.Bytes, table.Pos)
         n = x.ItemsLength()

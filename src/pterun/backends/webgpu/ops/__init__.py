@@ -2,7 +2,7 @@
 
 One module per family, each with its kernels under ``shaders/``. A builder
 declares a node's outputs, dependencies and dispatches through
-:class:`~pterun.backends.webgpu.program.NodeBuilder`.
+:class:`~pterun.backends.webgpu.builder.NodeBuilder`.
 """
 
 from __future__ import annotations
@@ -43,6 +43,4 @@ for _family in (
 ):
     BUILDERS.update(_family.OPS)
 
-SUPPORTED = sorted(BUILDERS)
-
-__all__ = ["BUILDERS", "SUPPORTED"]
+__all__ = ["BUILDERS"]

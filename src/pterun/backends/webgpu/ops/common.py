@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from pterun.backends.webgpu.program import MAX_DIMS, TSlot, contiguous_strides, groups, numel
+import math
+
+from pterun.backends.webgpu.builder import groups
+from pterun.backends.webgpu.slots import TSlot
+from pterun.core.layout import strides_for
 from pterun.errors import DelegateInvalidCompatibility, InvalidArgument
 
+MAX_DIMS = 8  # dimensions a parameter block has room for (sizes and strides at 8.., 16.., 24.., 32..)
 WG = 64  # invocations per workgroup of the one-thread-per-element kernels
 
 # Operand addressing modes of the elementwise kernels: a general strided walk, the same index as
@@ -39,6 +44,11 @@ def broadcast(*shapes) -> tuple[int, ...]:
     return tuple(out)
 
 
+def contiguous_strides(shape) -> list[int]:
+    """Every tensor of a compiled graph is contiguous in its buffer."""
+    return list(strides_for(shape, range(len(shape))))
+
+
 def broadcast_strides(shape, out_shape) -> list[int]:
     """Strides that walk a contiguous ``shape`` while iterating ``out_shape`` (0 along broadcast dims)."""
     strides = contiguous_strides(shape)
@@ -52,9 +62,22 @@ def broadcast_strides(shape, out_shape) -> list[int]:
 def operand_mode(shape, out_shape) -> int:
     if tuple(shape) == tuple(out_shape):
         return SAME
-    if numel(shape) == 1:
+    if math.prod(shape) == 1:
         return SCALAR
     return STRIDED
+
+
+def broadcast_params(shape, operands, alpha=0) -> list:
+    """The parameter words of the broadcasting kernels (binary, where, swiglu) for an output of ``shape``:
+    numel, rank, each operand's addressing mode (four bits apiece), alpha; at 8 the output's sizes, then
+    each operand's strides."""
+    modes = 0
+    for k, operand in enumerate(operands):
+        modes |= operand_mode(operand, shape) << (4 * k)
+    words = [math.prod(shape), len(shape), modes, alpha, 0, 0, 0, 0, *padded(shape, 1)]
+    for operand in operands:
+        words += padded(broadcast_strides(operand, shape))
+    return words
 
 
 def padded(values, fill: int = 0) -> list[int]:
@@ -101,6 +124,26 @@ def row_dispatches(b, family: str, subs: dict, bindings: list, params, layout) -
         b.dispatch(
             family, {**subs, "SERIAL": "true" if serial else "false"}, bindings, params, grid_for(serial)
         )
+
+
+def per_dim(values: list[int], default: list[int]) -> list[int]:
+    """A window's size, stride, padding or dilation along each spatial dimension: ``default`` when none
+    is given, one value for all of them, or one each."""
+    if not values:
+        return list(default)
+    if len(values) == 1:
+        return values * len(default)
+    return list(values)
+
+
+def pairs(*per_dims: list[int]) -> list[int]:
+    """The (h, w) values of each, in order: how the convolution and pooling kernels take them."""
+    return [v for p in per_dims for v in p[:2]]
+
+
+def require_f32(b, *slots: TSlot) -> None:
+    if any(t.elem != "f32" for t in slots):
+        raise DelegateInvalidCompatibility(f"{b.op.name}: only float32 is supported")
 
 
 def compute_type(*slots: TSlot) -> str:

@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import math
 
-from pterun.backends.webgpu.ops.common import grid
-from pterun.backends.webgpu.program import NodeBuilder
+from pterun.backends.webgpu.builder import NodeBuilder
+from pterun.backends.webgpu.ops.common import grid, pairs, per_dim, require_f32
 from pterun.errors import DelegateInvalidCompatibility, InvalidArgument
-
-
-def _pair(values: list[int], rank: int, default: int) -> list[int]:
-    if not values:
-        return [default] * rank
-    if len(values) == 1:
-        return values * rank
-    return list(values)
 
 
 def build_conv(b: NodeBuilder, op) -> None:
@@ -24,18 +16,17 @@ def build_conv(b: NodeBuilder, op) -> None:
     spatial = w.ndim - 2
     if spatial not in (1, 2) or x.ndim != w.ndim:
         raise DelegateInvalidCompatibility(f"{op.name}: only 1-d and 2-d convolutions are supported")
-    stride = _pair(b.static_ints(args[3]), spatial, 1)
-    padding = _pair(b.static_ints(args[4]), spatial, 0)
-    dilation = _pair(b.static_ints(args[5]), spatial, 1)
+    stride = per_dim(b.static_ints(args[3]), [1] * spatial)
+    padding = per_dim(b.static_ints(args[4]), [0] * spatial)
+    dilation = per_dim(b.static_ints(args[5]), [1] * spatial)
     transposed = bool(b.scalar(args[6], False))
-    out_pad = _pair(b.static_ints(args[7]), spatial, 0)
+    out_pad = per_dim(b.static_ints(args[7]), [0] * spatial)
     groups = int(b.scalar(args[8], 1))
     lo, hi = -math.inf, math.inf
     if op.name == "et_vk.conv_with_clamp.default":
         lo = -math.inf if b.value(args[9]) is None else float(b.scalar(args[9]))
         hi = math.inf if b.value(args[10]) is None else float(b.scalar(args[10]))
-    if any(t.elem != "f32" for t in (x, w) + ((bias,) if bias else ())):
-        raise DelegateInvalidCompatibility(f"{op.name}: only float32 is supported")
+    require_f32(b, x, w, *((bias,) if bias else ()))
     if spatial == 1:
         stride, padding, dilation, out_pad = [1] + stride, [0] + padding, [1] + dilation, [0] + out_pad
 
@@ -65,27 +56,8 @@ def build_conv(b: NodeBuilder, op) -> None:
 
     def params():
         _, c, h, wd, oc, oh, ow, kh, kw = geometry()
-        return [
-            y.numel,
-            c,
-            h,
-            wd,
-            oc,
-            oh,
-            ow,
-            kh,
-            kw,
-            stride[0],
-            stride[1],
-            padding[0],
-            padding[1],
-            dilation[0],
-            dilation[1],
-            groups,
-            int(bias is not None),
-            lo,
-            hi,
-        ]
+        words = [y.numel, c, h, wd, oc, oh, ow, kh, kw, *pairs(stride, padding, dilation)]
+        return [*words, groups, int(bias is not None), lo, hi]
 
     b.dispatch(
         "conv2d",

@@ -9,19 +9,12 @@ from __future__ import annotations
 
 import math
 
+from pterun.backends.webgpu.builder import NodeBuilder
 from pterun.backends.webgpu.graph import TensorValue
-from pterun.backends.webgpu.ops.common import (
-    broadcast,
-    broadcast_strides,
-    compute_type,
-    grid,
-    operand_mode,
-    padded,
-)
-from pterun.backends.webgpu.program import NodeBuilder, TSlot
+from pterun.backends.webgpu.ops.common import broadcast, broadcast_params, compute_type, grid
+from pterun.backends.webgpu.slots import TSlot
 from pterun.errors import DelegateInvalidCompatibility
 
-F32_MAX = 3.4028234663852886e38
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 
 # name -> (formula in x, s0, s1; the type it must be computed in, or None for the operand's)
@@ -192,20 +185,7 @@ def binary(b: NodeBuilder, a: TSlot, c: TSlot, out_vid: int, formula: str, rule,
     al = _scalar_for(tc, alpha)
 
     def params():
-        shape = y.shape
-        return [
-            y.numel,
-            len(shape),
-            operand_mode(a.shape, shape) | operand_mode(c.shape, shape) << 4,
-            al,
-            0,
-            0,
-            0,
-            0,
-            *padded(shape, 1),
-            *padded(broadcast_strides(a.shape, shape)),
-            *padded(broadcast_strides(c.shape, shape)),
-        ]
+        return broadcast_params(y.shape, (a.shape, c.shape), al)
 
     b.dispatch(
         "binary",
@@ -247,7 +227,7 @@ def build_div_mode(b: NodeBuilder, op) -> None:
     args = op.args
     mode = b.value(args[2])
     a, c = b.tensor(args[0]), b.tensor(args[1])
-    out = b.program.graph.tensor(args[-1])
+    out = b.graph.tensor(args[-1])
     integer = not isinstance(out, TensorValue) or out.dtype.name not in ("FLOAT32", "FLOAT64")
     if mode is None:
         binary(b, a, c, args[-1], "a / b", "f32")
@@ -274,23 +254,7 @@ def build_where(b: NodeBuilder, op) -> None:
     y = b.out(args[-1], lambda: broadcast(cond.shape, xa.shape, xb.shape))
 
     def params():
-        shape = y.shape
-        return [
-            y.numel,
-            len(shape),
-            operand_mode(cond.shape, shape)
-            | operand_mode(xa.shape, shape) << 4
-            | operand_mode(xb.shape, shape) << 8,
-            0,
-            0,
-            0,
-            0,
-            0,
-            *padded(shape, 1),
-            *padded(broadcast_strides(cond.shape, shape)),
-            *padded(broadcast_strides(xa.shape, shape)),
-            *padded(broadcast_strides(xb.shape, shape)),
-        ]
+        return broadcast_params(y.shape, (cond.shape, xa.shape, xb.shape))
 
     b.dispatch(
         "where",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from pterun.backends.webgpu.builder import NodeBuilder
 from pterun.backends.webgpu.ops.common import grid
-from pterun.backends.webgpu.program import NodeBuilder
 from pterun.errors import DelegateInvalidCompatibility
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
+from pterun.backends.webgpu.builder import NodeBuilder
 from pterun.backends.webgpu.graph import ValueList
 from pterun.backends.webgpu.ops.common import grid, norm_dim
-from pterun.backends.webgpu.program import NodeBuilder, TSlot, numel
+from pterun.backends.webgpu.slots import TSlot
 from pterun.errors import DelegateInvalidCompatibility
 
 
@@ -21,7 +24,7 @@ def _gather(b: NodeBuilder, x: TSlot, dim: int, idx: TSlot, out_vid: int, flat_i
         "gather",
         {"T": x.elem},
         [x, idx, y],
-        lambda: [y.numel, x.shape[dim], numel(x.shape[dim + 1 :]), idx.numel],
+        lambda: [y.numel, x.shape[dim], math.prod(x.shape[dim + 1 :]), idx.numel],
         lambda: grid(y.numel),
     )
 
@@ -42,7 +45,7 @@ def build_index(b: NodeBuilder, op) -> None:
 def build_index_select(b: NodeBuilder, op) -> None:
     args = op.args
     x = b.tensor(args[0])
-    rank = len(b.program.graph.tensor(args[0]).dims)
+    rank = b.rank(args[0])
     _gather(b, x, norm_dim(b.scalar(args[1]), rank), b.tensor(args[2]), args[-1], flat_index=True)
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pterun.backends.webgpu.program import NodeBuilder, TSlot, numel
+import math
+
+from pterun.backends.webgpu.builder import NodeBuilder
+from pterun.backends.webgpu.slots import TSlot
 from pterun.errors import DelegateInvalidCompatibility, InvalidArgument
 
 BLOCK = 4  # each invocation computes a BLOCK x BLOCK piece of the output
@@ -61,7 +64,7 @@ def build_linear(b: NodeBuilder, op) -> None:
 
     def dims():
         n, k = w.shape
-        m = numel(x.shape[:-1])
+        m = math.prod(x.shape[:-1])
         return 1, m, n, k, 0, 0, (0 if bias is None else (1 if bias.numel == n else 2)), 0
 
     _gemm(b, x, w, bias, y, True, dims)

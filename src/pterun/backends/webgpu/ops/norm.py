@@ -5,8 +5,10 @@ Kernels: shaders/rms_norm.wgsl, shaders/layer_norm.wgsl, shaders/batch_norm.wgsl
 
 from __future__ import annotations
 
+import math
+
+from pterun.backends.webgpu.builder import NodeBuilder
 from pterun.backends.webgpu.ops.common import grid, row_dispatches
-from pterun.backends.webgpu.program import NodeBuilder, numel
 from pterun.errors import DelegateInvalidCompatibility, InvalidArgument
 
 
@@ -25,7 +27,7 @@ def build_rms_norm(b: NodeBuilder, op) -> None:
     y = b.out(args[-1], shape)
 
     def layout():
-        return (numel(x.shape[:-1]), x.shape[-1]) if x.shape else (1, 1)
+        return (math.prod(x.shape[:-1]), x.shape[-1]) if x.shape else (1, 1)
 
     row_dispatches(b, "rms_norm", {}, [x, w, y], lambda: [*layout(), eps], layout)
 
@@ -45,21 +47,17 @@ def build_layer_norm(b: NodeBuilder, op) -> None:
     def rows():
         if list(x.shape[x.ndim - k :]) != list(normalized):
             raise InvalidArgument(f"layer_norm over {normalized} of a {list(x.shape)} input")
-        return numel(x.shape[: x.ndim - k])
+        return math.prod(x.shape[: x.ndim - k])
 
     y = b.out(outs[0], lambda: x.shape)
     stats_shape = lambda: (*x.shape[: x.ndim - k], *([1] * k))  # noqa: E731
     mean = (
-        b.out(outs[1], stats_shape)
-        if len(outs) > 1
-        else b.scratch(numel(b.program.graph.tensor(args[0]).dims))
+        b.out(outs[1], stats_shape) if len(outs) > 1 else b.scratch(math.prod(b.graph.tensor(args[0]).dims))
     )
     rstd = (
-        b.out(outs[2], stats_shape)
-        if len(outs) > 2
-        else b.scratch(numel(b.program.graph.tensor(args[0]).dims))
+        b.out(outs[2], stats_shape) if len(outs) > 2 else b.scratch(math.prod(b.graph.tensor(args[0]).dims))
     )
-    length = numel(normalized)
+    length = math.prod(normalized)
     row_dispatches(
         b,
         "layer_norm",
@@ -86,7 +84,7 @@ def build_batch_norm(b: NodeBuilder, op) -> None:
         b.out(vid, lambda: (0,))
 
     def params():
-        return [x.numel, x.shape[1], numel(x.shape[2:]), eps, int(w is not None), int(bias is not None)]
+        return [x.numel, x.shape[1], math.prod(x.shape[2:]), eps, int(w is not None), int(bias is not None)]
 
     b.dispatch("batch_norm", {}, [x, w or x, bias or x, mean, var, y], params, lambda: grid(x.numel))
 

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from pterun.backends.webgpu.ops.common import grid
-from pterun.backends.webgpu.program import NodeBuilder
+from pterun.backends.webgpu.builder import NodeBuilder
+from pterun.backends.webgpu.ops.common import grid, pairs, per_dim
 from pterun.errors import DelegateInvalidCompatibility
-
-
-def _two(values: list[int], default: list[int]) -> list[int]:
-    if not values:
-        return list(default)
-    return values * 2 if len(values) == 1 else list(values)
 
 
 def _out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
@@ -21,9 +15,18 @@ def _out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int
     return max(out, 0)
 
 
-def _spatial(b: NodeBuilder, op, x, kernel, stride, padding, dilation, ceil_mode):
+def _window(b: NodeBuilder, args) -> tuple[list[int], list[int], list[int]]:
+    """The window's size, stride (the size unless given) and padding: arguments 1 to 3 of both poolings."""
+    kernel = per_dim(b.static_ints(args[1]), [1, 1])
+    return kernel, per_dim(b.static_ints(args[2]), kernel), per_dim(b.static_ints(args[3]), [0, 0])
+
+
+def _pool(b: NodeBuilder, op, x, window, dilation, ceil_mode, out_vid: int):
+    """The output, and the parameter words both kernels start with: numel, H, W, OH, OW, then the
+    window's size, stride and padding as (h, w) pairs."""
     if x.elem != "f32" or x.ndim not in (3, 4):
         raise DelegateInvalidCompatibility(f"{op.name}: needs a float32 [N, C, H, W] or [C, H, W] input")
+    kernel, stride, padding = window
 
     def geometry():
         h, w = x.shape[-2], x.shape[-1]
@@ -35,72 +38,33 @@ def _spatial(b: NodeBuilder, op, x, kernel, stride, padding, dilation, ceil_mode
         _, _, oh, ow = geometry()
         return (*x.shape[:-2], oh, ow)
 
-    return geometry, shape
+    y = b.out(out_vid, shape)
+    return y, lambda: [y.numel, *geometry(), *pairs(kernel, stride, padding)]
 
 
 def build_max_pool(b: NodeBuilder, op) -> None:
     args = op.args
     x = b.tensor(args[0])
-    kernel = _two(b.static_ints(args[1]), [1, 1])
-    stride = _two(b.static_ints(args[2]), kernel)
-    padding = _two(b.static_ints(args[3]), [0, 0])
-    dilation = _two(b.static_ints(args[4]), [1, 1])
+    window = _window(b, args)
+    dilation = per_dim(b.static_ints(args[4]), [1, 1])
     ceil_mode = bool(b.scalar(args[5], False)) if len(args) > 6 else False
-    geometry, shape = _spatial(b, op, x, kernel, stride, padding, dilation, ceil_mode)
     outs = b.outputs(args[-1])
-    y = b.out(outs[0], shape)
-    idx = b.out(outs[1], shape) if len(outs) > 1 else b.scratch(max(1, y.capacity), "i32")
-
-    def params():
-        h, w, oh, ow = geometry()
-        return [
-            y.numel,
-            h,
-            w,
-            oh,
-            ow,
-            kernel[0],
-            kernel[1],
-            stride[0],
-            stride[1],
-            padding[0],
-            padding[1],
-            dilation[0],
-            dilation[1],
-        ]
-
-    b.dispatch("max_pool2d", {}, [x, y, idx], params, lambda: grid(y.numel))
+    y, words = _pool(b, op, x, window, dilation, ceil_mode, outs[0])
+    idx = b.out(outs[1], lambda: y.shape) if len(outs) > 1 else b.scratch(max(1, y.capacity), "i32")
+    b.dispatch("max_pool2d", {}, [x, y, idx], lambda: [*words(), *pairs(dilation)], lambda: grid(y.numel))
 
 
 def build_avg_pool(b: NodeBuilder, op) -> None:
     args = op.args
     x = b.tensor(args[0])
-    kernel = _two(b.static_ints(args[1]), [1, 1])
-    stride = _two(b.static_ints(args[2]), kernel)
-    padding = _two(b.static_ints(args[3]), [0, 0])
+    window = _window(b, args)
     ceil_mode = bool(b.scalar(args[4], False))
     include_pad = bool(b.scalar(args[5], True))
     divisor = b.scalar(args[6], 0) if len(args) > 7 else 0
-    geometry, shape = _spatial(b, op, x, kernel, stride, padding, [1, 1], ceil_mode)
-    y = b.out(args[-1], shape)
+    y, words = _pool(b, op, x, window, [1, 1], ceil_mode, args[-1])
 
     def params():
-        h, w, oh, ow = geometry()
-        return [
-            y.numel,
-            h,
-            w,
-            oh,
-            ow,
-            kernel[0],
-            kernel[1],
-            stride[0],
-            stride[1],
-            padding[0],
-            padding[1],
-            int(include_pad),
-            int(divisor or 0),
-        ]
+        return [*words(), int(include_pad), int(divisor or 0)]
 
     b.dispatch("avg_pool2d", {}, [x, y], params, lambda: grid(y.numel))
 

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from pterun.backends.webgpu.ops.common import norm_dim, padded, row_dispatches
-from pterun.backends.webgpu.program import NodeBuilder, contiguous_strides, numel
-from pterun.errors import DelegateInvalidCompatibility
+import math
+
+from pterun.backends.webgpu.builder import NodeBuilder
+from pterun.backends.webgpu.ops.common import (
+    contiguous_strides,
+    norm_dim,
+    padded,
+    require_f32,
+    row_dispatches,
+)
 
 KINDS = {
     "aten.sum.dim_IntList": 0,
@@ -17,9 +24,8 @@ KINDS = {
 def build_reduce(b: NodeBuilder, op) -> None:
     args = op.args
     x = b.tensor(args[0])
-    if x.elem != "f32":
-        raise DelegateInvalidCompatibility(f"{op.name}: only float32 is supported")
-    rank = len(b.program.graph.tensor(args[0]).dims)
+    require_f32(b, x)
+    rank = b.rank(args[0])
     listed = b.static_ints(args[1]) if b.value(args[1]) is not None else []
     dims = sorted({norm_dim(d, rank) for d in listed}) if listed else list(range(rank))
     keepdim = bool(b.scalar(args[2], False)) if len(args) > 3 else False
@@ -36,8 +42,8 @@ def build_reduce(b: NodeBuilder, op) -> None:
         kept = [d for d in range(x.ndim) if d not in dims]
         red_sizes = [x.shape[d] for d in dims]
         return [
-            numel(x.shape[d] for d in kept),
-            numel(red_sizes),
+            math.prod(x.shape[d] for d in kept),
+            math.prod(red_sizes),
             len(kept),
             len(dims),
             0,
@@ -56,7 +62,7 @@ def build_reduce(b: NodeBuilder, op) -> None:
         {"OP": str(KINDS[op.name])},
         [x, y],
         params,
-        lambda: (y.numel, numel(x.shape[d] for d in dims)),
+        lambda: (y.numel, math.prod(x.shape[d] for d in dims)),
     )
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from pterun.backends.webgpu.builder import NodeBuilder
 from pterun.backends.webgpu.ops.common import grid
-from pterun.backends.webgpu.program import NodeBuilder, TSlot
+from pterun.backends.webgpu.slots import TSlot
 from pterun.errors import DelegateInvalidCompatibility, InvalidArgument
 
 

@@ -9,9 +9,12 @@ strided-copy dispatch per output (per input for cat).
 
 from __future__ import annotations
 
+import math
+
+from pterun.backends.webgpu.builder import NodeBuilder
 from pterun.backends.webgpu.graph import DType
-from pterun.backends.webgpu.ops.common import grid, norm_dim, padded
-from pterun.backends.webgpu.program import ELEM, NodeBuilder, TSlot, contiguous_strides, numel
+from pterun.backends.webgpu.ops.common import contiguous_strides, grid, norm_dim, padded
+from pterun.backends.webgpu.slots import ELEM, TSlot
 from pterun.errors import DelegateInvalidCompatibility, InvalidArgument
 
 
@@ -29,7 +32,7 @@ def copy(b: NodeBuilder, src: TSlot, dst: TSlot, plan) -> None:
 
     def params():
         sizes, sst, soff, dstr, doff = plan()
-        n = numel(sizes)
+        n = math.prod(sizes)
         flags = (1 if list(sst) == contiguous_strides(sizes) else 0) | (
             2 if list(dstr) == contiguous_strides(sizes) else 0
         )
@@ -37,7 +40,7 @@ def copy(b: NodeBuilder, src: TSlot, dst: TSlot, plan) -> None:
 
     def work():
         sizes = plan()[0]
-        return grid(numel(sizes))
+        return grid(math.prod(sizes))
 
     b.dispatch(
         "copy", {"TI": src.elem, "TO": dst.elem, "CONVERT": convert_expr(src, dst)}, [src, dst], params, work
@@ -49,9 +52,9 @@ def _view_shape(sizes: list[int], n: int) -> tuple[int, ...]:
     if sizes.count(-1) > 1:
         raise InvalidArgument(f"view sizes {sizes} have more than one -1")
     if -1 in sizes:
-        known = numel(s for s in sizes if s != -1)
+        known = math.prod(s for s in sizes if s != -1)
         sizes[sizes.index(-1)] = n // known if known else 0
-    if numel(sizes) != n:
+    if math.prod(sizes) != n:
         raise InvalidArgument(f"cannot view {n} elements as {sizes}")
     return tuple(sizes)
 
@@ -64,7 +67,7 @@ def build_view(b: NodeBuilder, op) -> None:
 
 def build_squeeze(b: NodeBuilder, op) -> None:
     x = b.tensor(op.args[0])
-    serialized = b.program.graph.tensor(op.args[0]).dims
+    serialized = b.graph.tensor(op.args[0]).dims
     rank = len(serialized)
     if op.name == "aten.squeeze_copy.default":
         dims = [d for d in range(rank) if serialized[d] == 1]
@@ -78,7 +81,7 @@ def build_squeeze(b: NodeBuilder, op) -> None:
 
 def build_unsqueeze(b: NodeBuilder, op) -> None:
     x = b.tensor(op.args[0])
-    rank = len(b.program.graph.tensor(op.args[0]).dims)
+    rank = b.rank(op.args[0])
     dim = norm_dim(b.scalar(op.args[1]), rank + 1)
 
     def shape():
@@ -97,7 +100,7 @@ def build_identity(b: NodeBuilder, op) -> None:
     """
     src_vid = op.args[1] if op.name == "aten.copy.default" else op.args[0]
     x = b.tensor(src_vid)
-    out = b.program.graph.tensor(op.args[-1])
+    out = b.graph.tensor(op.args[-1])
     same = ELEM[out.dtype] == x.elem and not (out.dtype == DType.BOOL and x.dtype != DType.BOOL)
     if same:
         b.alias(op.args[-1], x, lambda: x.shape)
@@ -108,7 +111,7 @@ def build_identity(b: NodeBuilder, op) -> None:
 
 def build_permute(b: NodeBuilder, op) -> None:
     x = b.tensor(op.args[0])
-    rank = len(b.program.graph.tensor(op.args[0]).dims)
+    rank = b.rank(op.args[0])
     if op.name == "aten.t_copy.default":
         dims = [1, 0] if rank == 2 else list(range(rank))
     else:
@@ -193,7 +196,7 @@ def _slice_bounds(size: int, start, end, step: int) -> tuple[int, int]:
 def build_slice(b: NodeBuilder, op) -> None:
     args = op.args
     x = b.tensor(args[0])
-    rank = len(b.program.graph.tensor(args[0]).dims)
+    rank = b.rank(args[0])
     dim = norm_dim(b.scalar(args[1], 0), rank)
     start = b.opt_int(args[2])
     end = b.opt_int(args[3])
@@ -224,7 +227,7 @@ def build_slice(b: NodeBuilder, op) -> None:
 def build_select(b: NodeBuilder, op) -> None:
     args = op.args
     x = b.tensor(args[0])
-    rank = len(b.program.graph.tensor(args[0]).dims)
+    rank = b.rank(args[0])
     dim = norm_dim(b.scalar(args[1]), rank)
     index = b.int(args[2])
 
@@ -252,10 +255,10 @@ def build_select(b: NodeBuilder, op) -> None:
 def build_cat(b: NodeBuilder, op) -> None:
     args = op.args
     xs = b.tensors(args[0])
-    rank = len(b.program.graph.tensor(args[-1]).dims)
+    rank = b.rank(args[-1])
     dim = norm_dim(b.scalar(args[1], 0) if len(args) > 2 else 0, rank)
     # torch.cat skips 1-d empty tensors whatever the other inputs' rank.
-    parts = [x for x in xs if len(b.program.graph.tensor(x.vid).dims) == rank]
+    parts = [x for x in xs if b.rank(x.vid) == rank]
 
     def shape():
         base = list(parts[0].shape)
@@ -276,7 +279,7 @@ def build_cat(b: NodeBuilder, op) -> None:
 def build_split(b: NodeBuilder, op) -> None:
     args = op.args
     x = b.tensor(args[0])
-    rank = len(b.program.graph.tensor(args[0]).dims)
+    rank = b.rank(args[0])
     dim = norm_dim(b.scalar(args[2], 0), rank)
     outs = b.outputs(args[-1])
     if op.name == "aten.split_with_sizes_copy.default":
@@ -310,7 +313,7 @@ def build_split(b: NodeBuilder, op) -> None:
 
 def build_flip(b: NodeBuilder, op) -> None:
     x = b.tensor(op.args[0])
-    rank = len(b.program.graph.tensor(op.args[0]).dims)
+    rank = b.rank(op.args[0])
     dims = {norm_dim(d, rank) for d in b.static_ints(op.args[1])}
     y = b.out(op.args[-1], lambda: x.shape)
 

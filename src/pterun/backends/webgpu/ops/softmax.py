@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from pterun.backends.webgpu.ops.common import norm_dim, row_dispatches
-from pterun.backends.webgpu.program import NodeBuilder, numel
-from pterun.errors import DelegateInvalidCompatibility
+import math
+
+from pterun.backends.webgpu.builder import NodeBuilder
+from pterun.backends.webgpu.ops.common import norm_dim, require_f32, row_dispatches
 
 
 def build_softmax(b: NodeBuilder, op) -> None:
     args = op.args
     x = b.tensor(args[0])
-    if x.elem != "f32":
-        raise DelegateInvalidCompatibility(f"{op.name}: only float32 is supported")
-    rank = len(b.program.graph.tensor(args[0]).dims)
+    require_f32(b, x)
+    rank = b.rank(args[0])
     dim = norm_dim(b.scalar(args[1]), rank)
     y = b.out(args[-1], lambda: x.shape)
 
@@ -20,8 +20,8 @@ def build_softmax(b: NodeBuilder, op) -> None:
         if not x.shape:
             return 1, 1, 1
         length = x.shape[dim]
-        inner = numel(x.shape[dim + 1 :])
-        return numel(x.shape[:dim]) * inner, length, inner
+        inner = math.prod(x.shape[dim + 1 :])
+        return math.prod(x.shape[:dim]) * inner, length, inner
 
     row_dispatches(
         b,

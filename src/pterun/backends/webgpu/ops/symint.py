@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import operator
 
+from pterun.backends.webgpu.builder import NodeBuilder
 from pterun.backends.webgpu.ops.common import norm_dim
-from pterun.backends.webgpu.program import NodeBuilder
 
 
 def build_sym_size(b: NodeBuilder, op) -> None:
     x = b.tensor(op.args[0])
-    rank = len(b.program.graph.tensor(op.args[0]).dims)
+    rank = b.rank(op.args[0])
     dim = norm_dim(b.scalar(op.args[1]), rank)
     b.sym_out(op.args[-1], lambda: x.shape[dim])
 

@@ -7,24 +7,17 @@
 @group(0) @binding(1) var<storage, read> X: array<f32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = flat_id(gid, nwg, 64u);
-  if (i >= pu(0u)) {
-    return;
-  }
+#include "_element.wgsl"
+#include "_window.wgsl"
+
+fn element(i: u32) {
   let H = i32(pu(1u));
   let W = i32(pu(2u));
-  let OH = pu(3u);
-  let OW = pu(4u);
-  let ow = i32(i % OW);
-  let oh = i32((i / OW) % OH);
-  let plane = i / (OW * OH);
-  let base = plane * u32(H * W);
+  let win = window(i);
   let ph = i32(pu(9u));
   let pw = i32(pu(10u));
-  var h0 = oh * i32(pu(7u)) - ph;
-  var w0 = ow * i32(pu(8u)) - pw;
+  var h0 = win.oh * i32(pu(7u)) - ph;
+  var w0 = win.ow * i32(pu(8u)) - pw;
   var h1 = min(h0 + i32(pu(5u)), H + ph);
   var w1 = min(w0 + i32(pu(6u)), W + pw);
   let padded = (h1 - h0) * (w1 - w0);
@@ -35,7 +28,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   var s = 0.0;
   for (var ih = h0; ih < h1; ih++) {
     for (var iw = w0; iw < w1; iw++) {
-      s += X[base + u32(ih * W + iw)];
+      s += X[win.base + u32(ih * W + iw)];
     }
   }
   var divisor = f32((h1 - h0) * (w1 - w0));

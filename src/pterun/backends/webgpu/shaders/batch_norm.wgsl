@@ -11,12 +11,9 @@
 @group(0) @binding(5) var<storage, read> VAR: array<f32>;
 @group(0) @binding(6) var<storage, read_write> Y: array<f32>;
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = flat_id(gid, nwg, 64u);
-  if (i >= pu(0u)) {
-    return;
-  }
+#include "_element.wgsl"
+
+fn element(i: u32) {
   let c = (i / pu(2u)) % pu(1u);
   var v = (X[i] - MEAN[c]) / sqrt(VAR[c] + pf(3u));
   if (pu(4u) != 0u) {

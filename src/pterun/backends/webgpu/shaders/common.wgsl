@@ -68,10 +68,6 @@ fn pow_f32(x: f32, y: f32) -> f32 {
   return select(p, -p, odd);
 }
 
-fn nan_f32() -> f32 {
-  return bitcast<f32>(0x7fc00000u);
-}
-
 // sin and cos with their own range reduction: the WGSL built-ins only promise
 // an absolute error of 2^-11, too coarse for rotary embeddings of long positions.
 // The argument is reduced by pi/2 in three parts (Cody and Waite), then the
@@ -96,9 +92,10 @@ fn cos_poly(r: f32) -> f32 {
     + r2 * -2.755731922398589e-7))));
 }
 
-fn sin_f32(x: f32) -> f32 {
+// sin(x + quarter_turns * pi/2): cos is sin a quarter turn ahead.
+fn sin_turned(x: f32, quarter_turns: i32) -> f32 {
   let red = reduce_half_pi(x);
-  let q = i32(red.y) & 3;
+  let q = (i32(red.y) + quarter_turns) & 3;
   let s = sin_poly(red.x);
   let c = cos_poly(red.x);
   switch q {
@@ -109,15 +106,10 @@ fn sin_f32(x: f32) -> f32 {
   }
 }
 
+fn sin_f32(x: f32) -> f32 {
+  return sin_turned(x, 0);
+}
+
 fn cos_f32(x: f32) -> f32 {
-  let red = reduce_half_pi(x);
-  let q = i32(red.y) & 3;
-  let s = sin_poly(red.x);
-  let c = cos_poly(red.x);
-  switch q {
-    case 0: { return c; }
-    case 1: { return -s; }
-    case 2: { return -c; }
-    default: { return s; }
-  }
+  return sin_turned(x, 1);
 }

@@ -15,12 +15,25 @@ const TRANSPOSED: bool = ${TRANSPOSED};
 @group(0) @binding(3) var<storage, read> BIAS: array<f32>;
 @group(0) @binding(4) var<storage, read_write> Y: array<f32>;
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = flat_id(gid, nwg, 64u);
-  if (i >= pu(0u)) {
-    return;
+// The input row (or column) that tap k of output position o reads along a dimension of
+// `size`, with that dimension's stride s, padding p and dilation d; -1 when it reads none.
+fn tap(o: i32, k: u32, s: i32, p: i32, d: i32, size: i32) -> i32 {
+  var at: i32;
+  if (TRANSPOSED) {
+    let t = o + p - i32(k) * d;
+    if (t < 0 || t % s != 0) {
+      return -1;
+    }
+    at = t / s;
+  } else {
+    at = o * s - p + i32(k) * d;
   }
+  return select(at, -1, at < 0 || at >= size);
+}
+
+#include "_element.wgsl"
+
+fn element(i: u32) {
   let C_in = pu(1u);
   let H = i32(pu(2u));
   let W = i32(pu(3u));
@@ -48,31 +61,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let c = g * cin_g + ic;
     let x_plane = (n * C_in + c) * u32(H * W);
     for (var kh = 0u; kh < KH; kh++) {
-      var ih: i32;
-      if (TRANSPOSED) {
-        let t = oh + ph - i32(kh) * dh;
-        if (t < 0 || t % sh != 0) {
-          continue;
-        }
-        ih = t / sh;
-      } else {
-        ih = oh * sh - ph + i32(kh) * dh;
-      }
-      if (ih < 0 || ih >= H) {
+      let ih = tap(oh, kh, sh, ph, dh, H);
+      if (ih < 0) {
         continue;
       }
       for (var kw = 0u; kw < KW; kw++) {
-        var iw: i32;
-        if (TRANSPOSED) {
-          let t = ow + pw - i32(kw) * dw;
-          if (t < 0 || t % sw != 0) {
-            continue;
-          }
-          iw = t / sw;
-        } else {
-          iw = ow * sw - pw + i32(kw) * dw;
-        }
-        if (iw < 0 || iw >= W) {
+        let iw = tap(ow, kw, sw, pw, dw, W);
+        if (iw < 0) {
           continue;
         }
         var w_at: u32;

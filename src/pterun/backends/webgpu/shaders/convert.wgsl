@@ -7,12 +7,9 @@
 @group(0) @binding(1) var<storage, read> S: array<u32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<${T_OUT}>;
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = flat_id(gid, nwg, 64u);
-  if (i >= pu(0u)) {
-    return;
-  }
+#include "_element.wgsl"
+
+fn element(i: u32) {
   let mode = pu(1u);
   var v: u32;
   if (mode == 0u) {

@@ -10,32 +10,20 @@
 @group(0) @binding(1) var<storage, read> S: array<${TI}>;
 @group(0) @binding(2) var<storage, read_write> D: array<${TO}>;
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = flat_id(gid, nwg, 64u);
-  if (i >= pu(0u)) {
-    return;
-  }
+#include "_element.wgsl"
+#include "_broadcast.wgsl"
+
+fn element(i: u32) {
   let flags = pu(4u);
   var si = pu(2u) + i;
   var di = pu(3u) + i;
   if ((flags & 3u) != 3u) {
-    var rem = i;
-    var so = 0u;
-    var dof = 0u;
-    for (var d = i32(pu(1u)) - 1; d >= 0; d--) {
-      let k = u32(d);
-      let size = pu(8u + k);
-      let c = rem % size;
-      rem = rem / size;
-      so += c * pu(16u + k);
-      dof += c * pu(24u + k);
-    }
+    let at = strided_offsets(i);
     if ((flags & 1u) == 0u) {
-      si = pu(2u) + so;
+      si = pu(2u) + at.x;
     }
     if ((flags & 2u) == 0u) {
-      di = pu(3u) + dof;
+      di = pu(3u) + at.y;
     }
   }
   let x = S[si];

@@ -1,12 +1,9 @@
 // Layer norm over the trailing `row length` elements: the mean, then the
 // variance about it (two passes, as the reference computes it), then
 // y = (x - mean) * rstd * weight + bias, with each row's mean and rstd as
-// extra outputs. ${SERIAL}: one invocation per row, else one workgroup per
-// row reducing through workgroup memory (see rms_norm.wgsl).
+// extra outputs. A row per invocation or per workgroup (_rows.wgsl).
 //
 // params: 0 rows, 1 row length, 2 eps bits, 3 has weight, 4 has bias
-
-const SERIAL: bool = ${SERIAL};
 
 @group(0) @binding(1) var<storage, read> X: array<f32>;
 @group(0) @binding(2) var<storage, read> W: array<f32>;
@@ -15,21 +12,7 @@ const SERIAL: bool = ${SERIAL};
 @group(0) @binding(5) var<storage, read_write> MEAN: array<f32>;
 @group(0) @binding(6) var<storage, read_write> RSTD: array<f32>;
 
-var<workgroup> part: array<f32, 64>;
-
-fn reduce(lid: u32, v: f32) -> f32 {
-  part[lid] = v;
-  workgroupBarrier();
-  for (var w = 32u; w > 0u; w >>= 1u) {
-    if (lid < w) {
-      part[lid] += part[lid + w];
-    }
-    workgroupBarrier();
-  }
-  let total = part[0];
-  workgroupBarrier();
-  return total;
-}
+#include "_rows.wgsl"
 
 fn write_row(row: u32, base: u32, D: u32, first: u32, step: u32, mean: f32, rstd: f32) {
   let has_w = pu(3u) != 0u;
@@ -50,22 +33,20 @@ fn write_row(row: u32, base: u32, D: u32, first: u32, step: u32, mean: f32, rstd
   }
 }
 
-fn serial(row: u32) {
-  if (row < pu(0u)) {
-    let D = pu(1u);
-    let base = row * D;
-    var s = 0.0;
-    for (var j = 0u; j < D; j++) {
-      s += X[base + j];
-    }
-    let mean = s / f32(D);
-    var q = 0.0;
-    for (var j = 0u; j < D; j++) {
-      let d = X[base + j] - mean;
-      q += d * d;
-    }
-    write_row(row, base, D, 0u, 1u, mean, 1.0 / sqrt(q / f32(D) + pf(2u)));
+fn serial_row(row: u32) {
+  let D = pu(1u);
+  let base = row * D;
+  var s = 0.0;
+  for (var j = 0u; j < D; j++) {
+    s += X[base + j];
   }
+  let mean = s / f32(D);
+  var q = 0.0;
+  for (var j = 0u; j < D; j++) {
+    let d = X[base + j] - mean;
+    q += d * d;
+  }
+  write_row(row, base, D, 0u, 1u, mean, 1.0 / sqrt(q / f32(D) + pf(2u)));
 }
 
 fn shared_row(row: u32, lid: u32) {
@@ -75,25 +56,12 @@ fn shared_row(row: u32, lid: u32) {
   for (var j = lid; j < D; j += 64u) {
     s += X[base + j];
   }
-  let mean = reduce(lid, s) / f32(D);
+  let mean = workgroup_sum(lid, s) / f32(D);
   var q = 0.0;
   for (var j = lid; j < D; j += 64u) {
     let d = X[base + j] - mean;
     q += d * d;
   }
-  let rstd = 1.0 / sqrt(reduce(lid, q) / f32(D) + pf(2u));
+  let rstd = 1.0 / sqrt(workgroup_sum(lid, q) / f32(D) + pf(2u));
   write_row(row, base, D, lid, 64u, mean, rstd);
-}
-
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-        @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  if (SERIAL) {
-    serial(flat_id(gid, nwg, 64u));
-  } else {
-    let row = wid.x + wid.y * nwg.x;
-    if (row < pu(0u)) {
-      shared_row(row, lid.x);
-    }
-  }
 }

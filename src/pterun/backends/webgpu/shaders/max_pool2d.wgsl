@@ -8,33 +8,26 @@
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 @group(0) @binding(3) var<storage, read_write> IDX: array<i32>;
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = flat_id(gid, nwg, 64u);
-  if (i >= pu(0u)) {
-    return;
-  }
+#include "_element.wgsl"
+#include "_window.wgsl"
+
+fn element(i: u32) {
   let H = i32(pu(1u));
   let W = i32(pu(2u));
-  let OH = pu(3u);
-  let OW = pu(4u);
-  let ow = i32(i % OW);
-  let oh = i32((i / OW) % OH);
-  let plane = i / (OW * OH);
-  let base = plane * u32(H * W);
+  let win = window(i);
   var best = bitcast<f32>(0xff800000u);
   var at = -1;
   for (var kh = 0; kh < i32(pu(5u)); kh++) {
-    let ih = oh * i32(pu(7u)) - i32(pu(9u)) + kh * i32(pu(11u));
+    let ih = win.oh * i32(pu(7u)) - i32(pu(9u)) + kh * i32(pu(11u));
     if (ih < 0 || ih >= H) {
       continue;
     }
     for (var kw = 0; kw < i32(pu(6u)); kw++) {
-      let iw = ow * i32(pu(8u)) - i32(pu(10u)) + kw * i32(pu(12u));
+      let iw = win.ow * i32(pu(8u)) - i32(pu(10u)) + kw * i32(pu(12u));
       if (iw < 0 || iw >= W) {
         continue;
       }
-      let v = X[base + u32(ih * W + iw)];
+      let v = X[win.base + u32(ih * W + iw)];
       if (at < 0 || v > best || (v != v && best == best)) {
         best = v;
         at = ih * W + iw;

@@ -1,18 +1,16 @@
 // Sum, mean, max or min over a set of dimensions. An output element's inputs
-// are walked through their own sizes and strides, by one invocation
-// (${SERIAL}, many outputs or short reductions) or by a workgroup combining
-// through workgroup memory (few long reductions; see rms_norm.wgsl).
+// are walked through their own sizes and strides, by one invocation or by a
+// workgroup (_rows.wgsl: an output is a row).
 //
 // params: 0 outputs, 1 reduced count, 2 kept rank, 3 reduced rank,
 //         8.. kept sizes, 16.. kept strides, 24.. reduced sizes, 32.. reduced strides
 
 const OP: u32 = ${OP}u;  // 0 sum, 1 mean, 2 max, 3 min
-const SERIAL: bool = ${SERIAL};
 
 @group(0) @binding(1) var<storage, read> X: array<f32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 
-var<workgroup> part: array<f32, 64>;
+#include "_rows.wgsl"
 
 fn combine(a: f32, b: f32) -> f32 {
   if (OP == 2u) {
@@ -46,7 +44,7 @@ fn output_base(o: u32) -> u32 {
   return base;
 }
 
-fn element(base: u32, r: u32) -> f32 {
+fn value_at(base: u32, r: u32) -> f32 {
   var rr = r;
   var at = base;
   for (var d = i32(pu(3u)) - 1; d >= 0; d--) {
@@ -66,22 +64,21 @@ fn finish(o: u32, v: f32) {
   }
 }
 
-fn serial(o: u32) {
-  if (o < pu(0u)) {
-    let base = output_base(o);
-    var acc = start();
-    for (var r = 0u; r < pu(1u); r++) {
-      acc = combine(acc, element(base, r));
-    }
-    finish(o, acc);
+fn serial_row(o: u32) {
+  let base = output_base(o);
+  var acc = start();
+  for (var r = 0u; r < pu(1u); r++) {
+    acc = combine(acc, value_at(base, r));
   }
+  finish(o, acc);
 }
 
-fn shared_output(o: u32, lid: u32) {
+// Not workgroup_sum: max and min propagate NaN (combine).
+fn shared_row(o: u32, lid: u32) {
   let base = output_base(o);
   var acc = start();
   for (var r = lid; r < pu(1u); r += 64u) {
-    acc = combine(acc, element(base, r));
+    acc = combine(acc, value_at(base, r));
   }
   part[lid] = acc;
   workgroupBarrier();
@@ -93,18 +90,5 @@ fn shared_output(o: u32, lid: u32) {
   }
   if (lid == 0u) {
     finish(o, part[0]);
-  }
-}
-
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-        @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  if (SERIAL) {
-    serial(flat_id(gid, nwg, 64u));
-  } else {
-    let o = wid.x + wid.y * nwg.x;
-    if (o < pu(0u)) {
-      shared_output(o, lid.x);
-    }
   }
 }

@@ -9,12 +9,9 @@
 @group(0) @binding(3) var<storage, read> SIN: array<f32>;
 @group(0) @binding(4) var<storage, read_write> Y: array<f32>;
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let p = flat_id(gid, nwg, 64u);
-  if (p >= pu(0u)) {
-    return;
-  }
+#include "_element.wgsl"
+
+fn element(p: u32) {
   let S = pu(1u);
   let H = pu(2u);
   let half = pu(3u);

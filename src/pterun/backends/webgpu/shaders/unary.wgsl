@@ -7,12 +7,9 @@
 @group(0) @binding(1) var<storage, read> X: array<${TX}>;
 @group(0) @binding(2) var<storage, read_write> Y: array<${TO}>;
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = flat_id(gid, nwg, 64u);
-  if (i >= pu(0u)) {
-    return;
-  }
+#include "_element.wgsl"
+
+fn element(i: u32) {
   let s0 = bitcast<${TC}>(pu(1u));
   let s1 = bitcast<${TC}>(pu(2u));
   let x = ${TC}(X[i]);
