@@ -213,10 +213,7 @@ def _load_program(
     program_verification: Verification = Verification.Minimal,
     data_path: str | None = None,
 ) -> ExecuTorchProgram:
-    program = Runtime.get().load_program(
-        os.fspath(path), verification=_verification(program_verification), data_path=data_path
-    )
-    return ExecuTorchProgram(program)
+    return _program(os.fspath(path), program_verification, data_path)
 
 
 def _load_program_from_buffer(
@@ -226,9 +223,11 @@ def _load_program_from_buffer(
     program_verification: Verification = Verification.Minimal,
     data_path: str | None = None,
 ) -> ExecuTorchProgram:
-    program = Runtime.get().load_program(
-        bytes(buffer), verification=_verification(program_verification), data_path=data_path
-    )
+    return _program(bytes(buffer), program_verification, data_path)
+
+
+def _program(source, program_verification: Verification, data_path: str | None) -> ExecuTorchProgram:
+    program = Runtime.get().load_program(source, verification=_verification(program_verification), data_path=data_path)
     return ExecuTorchProgram(program)
 
 

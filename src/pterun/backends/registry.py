@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 from pterun.backends.interface import BackendInterface
+from pterun.core.lazy import LazyTable
 from pterun.errors import InvalidArgument, NotFound
 
 
@@ -13,31 +13,23 @@ class BackendRegistry:
     """Maps backend ids to backends. Built-ins are registered by factory and imported on first use."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._backends: dict[str, BackendInterface] = {}
-        self._factories: dict[str, Callable[[], BackendInterface]] = {}
+        self._table: LazyTable[str, BackendInterface] = LazyTable()
 
     def register(self, name: str, backend: BackendInterface | Callable[[], BackendInterface]) -> None:
         """Registers a backend (or a factory that makes it) under ``name``; a name can be registered once."""
-        with self._lock:
-            if name in self._backends or name in self._factories:
+        with self._table.lock:
+            if name in self._table:
                 raise InvalidArgument(f"a backend named {name!r} is already registered")
             if isinstance(backend, BackendInterface):
-                self._backends[name] = backend
+                self._table.add(name, backend)
             else:
-                self._factories[name] = backend
+                self._table.add_factory(name, backend)
 
     def get(self, name: str) -> BackendInterface:
-        with self._lock:
-            backend = self._backends.get(name)
-            if backend is None:
-                factory = self._factories.pop(name, None)
-                if factory is None:
-                    raise NotFound(
-                        f"backend {name!r} is not registered; registered: {', '.join(sorted(self.names)) or 'none'}"
-                    )
-                backend = self._backends[name] = factory()
-            return backend
+        backend = self._table.get(name)
+        if backend is None:
+            raise NotFound(f"backend {name!r} is not registered; registered: {', '.join(self.names) or 'none'}")
+        return backend
 
     def is_available(self, name: str) -> bool:
         try:
@@ -49,4 +41,4 @@ class BackendRegistry:
 
     @property
     def names(self) -> list[str]:
-        return sorted(set(self._backends) | set(self._factories))
+        return sorted(self._table.keys())

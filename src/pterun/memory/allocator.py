@@ -19,13 +19,13 @@ thread that runs methods.
 
 from __future__ import annotations
 
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import torch
 
 from pterun.core.device import Device, DeviceType
+from pterun.core.lazy import LazyTable
 from pterun.errors import ErrorCode, InvalidArgument, MemoryAllocationFailed, NotFound, RegistrationAlreadyRegistered
 from pterun.memory.buffer import DeviceMemoryBuffer
 
@@ -73,44 +73,38 @@ class AllocatorRegistry:
     """One allocator per device type. Built-ins may be registered lazily, by factory."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._allocators: dict[DeviceType, Allocator] = {}
-        self._factories: dict[DeviceType, Callable[[], Allocator]] = {}
+        self._table: LazyTable[DeviceType, Allocator] = LazyTable()
 
     def register(self, allocator: Allocator) -> None:
         device_type = DeviceType(allocator.device_type)
-        with self._lock:
-            if device_type in self._allocators or device_type in self._factories:
-                existing = self._allocators.get(device_type) or "a built-in allocator"
+        with self._table.lock:
+            if device_type in self._table:
+                existing = self._table.made(device_type) or "a built-in allocator"
                 raise AllocatorAlreadyRegistered(
                     f"an allocator is already registered for device type {device_type.name} ({existing}); "
                     f"cannot also register {allocator!r}"
                 )
-            self._allocators[device_type] = allocator
+            self._table.add(device_type, allocator)
 
     def register_lazy(self, device_type: DeviceType, factory: Callable[[], Allocator]) -> None:
         """Registers an allocator made on first use, so registering touches no device."""
-        with self._lock:
-            if device_type in self._allocators or device_type in self._factories:
+        with self._table.lock:
+            if device_type in self._table:
                 raise AllocatorAlreadyRegistered(f"an allocator is already registered for device type {device_type.name}")
-            self._factories[device_type] = factory
+            self._table.add_factory(device_type, factory)
 
     def get(self, device_type: DeviceType) -> Allocator:
-        with self._lock:
-            allocator = self._allocators.get(device_type)
-            if allocator is None:
-                factory = self._factories.pop(device_type, None)
-                if factory is None:
-                    raise NotFound(
-                        f"no allocator registered for device type {DeviceType(device_type).name}; "
-                        f"registered: {', '.join(sorted(t.name for t in self.device_types)) or 'none'}"
-                    )
-                allocator = self._allocators[device_type] = factory()
-            return allocator
+        allocator = self._table.get(device_type)
+        if allocator is None:
+            raise NotFound(
+                f"no allocator registered for device type {DeviceType(device_type).name}; "
+                f"registered: {', '.join(sorted(t.name for t in self.device_types)) or 'none'}"
+            )
+        return allocator
 
     @property
     def device_types(self) -> set[DeviceType]:
-        return set(self._allocators) | set(self._factories)
+        return self._table.keys()
 
     def allocate(self, nbytes: int, device: Device, alignment: int = DEFAULT_ALIGNMENT) -> DeviceMemoryBuffer:
         return self.get(device.type).allocate(nbytes, device.index, alignment)

@@ -19,18 +19,8 @@ from pterun.errors import InvalidProgram, NotFound
 NAMED = 0xFFFFFFFFFFFFFFFF  # VkBytes.offset of a constant kept in the program's named data
 
 
-class DType(enum.IntEnum):
-    """VkDataType."""
-
-    BOOL = 0
-    UINT8 = 1
-    INT8 = 2
-    INT32 = 3
-    FLOAT16 = 4
-    FLOAT32 = 5
-    FLOAT64 = 6
-    INT64 = 7
-    UNSET = 127
+# VkDataType as an enum: the generated class is a plain namespace of ints.
+DType = enum.IntEnum("DType", {k: v for k, v in vars(fb.VkDataType).items() if not k.startswith("_")})
 
 
 @dataclass
