@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.differential import LOWERINGS, check_model
-
-lowerings = pytest.mark.parametrize("lower", LOWERINGS)
+from tests.support.differential import check_model, lowerings
 
 
 @lowerings

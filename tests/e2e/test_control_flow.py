@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 from functorch.experimental.control_flow import map as control_map
 from torch.export import Dim
 
-from pterun.format import Dynamism, JumpFalseCall, MoveCall, ProgramFile
-from tests.support.differential import LOWERINGS, check, load
+from pterun.format import Dynamism, JumpFalseCall, MoveCall
+from tests.support.differential import check, load, lowerings, seeded
 from tests.support.exporting import ExportSpec, export_program
-
-lowerings = pytest.mark.parametrize("lower", LOWERINGS)
-
-
-def _seeded(seed: int, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-def _instructions(exported, method: str = "forward"):
-    return ProgramFile(exported.pte).plan(method).instructions
+from tests.support.premises import method_plan
 
 
 class Branches(torch.nn.Module):
@@ -45,15 +35,15 @@ def test_cond_takes_both_branches(lower):
         f"cf-cond-{lower}",
         lambda: ExportSpec(Branches(), (torch.randn(3, 4), torch.randn(3, 4)), lower=lower),
     )
-    instructions = _instructions(exported)
+    instructions = method_plan(exported).instructions
     assert any(isinstance(i, JumpFalseCall) for i in instructions), "cond was not lowered to jumps"
     assert any(isinstance(i, MoveCall) for i in instructions), "the branches' results are not moved"
     program = load(exported)
     taken = set()
     for seed in range(6):
-        x = _seeded(seed, 3, 4) + (1.0 if seed % 2 else -1.0)
+        x = seeded(seed, 3, 4) + (1.0 if seed % 2 else -1.0)
         taken.add(bool(x.sum() > 0))
-        check(exported, (x, _seeded(seed + 20, 3, 4)), program=program)
+        check(exported, (x, seeded(seed + 20, 3, 4)), program=program)
     assert taken == {True, False}
 
 
@@ -74,11 +64,11 @@ def test_nested_cond(lower):
         return ExportSpec(NestedCond(), (torch.randn(5), torch.tensor([True, False])), lower=lower)
 
     exported = export_program(f"cf-nested-cond-{lower}", build)
-    assert sum(isinstance(i, JumpFalseCall) for i in _instructions(exported)) >= 4
+    assert sum(isinstance(i, JumpFalseCall) for i in method_plan(exported).instructions) >= 4
     program = load(exported)
     for seed, flag in [(0, [True, False]), (1, [False, False]), (2, [True, True])]:
         for shift in (0.0, 3.0):
-            check(exported, (_seeded(seed, 5) * 0.1 + shift, torch.tensor(flag)), program=program)
+            check(exported, (seeded(seed, 5) * 0.1 + shift, torch.tensor(flag)), program=program)
 
 
 class Mapped(torch.nn.Module):
@@ -97,12 +87,12 @@ def test_map_loops_over_the_leading_dimension(lower):
         return ExportSpec(Mapped(), (torch.randn(3, 2, 4), torch.randn(4)), lower=lower)
 
     exported = export_program(f"cf-map-{lower}", build)
-    instructions = _instructions(exported)
+    instructions = method_plan(exported).instructions
     assert any(isinstance(i, JumpFalseCall) for i in instructions), "map was not lowered to a loop"
     program = load(exported)
     # Twice through one method: the loop counter must be reset for the second call.
     for seed in range(3):
-        check(exported, (_seeded(seed, 3, 2, 4), _seeded(seed + 9, 4)), program=program)
+        check(exported, (seeded(seed, 3, 2, 4), seeded(seed + 9, 4)), program=program)
 
 
 @lowerings
@@ -119,11 +109,11 @@ def test_map_with_dynamic_trip_count(lower):
         )
 
     exported = export_program(f"cf-map-dynamic-{lower}", build)
-    plan = ProgramFile(exported.pte).plan("forward")
+    plan = method_plan(exported)
     assert plan.values[plan.inputs[0]].dynamism == Dynamism.DYNAMIC_BOUND
     program = load(exported)
     for size in (3, 6, 2, 5):
-        check(exported, (_seeded(size, size, 2, 4), _seeded(size + 9, 4)), program=program)
+        check(exported, (seeded(size, size, 2, 4), seeded(size + 9, 4)), program=program)
 
 
 class CumulativeScan(torch.nn.Module):
@@ -143,9 +133,9 @@ def test_scan_carries_state(lower):
         return ExportSpec(CumulativeScan(), (torch.randn(3), torch.randn(5, 3)), lower=lower)
 
     exported = export_program(f"cf-scan-{lower}", build)
-    assert any(isinstance(i, JumpFalseCall) for i in _instructions(exported)), (
+    assert any(isinstance(i, JumpFalseCall) for i in method_plan(exported).instructions), (
         "scan was not lowered to a loop"
     )
     program = load(exported)
     for seed in range(3):
-        check(exported, (_seeded(seed, 3), _seeded(seed + 5, 5, 3)), program=program)
+        check(exported, (seeded(seed, 3), seeded(seed + 5, 5, 3)), program=program)

@@ -12,11 +12,9 @@ import torch
 
 from pterun.format import Dynamism, ProgramFile, TensorSpec
 from tests.support.compare import assert_matches
-from tests.support.differential import LOWERINGS, check_model, export_model, flat, load
+from tests.support.differential import check_model, export_model, flat, load, lowerings
 from tests.support.models import VOCAB, tokens
 from tests.support.oracle import reference_module
-
-lowerings = pytest.mark.parametrize("lower", LOWERINGS)
 
 EXAMPLES = [
     "et_toy_mul",

@@ -19,10 +19,10 @@ import torch
 import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 - llama:: ops, eager and in the runtime
 import executorch.kernels.quantized  # noqa: F401 - quantized_decomposed:: out variants and kernels
 import pterun
-from pterun.format import ProgramFile
 from tests.support.compare import assert_matches
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.oracle import reference_module
+from tests.support.premises import assert_calls, method_plan
 
 _CONTEXT = 32
 _VOCAB = 128
@@ -82,11 +82,8 @@ def _llama_spec(variant: str) -> ExportSpec:
 @pytest.mark.parametrize("variant", list(_VARIANTS))
 def test_llama_generation_matches_executorch_call_by_call(variant):
     exported = export_program(f"llama-tiny-{variant}-v1", lambda: _llama_spec(variant))
-    plan = ProgramFile(exported.pte).plan("forward")
-    names = {f"{op}.{overload}" for op, overload in plan.operators}
-    missing = _VARIANTS[variant] - names
-    assert not missing, f"the program lacks {sorted(missing)}; it has {sorted(names)}"
-    assert not plan.delegates
+    assert_calls(exported.pte, _VARIANTS[variant])
+    assert not method_plan(exported).delegates
 
     ours = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
     theirs = reference_module(exported.pte)

@@ -10,53 +10,23 @@ exactly, not only the float result they lead to.
 
 from __future__ import annotations
 
+import executorch.kernels.quantized  # noqa: F401 - out variants for the exporter, kernels for the oracle
 import pytest
 import torch
-
-import executorch.kernels.quantized  # noqa: F401 - out variants for the exporter, kernels for the oracle
 import torch.ao.quantization.fx._decomposed  # noqa: F401 - the functional quantized_decomposed operators
+
 import pterun
-from pterun.format import ProgramFile
 from tests.support.compare import assert_matches
 from tests.support.exporting import ExportSpec, export_program
+from tests.support.models.small import ConvNet, ResidualMLP
 from tests.support.oracle import run_reference
+from tests.support.premises import assert_calls, method_plan
+from tests.support.quantizing import SCHEMES, quantize
 
 qd = torch.ops.quantized_decomposed
 
 
-class ConvNet(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(8)
-        self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=2)
-        self.fc = torch.nn.Linear(16, 10)
-
-    def forward(self, x):
-        y = torch.relu(self.bn(self.conv1(x)))
-        y = torch.relu(self.conv2(y))
-        return self.fc(torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1))
-
-
-class MLP(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(32, 64)
-        self.fc2 = torch.nn.Linear(64, 64)
-        self.fc3 = torch.nn.Linear(64, 10)
-
-    def forward(self, x):
-        h = torch.relu(self.fc1(x))
-        h = h + torch.relu(self.fc2(h))
-        return self.fc3(h)
-
-
-_MODELS = {"convnet": (ConvNet, (2, 3, 12, 12)), "mlp": (MLP, (4, 32))}
-_SCHEMES = {
-    "per-channel": dict(is_per_channel=True),
-    "per-tensor": dict(is_per_channel=False),
-    "dynamic": dict(is_per_channel=True, is_dynamic=True),
-}
+_MODELS = {"convnet": (ConvNet, (2, 3, 12, 12)), "mlp": (lambda: ResidualMLP(32, 64, 10), (4, 32))}
 _EXPECTED_OPS = {
     "per-channel": {"quantized_decomposed::quantize_per_tensor.out",
                     "quantized_decomposed::dequantize_per_tensor.out",
@@ -83,47 +53,22 @@ def _expose_quantized_activations(gm: torch.fx.GraphModule) -> torch.fx.GraphMod
     return gm
 
 
-class _Holder(torch.nn.Module):
-    # eval() on a converted graph module returns None; the exporter expects the module back.
-    def __init__(self, inner: torch.nn.Module):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, x):
-        return self.inner(x)
-
-
 def _quantized_spec(model_name: str, scheme: str) -> ExportSpec:
-    from torchao.quantization.pt2e import allow_exported_model_train_eval
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer, get_symmetric_quantization_config,
-    )
-
     cls, shape = _MODELS[model_name]
     torch.manual_seed(0)
     model = cls().eval()
     example = (torch.randn(shape),)
-    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(**_SCHEMES[scheme]))
-    prepared = prepare_pt2e(torch.export.export(model, example).module(), quantizer)
     g = torch.Generator().manual_seed(1)
-    for _ in range(8):
-        prepared(torch.randn(shape, generator=g))
-    converted = _expose_quantized_activations(convert_pt2e(prepared))
-    allow_exported_model_train_eval(converted)  # the exporter puts the module in eval mode
-    return ExportSpec(_Holder(converted), example)
+    calibration = ((torch.randn(shape, generator=g),) for _ in range(8))
+    return ExportSpec(quantize(model, example, calibration, scheme, after=_expose_quantized_activations), example)
 
 
 def _check_premise(exported, expected_ops: set[str]) -> None:
-    plan = ProgramFile(exported.pte).plan("forward")
-    names = {f"{op}.{overload}" for op, overload in plan.operators}
-    missing = expected_ops - names
-    assert not missing, f"the program lacks {sorted(missing)}; it has {sorted(names)}"
-    assert not plan.delegates, "the program must run every operator itself, not through a delegate"
+    assert_calls(exported.pte, expected_ops)
+    assert not method_plan(exported).delegates, "the program must run every operator itself, not through a delegate"
 
 
-@pytest.mark.parametrize("scheme", list(_SCHEMES))
+@pytest.mark.parametrize("scheme", list(SCHEMES))
 @pytest.mark.parametrize("model_name", list(_MODELS))
 def test_pt2e_quantized_model_matches_executorch(model_name, scheme):
     exported = export_program(f"pt2e-{model_name}-{scheme}-v1", lambda: _quantized_spec(model_name, scheme))

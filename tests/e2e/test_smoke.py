@@ -3,22 +3,17 @@ import torch
 import pterun
 from tests.support.compare import assert_matches
 from tests.support.exporting import ExportSpec, export_program
+from tests.support.models.small import MLP
 from tests.support.oracle import run_reference
 
 
-class MLP(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(16, 32)
-        self.fc2 = torch.nn.Linear(32, 4)
-
-    def forward(self, x):
-        return self.fc2(torch.nn.functional.gelu(self.fc1(x))).softmax(-1)
+def _spec() -> ExportSpec:
+    return ExportSpec(MLP(16, 32, 4, torch.nn.functional.gelu, lambda y: y.softmax(-1)), (torch.randn(2, 16),))
 
 
 def test_mlp_matches_executorch():
     torch.manual_seed(0)
-    exported = export_program("smoke-mlp", lambda: ExportSpec(MLP(), (torch.randn(2, 16),)))
+    exported = export_program("smoke-mlp", _spec)
     x = torch.randn(2, 16)
     program = pterun.Runtime.get().load_program(exported.pte)
     out = program.load_method("forward").execute([x])

@@ -11,10 +11,8 @@ from __future__ import annotations
 import pytest
 
 from pterun.format import Dynamism, ProgramFile
-from tests.support.differential import LOWERINGS, check, check_model, export_model, load
+from tests.support.differential import check, check_model, export_model, load, lowerings
 from tests.support.models import SEQ_LENGTHS, build
-
-lowerings = pytest.mark.parametrize("lower", LOWERINGS)
 
 LANGUAGE_MODELS = ["llama", "qwen3", "gpt2", "bert", "distilbert", "t5", "deberta_v2", "mamba", "clip"]
 

@@ -1,6 +1,6 @@
 """transformers vision models (random weights, small configs) against ExecuTorch's runtime.
 
-Channels-last inputs are covered in test_program_features.py with a hand-made block: these models
+Channels-last inputs are covered in test_program_outputs.py with a hand-made block: these models
 cannot run channels-last on ExecuTorch's portable kernels (its batch norm and permute_copy take
 contiguous tensors only, and refuse mixed dim orders).
 """
@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.differential import LOWERINGS, check_model
-
-lowerings = pytest.mark.parametrize("lower", LOWERINGS)
+from tests.support.differential import check_model, lowerings
 
 
 @lowerings

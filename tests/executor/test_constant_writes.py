@@ -283,10 +283,15 @@ class _Doubler(BackendInterface):
         return [len(args) - 1] if self.precise else super().written_arguments(handle, args)
 
 
-def _delegate_runtime(precise: bool) -> pterun.Runtime:
+def _runtime_with(backend: BackendInterface) -> pterun.Runtime:
+    """A runtime whose "Doubler" backend is ``backend``."""
     backends = default_backend_registry()
-    backends.register("Doubler", _Doubler(precise))
+    backends.register("Doubler", backend)
     return pterun.Runtime(Registries(default_registry(), backends, default_allocators()))
+
+
+def _delegate_runtime(precise: bool) -> pterun.Runtime:
+    return _runtime_with(_Doubler(precise))
 
 
 def _delegated(args) -> bytes:
@@ -320,9 +325,7 @@ def test_a_delegate_naming_arguments_it_does_not_have_is_refused():
         def written_arguments(self, handle, args):
             return [len(args)]
 
-    backends = default_backend_registry()
-    backends.register("Doubler", Wild(True))
-    runtime = pterun.Runtime(Registries(default_registry(), backends, default_allocators()))
+    runtime = _runtime_with(Wild(True))
     error = _refused(_delegated([1, 2]), runtime=runtime)
     assert "instruction 0 (delegate Doubler)" in str(error) and "names arguments [2] of 2" in str(error)
 

@@ -12,15 +12,7 @@ from torch.profiler import ProfilerActivity, profile
 import pterun
 from pterun.cli.main import example_program
 from tests.support.exporting import ExportSpec, export_program
-
-
-class MLP(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8))
-
-    def forward(self, x):
-        return self.layers(x).sigmoid()
+from tests.support.models.small import MLP
 
 
 def _tensor_allocations(fn) -> list[str]:
@@ -31,7 +23,7 @@ def _tensor_allocations(fn) -> list[str]:
 
 def test_execute_allocates_no_tensor_memory():
     torch.manual_seed(0)
-    exported = export_program("steady-mlp-tanh", lambda: ExportSpec(MLP(), (torch.randn(4, 32),)))
+    exported = export_program("steady-mlp-tanh", lambda: ExportSpec(MLP(32, 64, 8, torch.tanh, torch.sigmoid), (torch.randn(4, 32),)))
     method = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
     x = torch.randn(4, 32)
     for _ in range(3):

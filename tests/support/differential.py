@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 import torch
 from torch.utils._pytree import tree_leaves
 
@@ -19,6 +20,12 @@ from tests.support.models import build
 from tests.support.oracle import run_reference
 
 LOWERINGS = ("portable", "transform")
+lowerings = pytest.mark.parametrize("lower", LOWERINGS)  # a test of each lowering
+
+
+def seeded(seed: int, *shape: int) -> torch.Tensor:
+    """A standard normal tensor drawn from a generator of its own, seeded with ``seed``."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
 def flat(inputs) -> list:
@@ -29,8 +36,9 @@ def load(exported: Exported) -> pterun.Program:
     return pterun.Runtime.get().load_program(exported.pte, data_path=list(exported.ptd) or None)
 
 
-def export_model(name: str, lower: str, **spec) -> Exported:
-    """Exports the model ``name`` of tests.support.models (once per run and lowering)."""
+def export_model(name: str, lower, *, key: str | None = None, **spec) -> Exported:
+    """Exports the model ``name`` of tests.support.models (once per run and lowering; ``lower`` as ExportSpec
+    takes it, under ``key`` when it is no lowering's name)."""
 
     def make() -> ExportSpec:
         model = build(name)
@@ -39,7 +47,7 @@ def export_model(name: str, lower: str, **spec) -> Exported:
         )
 
     suffix = "".join(f"-{k}" for k in sorted(spec))
-    return export_program(f"model-{name}-{lower}{suffix}", make)
+    return export_program(key or f"model-{name}-{lower}{suffix}", make)
 
 
 def check(

@@ -7,33 +7,21 @@ from torch.export import Dim
 
 from tests.backends.xnnpack.programs import export_quantized, quantized_inputs
 from tests.support.exporting import Exported, ExportSpec, export_program
+from tests.support.models.small import ResidualMLP
 
 
-class MLP(torch.nn.Module):
-    def __init__(self, width: int = 20, hidden: int = 64) -> None:
-        super().__init__()
-        self.fc1 = torch.nn.Linear(width, hidden)
-        self.fc2 = torch.nn.Linear(hidden, hidden)
-        self.fc3 = torch.nn.Linear(hidden, 10)
-
-    def forward(self, x):
-        h = torch.relu(self.fc1(x))
-        h = h + torch.tanh(self.fc2(h))
-        return self.fc3(h)
+def _mlp() -> ResidualMLP:
+    torch.manual_seed(0)
+    return ResidualMLP(20, 64, 10, act=torch.tanh)
 
 
 def float_mlp() -> Exported:
-    def make() -> ExportSpec:
-        torch.manual_seed(0)
-        return ExportSpec(MLP(), (torch.randn(4, 20),))
-
-    return export_program("threads-mlp", make)
+    return export_program("threads-mlp", lambda: ExportSpec(_mlp(), (torch.randn(4, 20),)))
 
 
 def dynamic_mlp() -> Exported:
     def make() -> ExportSpec:
-        torch.manual_seed(0)
-        return ExportSpec(MLP(), (torch.randn(4, 20),), dynamic_shapes=({0: Dim("batch", min=1, max=16)},))
+        return ExportSpec(_mlp(), (torch.randn(4, 20),), dynamic_shapes=({0: Dim("batch", min=1, max=16)},))
 
     return export_program("threads-mlp-dynamic", make)
 

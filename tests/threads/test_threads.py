@@ -152,10 +152,15 @@ def _assert_refused(info, *fragments):
         assert fragment in str(error), f"{fragment!r} not in {str(error)!r}"
 
 
-def test_another_thread_cannot_mix_into_inputs_being_set():
+def _two_calls():
+    """The float MLP's method, two inputs, and its output for each computed on this thread."""
     method = _load(float_mlp()).load_method("forward")
     x, y = float_inputs(1), float_inputs(2)
-    want_x, want_y = method.execute(x)[0], method.execute(y)[0]
+    return method, x, y, method.execute(x)[0], method.execute(y)[0]
+
+
+def test_another_thread_cannot_mix_into_inputs_being_set():
+    method, x, y, want_x, want_y = _two_calls()
     with ThreadPoolExecutor(1, thread_name_prefix="stepper") as stepper:
         stepper.submit(method.set_inputs, x).result()
         name = stepper.submit(lambda: threading.current_thread().name).result()
@@ -172,9 +177,7 @@ def test_another_thread_cannot_mix_into_inputs_being_set():
 
 
 def test_outputs_of_a_run_another_thread_overwrote_are_refused():
-    method = _load(float_mlp()).load_method("forward")
-    x, y = float_inputs(1), float_inputs(2)
-    want_x, want_y = method.execute(x)[0], method.execute(y)[0]
+    method, x, y, want_x, want_y = _two_calls()
     with ThreadPoolExecutor(1, thread_name_prefix="stepper") as stepper:
         stepper.submit(method.set_inputs, x).result()
         stepper.submit(method.run).result()

@@ -16,8 +16,10 @@ import torch
 from pterun.backends.xnnpack.blob import split_blob
 from pterun.backends.xnnpack.graph import Graph, PerTensor, read_graph
 from pterun.format import ProgramFile
+from tests.support import differential
 from tests.support.exporting import Exported, ExportSpec, export_program
-from tests.support.models import build
+from tests.support.models.small import BranchyConvNet, ConvDecoder, ResidualMLP
+from tests.support.quantizing import quantize
 
 BACKEND = "XnnpackBackend"
 
@@ -30,12 +32,7 @@ def partitioners() -> list:
 
 def export_model(name: str) -> Exported:
     """A model of tests.support.models, lowered to XNNPACK (dynamic shapes as the model declares them)."""
-
-    def make() -> ExportSpec:
-        model = build(name)
-        return ExportSpec(model.module, model.example_inputs, dynamic_shapes=model.dynamic_shapes, lower=partitioners)
-
-    return export_program(f"xnnpack-{name}", make)
+    return differential.export_model(name, partitioners, key=f"xnnpack-{name}")
 
 
 def graphs(pte: Path, method: str = "forward") -> list[Graph]:
@@ -105,62 +102,10 @@ def export_zoo() -> Exported:
 
 # -- quantized models --------------------------------------------------------------------------
 
-class QConvNet(torch.nn.Module):
-    """Convolutions (plain, strided, depthwise) with batch norm and ReLU/ReLU6, max pooling, a residual
-    add, a channel concatenation, a multiply, global average pooling and a classifier."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(16)
-        self.dw = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
-        self.pw = torch.nn.Conv2d(16, 16, 1)
-        self.down = torch.nn.Conv2d(16, 24, 3, stride=2, padding=1)
-        self.side = torch.nn.Conv2d(16, 8, 1, stride=2)
-        self.gate = torch.nn.Conv2d(32, 32, 1)
-        self.fc = torch.nn.Linear(32, 10)
-
-    def forward(self, x):
-        y = torch.relu(self.bn(self.stem(x)))
-        y = y + self.pw(torch.nn.functional.relu6(self.dw(y)))
-        y = torch.nn.functional.max_pool2d(y, 2)
-        y = torch.cat([torch.relu(self.down(y)), self.side(y)], dim=1)
-        y = y * self.gate(y)
-        return self.fc(torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1))
-
-
-class QMLP(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = torch.nn.Linear(48, 96)
-        self.fc2 = torch.nn.Linear(96, 96)
-        self.fc3 = torch.nn.Linear(96, 12)
-
-    def forward(self, x):
-        h = torch.relu(self.fc1(x))
-        h = h + torch.relu(self.fc2(h))
-        return self.fc3(h)
-
-
-class QDecoder(torch.nn.Module):
-    """A transposed convolution between convolutions, with a hardtanh (a clamp)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.enc = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
-        self.up = torch.nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1)
-        self.head = torch.nn.Conv2d(6, 4, 3, padding=1)
-
-    def forward(self, x):
-        y = self.up(torch.relu(self.enc(x)))
-        return self.head(torch.nn.functional.hardtanh(y, -0.5, 0.5))
-
-
-QUANT_MODELS = {"convnet": (QConvNet, (2, 3, 16, 16)), "mlp": (QMLP, (8, 48)), "decoder": (QDecoder, (1, 3, 12, 12))}
-SCHEMES = {
-    "per-channel": {"is_per_channel": True},
-    "per-tensor": {"is_per_channel": False},
-    "dynamic": {"is_per_channel": True, "is_dynamic": True},
+QUANT_MODELS = {
+    "convnet": (BranchyConvNet, (2, 3, 16, 16)),
+    "mlp": (lambda: ResidualMLP(48, 96, 12), (8, 48)),
+    "decoder": (ConvDecoder, (1, 3, 12, 12)),
 }
 
 
@@ -169,36 +114,14 @@ def quantized_inputs(model: str, seed: int, scale: float = 1.0) -> tuple:
     return (torch.randn(shape, generator=torch.Generator().manual_seed(100 + seed)) * scale,)
 
 
-class _Holder(torch.nn.Module):
-    # eval() on a converted graph module returns None; the exporter expects the module back.
-    def __init__(self, inner: torch.nn.Module) -> None:
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, x):
-        return self.inner(x)
-
-
 def export_quantized(model: str, scheme: str) -> Exported:
     def make() -> ExportSpec:
-        from torchao.quantization.pt2e import allow_exported_model_train_eval
-        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-            XNNPACKQuantizer, get_symmetric_quantization_config,
-        )
-
         cls, _ = QUANT_MODELS[model]
         torch.manual_seed(0)
         module = cls().eval()
         example = quantized_inputs(model, 0)
-        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(**SCHEMES[scheme]))
-        prepared = prepare_pt2e(torch.export.export(module, example).module(), quantizer)
-        for seed in range(1, 9):
-            prepared(*quantized_inputs(model, seed))
-        converted = convert_pt2e(prepared)
-        allow_exported_model_train_eval(converted)  # the exporter puts the module in eval mode
-        return ExportSpec(_Holder(converted), example, lower=partitioners)
+        calibration = (quantized_inputs(model, seed) for seed in range(1, 9))
+        return ExportSpec(quantize(module, example, calibration, scheme), example, lower=partitioners)
 
     return export_program(f"xnnpack-q-{model}-{scheme}", make)
 

@@ -20,13 +20,10 @@ import torch
 import torch.nn.functional as F
 
 import pterun
-from pterun.backends.xnnpack._generated import xnngraph_layout
-from pterun.backends.xnnpack.blob import split_blob
 from pterun.errors import ErrorCode, InvalidProgram, PteError
-from pterun.format import ProgramFile
 from tests.backends.xnnpack.programs import export_quantized, node_kinds, partitioners
-from tests.executor.test_malformed import StructureMap, _walk_flatbuffer
 from tests.support.exporting import ExportSpec, export_program
+from tests.support.file_structure import map_xnnpack_blobs
 from tests.support.oracle import run_reference
 
 # Every float the schema has, as the structure walker names them.
@@ -61,17 +58,8 @@ def _float_model():
 
 def float_fields(pte: Path) -> list[tuple[str, int]]:
     """(field name, position in the .pte) of every float in the method's XNNPACK blobs."""
-    data = pte.read_bytes()
-    program = ProgramFile(pte)
-    found = []
-    for d in program.plan("forward").delegates:
-        blob = bytes(program.delegate_data(d.inline, d.index))
-        flatbuffer = bytes(split_blob(memoryview(blob)).flatbuffer)
-        at = data.find(blob) + blob.find(flatbuffer)
-        m = StructureMap(len(flatbuffer))
-        _walk_flatbuffer(flatbuffer, xnngraph_layout, m)
-        found += [(f.name, at + f.pos) for f in m.fields if f.name in FLOAT_FIELDS]
-    return found
+    fields, _ = map_xnnpack_blobs(pte.read_bytes(), ["forward"])
+    return [(f.name, f.pos) for f in fields if f.name in FLOAT_FIELDS]
 
 
 @pytest.fixture(scope="module")

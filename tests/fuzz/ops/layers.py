@@ -188,13 +188,16 @@ def conv_transpose2d(ctx, x, out, kernel, stride, padding, output_padding, group
     )
 
 
-def propose_pool(g):
-    v = g.pick(
-        dtypes=("float32",),
-        min_rank=3,
-        max_rank=4,
+def _float_image(g, min_rank: int = 3):
+    """A float32 tensor of rank ``min_rank`` to 4 whose last two dims (height and width) are static."""
+    return g.pick(
+        dtypes=("float32",), min_rank=min_rank, max_rank=4,
         where=lambda v: all(isinstance(d, int) for d in v.shape[-2:]),
     )
+
+
+def propose_pool(g):
+    v = _float_image(g)
     if v is None:
         return None
     kernel = [g.randint(1, min(3, s)) for s in v.shape[-2:]]
@@ -220,12 +223,7 @@ def avg_pool2d(ctx, x, kernel, stride, padding, ceil_mode, count_include_pad):
 
 
 def propose_adaptive(g):
-    v = g.pick(
-        dtypes=("float32",),
-        min_rank=3,
-        max_rank=4,
-        where=lambda v: all(isinstance(d, int) for d in v.shape[-2:]),
-    )
+    v = _float_image(g)
     if v is None:
         return None
     h, w = v.shape[-2:]
@@ -322,12 +320,7 @@ def embedding(ctx, x, num, dim):
 
 
 def propose_interpolate(g):
-    v = g.pick(
-        dtypes=("float32",),
-        min_rank=4,
-        max_rank=4,
-        where=lambda v: all(isinstance(d, int) for d in v.shape[-2:]),
-    )
+    v = _float_image(g, min_rank=4)
     if v is None:
         return None
     mode = g.choice(["nearest", "bilinear", "bilinear"])
