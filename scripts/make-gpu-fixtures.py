@@ -5,7 +5,7 @@ each program is exported, run on ExecuTorch's CPU runtime (the reference), and
 written with its inputs and expected outputs under ``fixtures/gpu`` (git-ignored),
 which travels with the working tree to the GPU machine:
 
-    corpus/<model>/   every model of tests/support/models.py (portable lowering)
+    corpus/<model>/   every model of tests/support/models/ (portable lowering)
     half/<model>-<dtype>/  models with normalization layers converted to float16 and bfloat16
     cuda/<case>/      programs lowered with pterun.export.CudaPartitioner
     fuzz/seed-<n>/    random programs of the fuzzer's GPU seeds (tests/fuzz/seeds.py), portable, with spec.json
