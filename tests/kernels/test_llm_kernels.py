@@ -15,8 +15,7 @@ import pytest
 import torch
 from executorch.extension.llm.custom_ops import op_tile_crop_aot  # noqa: F401 - preprocess::tile_crop
 
-from pterun.errors import InvalidArgument, InvalidProgram
-from pterun.kernels import default_registry, llm
+from pterun.errors import InvalidArgument
 from pterun.kernels.llm.attention import custom_quantized_sdpa, custom_sdpa, sdpa_with_kv_cache
 from pterun.kernels.llm.cache import update_cache, update_cache_with_indices
 from pterun.kernels.llm.copies import fallback, tile_crop
@@ -231,14 +230,3 @@ def test_fallback_copies():
     out = torch.empty(0)
     fallback(x, out)
     assert torch.equal(out, x)
-
-
-def test_registry_binds_every_operator_by_arity():
-    registry = default_registry()
-    for _, text in llm.KERNELS:
-        schema = torch._C.parse_schema(text)
-        nargs = len(schema.arguments)
-        factory = registry.lookup(f"{schema.name}.{schema.overload_name}")
-        assert factory(nargs + 1).positional == tuple(range(nargs))
-        with pytest.raises(InvalidProgram):
-            factory(nargs + 2)

@@ -19,8 +19,7 @@ import executorch.kernels.quantized  # noqa: F401 - registers the kernels and th
 import pytest
 import torch
 
-from pterun.errors import InvalidArgument, InvalidProgram
-from pterun.kernels import default_registry, quantized
+from pterun.errors import InvalidArgument
 from pterun.kernels.quantized import dequantize, quantize
 from pterun.kernels.quantized.add import add
 from pterun.kernels.quantized.embedding import embedding_kernel
@@ -306,15 +305,3 @@ def test_invalid_arguments_raise():
     with pytest.raises(InvalidArgument):
         embedding_kernel(8, False)(torch.zeros(4, 8, dtype=torch.int8), torch.ones(4), None, -128, 127,
                                    torch.tensor([4]), torch.empty(0))
-
-
-def test_registry_binds_every_operator_by_arity():
-    registry = default_registry()
-    for _, text in quantized.KERNELS:
-        schema = torch._C.parse_schema(text)
-        nargs = len(schema.arguments)
-        factory = registry.lookup(f"{schema.name}.{schema.overload_name}")
-        binding = factory(nargs + 1)
-        assert binding.positional == tuple(range(nargs))
-        with pytest.raises(InvalidProgram):
-            factory(nargs)

@@ -15,7 +15,8 @@ import pytest
 import torch
 from executorch.extension.llm.custom_ops import op_tile_crop_aot  # noqa: F401 - preprocess::tile_crop
 
-from pterun.kernels import KernelRegistry, llm, quantized
+from pterun.errors import InvalidProgram
+from pterun.kernels import KernelRegistry, default_registry, llm, quantized
 
 
 def _executorch_schema(name: str) -> torch.FunctionSchema:
@@ -48,3 +49,18 @@ def test_cache_updates_declare_the_cache_updated_in_place():
     for name in ("llama::update_cache.out", "llama::update_cache_with_indices.out"):
         binding = registry.lookup(name)(len(_executorch_schema(name).arguments) + 1)
         assert 1 in binding.mutates and 1 not in binding.writes, name  # (value, cache, ...)
+
+
+@pytest.mark.parametrize("module", [quantized, llm], ids=["quantized", "llm"])
+def test_every_kernel_is_bound_by_its_arity(module):
+    """Each kernel takes its schema's arguments in order, and a call passing more or fewer is a corrupt
+    program."""
+    registry = default_registry()
+    for _, text in module.KERNELS:
+        schema = torch._C.parse_schema(text)
+        nargs = len(schema.arguments)
+        factory = registry.lookup(f"{schema.name}.{schema.overload_name}")
+        assert factory(nargs + 1).positional == tuple(range(nargs))
+        for wrong in (nargs, nargs + 2):
+            with pytest.raises(InvalidProgram):
+                factory(wrong)
