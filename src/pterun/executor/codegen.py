@@ -266,13 +266,3 @@ class _Compiler:
 
 def compile_method(values: MethodValues, steps: Sequence[Step], plan: Plan) -> CompiledMethod:
     return _Compiler(values, steps, plan).compile()
-
-
-def failing_step(compiled: CompiledMethod, tb) -> int | None:
-    """The instruction whose line raised, from a traceback through the compiled function."""
-    step = None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == compiled.filename:
-            step = compiled.lines.get(tb.tb_lineno, step)
-        tb = tb.tb_next
-    return step

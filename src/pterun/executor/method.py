@@ -6,16 +6,15 @@ from collections.abc import Sequence
 
 import torch
 
-from pterun.errors import Internal, InvalidArgument, InvalidState, NotFound, PteError
+from pterun.errors import InvalidArgument, InvalidState, NotFound
 from pterun.executor.calls import CallGuard
-from pterun.executor.codegen import failing_step
 from pterun.executor.context import LoadContext
+from pterun.executor.failures import translate
 from pterun.executor.inputs import input_sequence
 from pterun.executor.load import load_method
 from pterun.executor.meta import MethodMeta
 from pterun.executor.outputs import prepare
 from pterun.executor.precision import Precision
-from pterun.executor.steps import describe
 from pterun.format import Plan, TensorSpec
 
 
@@ -158,7 +157,7 @@ class Method:
                     self._outputs = self._graph(self._args, self._graph_key())
         except Exception as exc:  # noqa: BLE001 - translated into a PteError naming the instruction
             self._outputs = None
-            raise self._translate(exc) from exc
+            raise translate(exc, self._loaded.compiled, self._loaded.steps, self._where) from exc
         finally:
             calls.busy = False
 
@@ -168,21 +167,6 @@ class Method:
             return None
         return (tuple(a.shape for a in self._args if isinstance(a, torch.Tensor)),
                 tuple(t.shape for t in self._loaded.shape_tensors))
-
-    def _translate(self, exc: Exception) -> PteError:
-        step = failing_step(self._loaded.compiled, exc.__traceback__)
-        where = self._where if step is None else f"{self._where} instruction {step} ({self._step_name(step)})"
-        if isinstance(exc, PteError):
-            return type(exc)(f"{where}: {exc.message}")
-        if isinstance(exc, (RuntimeError, ValueError, TypeError, IndexError)):
-            message = str(exc).split("\n")[0]
-            if "not resizable" in message:  # torch's words for a storage that cannot grow
-                message = "a result needs more memory than its planned upper bound"
-            return InvalidArgument(f"{where}: {message}")
-        return Internal(f"{where}: {type(exc).__name__}: {exc}")
-
-    def _step_name(self, step: int) -> str:
-        return describe(self._loaded.steps[step]) if self._loaded.steps[step] is not None else "folded"
 
     # -- introspection -----------------------------------------------------------
 

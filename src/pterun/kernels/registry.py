@@ -128,6 +128,7 @@ def fixed_arity(fn: Callable, nargs: int, name: str, *, result: bool = True, key
 class KernelRegistry:
     _kernels: dict[tuple[str, DeviceType | None], KernelFactory] = field(default_factory=dict)
     _providers: list[tuple[Provider, Callable[[], Iterable[str]]]] = field(default_factory=list)
+    _provided: dict[str, KernelFactory] = field(default_factory=dict)  # what providers made, kept
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def register(self, name: str, factory: KernelFactory, device_type: DeviceType | None = None) -> None:
@@ -139,14 +140,15 @@ class KernelRegistry:
         self._providers.append((provider, names))
 
     def lookup(self, name: str, device_type: DeviceType = DeviceType.CPU) -> KernelFactory:
-        factory = self._kernels.get((name, device_type)) or self._kernels.get((name, None))
+        factory = (self._kernels.get((name, device_type)) or self._kernels.get((name, None))
+                   or self._provided.get(name))
         if factory is not None:
             return factory
         for provider, _ in self._providers:
             factory = provider(name)
             if factory is not None:
                 with self._lock:
-                    self._kernels[(name, None)] = factory
+                    self._provided[name] = factory
                 return factory
         raise OperatorMissing(self._missing_message(name))
 
@@ -158,8 +160,13 @@ class KernelRegistry:
         return True
 
     @property
+    def registered_names(self) -> set[str]:
+        """The names registered explicitly, without those providers offer (every ATen operator)."""
+        return {name for name, _ in list(self._kernels)}  # a copy: another thread may register kernels
+
+    @property
     def names(self) -> set[str]:
-        names = {name for name, _ in list(self._kernels)}  # a copy: another thread's load may add kernels
+        names = self.registered_names
         for _, listing in self._providers:
             names.update(listing())
         return names
