@@ -96,6 +96,8 @@ class _Compiler:
         self.name = plan.name
         self.env: dict[str, object] = {}
         self.lines: list[str] = []
+        self.assigned: set[int] = set()  # locals a step has assigned, so far in the chain
+        self.early: set[int] = set()  # locals read before any step assigns them
         self.line_step: dict[int, int] = {}
         self.params = set(values.params)
         # Lists whose items change per call are updated in place before each use.
@@ -106,11 +108,21 @@ class _Compiler:
                 self.dynamic_items[li] = moving
 
     def ref(self, index: int) -> str:
+        """The name of a value the code reads."""
         if index in self.values.locals:
+            if index not in self.assigned:
+                self.early.add(index)  # read before any step assigns it: starts as its load-time object
             return f"v{index}"
         if index in self.params:
             return f"p{index}"
         return self.constant(index)
+
+    def target(self, index: int) -> str:
+        """The name of a value a step assigns."""
+        if index in self.values.locals:
+            self.assigned.add(index)
+            return f"v{index}"
+        return self.ref(index)
 
     def constant(self, index: int) -> str:
         value = self.values.objects[index]
@@ -177,7 +189,7 @@ class _Compiler:
         call_args = [exprs[p] for p in b.positional] + [f"{k}={exprs[p]}" for k, p in b.keywords]
         call = f"{fn_name}({', '.join(call_args)})"
         if b.result is not None:
-            self.emit(indent, f"{self.ref(args[b.result])} = {call}", n)
+            self.emit(indent, f"{self.target(args[b.result])} = {call}", n)
         else:
             self.emit(indent, call, n)
         for pos in b.writes:
@@ -203,7 +215,7 @@ class _Compiler:
         self.emit(indent, f"{fn_name}({list_name})", n)
         for j, a in enumerate(step.args):
             if a in self.values.locals and not isinstance(self.values.objects[a], torch.Tensor):
-                self.emit(indent, f"v{a} = {list_name}[{j}]", n)
+                self.emit(indent, f"{self.target(a)} = {list_name}[{j}]", n)
 
     def step(self, n: int, indent: int) -> None:
         step = self.steps[n]
@@ -212,27 +224,29 @@ class _Compiler:
         elif isinstance(step, DelegateStep):
             self.delegate(n, step, indent)
         elif isinstance(step, MoveCall):
-            self.emit(indent, f"v{step.target} = {self.ref(step.source)}", n)
+            source = self.ref(step.source)
+            self.emit(indent, f"{self.target(step.target)} = {source}", n)
         elif isinstance(step, FreeCall):
             pass  # memory is released when nothing refers to it any more
 
     def compile(self) -> CompiledMethod:
         params = ", ".join(f"p{i}" for i in self.values.params)
         self.emit(1, f"def run({params}):")
-        for index in sorted(self.values.locals):
-            self.emit(2, f"v{index} = {self._initial(index)}")
         jumps = [n for n, s in enumerate(self.steps) if isinstance(s, JumpFalseCall)]
         if not jumps:
             for n in range(len(self.steps)):
                 self.step(n, 2)
         else:
+            self.early.update(self.values.locals)  # blocks run in any order: every local starts defined
             self._state_machine(jumps)
         outputs = "".join(f"{self.ref(o)}, " for o in self.outputs)
         self.emit(2, f"return ({outputs})")
+        # Locals read before a step assigns them (a delegate's scalar outputs, passed in before it writes
+        # them) start as their load-time object; these lines go right after the header.
+        initial = [f"        v{index} = {self.constant(index)}" for index in sorted(self.early)]
+        self.lines[1:1] = initial
+        self.line_step = {line + len(initial): step for line, step in self.line_step.items()}
         return self._build()
-
-    def _initial(self, index: int) -> str:
-        return self.constant(index)
 
     def _state_machine(self, jumps: list[int]) -> None:
         end = len(self.steps)
