@@ -29,6 +29,7 @@ from pterun.errors import InvalidProgram
 from pterun.executor import Registries
 from pterun.format import ProgramFile
 from pterun.kernels import default_registry
+from pterun.kernels import fixed_arity
 from pterun.runtime import default_allocators
 from tests.executor import corrupt
 from tests.format import build
@@ -229,6 +230,23 @@ def test_a_quantized_kernel_writing_a_constant_is_refused():
     )
     error = _refused(data)
     assert "instruction 0 (quantized_decomposed::dequantize_per_tensor.out) writes value 7, a constant" in str(error)
+
+
+def test_a_kernel_that_declares_no_effect_is_taken_to_write_its_arguments():
+    """A kernel registered with a Binding that returns nothing and names no write would do nothing, so
+    what it writes is undeclared: passed a constant, the method is refused; passed none, it runs."""
+    runtime = pterun.Runtime()
+    written = []
+    runtime.registries.kernels.register(
+        "my::scale_into.out", fixed_arity(lambda x, out: written.append(out.copy_(x * 2)), 3, "my::scale_into.out",
+                                          result=False))
+    error = _refused(_program([X, W, build.Tensor()], [("kernel", 0, [1, 2, 2])], [("my::scale_into", "out")]),
+                     runtime=runtime)
+    assert ("instruction 0 (my::scale_into.out) passes value 1, a constant, and its kernel declares neither a "
+            "result nor the arguments it writes") in str(error)
+    data = _program([X, OUT, ("null",)], [("kernel", 0, [0, 1, 2])], [("my::scale_into", "out")], outputs=[1])
+    (out,) = runtime.load_program(data).load_method("forward").execute([torch.ones(2)])
+    assert torch.equal(out, torch.full((2,), 2.0)) and written
 
 
 def test_a_result_assigned_to_a_constant_is_refused():

@@ -151,6 +151,11 @@ def check_writes(plan: Plan, steps: Sequence, effects: MethodEffects) -> None:
             if hit:
                 detail = (f"value {vi}, a constant" if vi in constants
                           else f"value {vi}, which may share memory with constant value {min(hit)}")
+                if not e.known:
+                    raise InvalidProgram(
+                        f"{where} instruction {n} ({describe(steps[n])}) passes {detail}, and its kernel declares "
+                        f"neither a result nor the arguments it writes (Binding.writes, Binding.mutates), so it "
+                        f"may write it; constants are the program's bytes and are never written")
                 raise InvalidProgram(f"{where} instruction {n} ({describe(steps[n])}) writes {detail}; "
                                      f"constants are the program's bytes and are never written")
 

@@ -49,12 +49,16 @@ class Effect:
     shares: tuple[int, ...] = ()  # values whose memory that new object may share
     syncs: bool = False  # reads tensor values on the host: no CUDA graph can hold the step
     strided: bool = False  # reads its tensors at any strides (a copy feeding it may be a view)
+    known: bool = True  # False: the kernel declares no effect at all, so it is taken to write every argument
 
 
 def step_effect(step: Step, delegate_writes: Sequence[int] = ()) -> Effect:
     """The effect of one step; ``delegate_writes`` are the argument positions a delegate step writes."""
     if isinstance(step, KernelStep):
         b, args = step.binding, step.args
+        if b.result is None and not b.writes and not b.mutates:
+            # A kernel that returns nothing and writes nothing would do nothing: its writes are undeclared.
+            return Effect(writes=args, reads=args, syncs=b.syncs, known=False)
         return Effect(
             writes=tuple(args[p] for p in (*b.writes, *b.mutates)),
             reads=tuple(args[p] for p in (*b.positional, *(i for _, i in b.keywords)) if p not in b.writes),

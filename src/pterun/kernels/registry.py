@@ -62,6 +62,9 @@ class Binding:
       in-place update, or an ``out`` the kernel resizes itself);
     * ``aliases``: arguments the result may share memory with (a view's input).
 
+    A binding with no ``result``, ``writes`` or ``mutates`` is taken to write
+    every argument: a kernel that really did nothing would not be called.
+
     ``accepts`` gives, per argument, the value kinds it takes (named as the
     format names them, in lower case: "tensor", "int_list", "null"; None or a
     missing entry: any), and ``returns`` those of the value the result is
