@@ -276,9 +276,10 @@ def test_kernel_names_can_be_listed_while_another_thread_registers():
     registry = KernelRegistry()
     for i in range(2000):  # a listing long enough to be interrupted
         registry.register(f"custom::base{i}", lambda count: None)
-    done, errors = threading.Event(), []
+    listing, done, errors = threading.Event(), threading.Event(), []
 
     def register() -> None:
+        listing.wait()  # the other thread is listing: the registrations overlap its listings
         for i in range(5000):
             registry.register(f"custom::op{i}", lambda count: None)
         done.set()
@@ -290,6 +291,7 @@ def test_kernel_names_can_be_listed_while_another_thread_registers():
         writer.start()
         listed = 0
         while not done.is_set():
+            listing.set()
             try:
                 listed += len(registry.names) > 0
             except RuntimeError as exc:  # "dictionary changed size during iteration"
