@@ -113,7 +113,6 @@ def _worker_main() -> None:
 
     import torch
 
-    torch.set_num_threads(1)
     from pterun.errors import ErrorCode
     from pterun.runtime import Runtime
     from tests.format import build
