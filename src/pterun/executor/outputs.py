@@ -77,7 +77,12 @@ class OutputSlot:
 
 def prepare(slots: list[OutputSlot], allocators: AllocatorRegistry, args: list) -> None:
     """Gives every slot that needs one a buffer. All or nothing: if one allocation fails, no buffer changes
-    and the next call starts over."""
-    fresh = [(slot, slot.new_buffer(allocators)) for slot in slots if slot.needs_buffer]
-    for slot, tensor in fresh:
-        slot.use(tensor, args)
+    and the next call starts over. Allocates nothing when every slot has its buffer (the steady state)."""
+    fresh = None
+    for slot in slots:
+        if slot.needs_buffer:
+            fresh = fresh or []
+            fresh.append((slot, slot.new_buffer(allocators)))
+    if fresh:
+        for slot, tensor in fresh:
+            slot.use(tensor, args)
