@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from tests.support.differential import export_model, flat  # noqa: E402
 from tests.support.exporting import ExportSpec, export_program  # noqa: E402
 from tests.support.models import MODELS, build  # noqa: E402
+from tests.support.models.small import SwiGLUMLP  # noqa: E402
 from tests.support.oracle import reference_module  # noqa: E402
 
 SEEDS = (0, 1)
@@ -93,22 +94,10 @@ def half(out: Path) -> None:
             print("half", name, label)
 
 
-class SwiGLU(torch.nn.Module):
-    """A SwiGLU MLP on one token: its products are one-row matmuls (the Triton matrix-vector kernel)."""
-
-    def __init__(self, width: int = 256, hidden: int = 704):
-        super().__init__()
-        self.gate = torch.nn.Linear(width, hidden, bias=False)
-        self.up = torch.nn.Linear(width, hidden, bias=False)
-        self.down = torch.nn.Linear(hidden, width, bias=False)
-
-    def forward(self, x):
-        return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
-
-
 def swiglu(out: Path) -> None:
     torch.manual_seed(0)
-    module = SwiGLU().to(torch.bfloat16).eval()
+    # A SwiGLU MLP on one token: its products are one-row matmuls (the Triton matrix-vector kernel).
+    module = SwiGLUMLP(256, 704).to(torch.bfloat16).eval()
     x = torch.randn(1, 256, dtype=torch.bfloat16)
     exported = export_program("gpu-swiglu-bf16", lambda: ExportSpec(module, (x,)))
     calls = [[x], [torch.randn(1, 256, dtype=torch.bfloat16)]]

@@ -19,6 +19,7 @@ from pterun.backends.webgpu.graph import Graph, read_graph
 from pterun.format import ProgramFile
 from tests.support.exporting import Exported, ExportSpec, export_program
 from tests.support.models import build
+from tests.support.models.small import SwiGLUMLP
 
 BACKEND = "VulkanBackend"
 RTOL = 1e-4  # the WebGPU backend against the reference (ExecuTorch's CPU runtime or PyTorch)
@@ -32,19 +33,6 @@ def partitioners() -> list:
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(5000 + seed)
-
-
-class SwiGLUMLP(torch.nn.Module):
-    """A Llama feed-forward block: down(silu(gate(x)) * up(x)), odd sizes on purpose."""
-
-    def __init__(self, dim: int = 48, hidden: int = 136) -> None:
-        super().__init__()
-        self.gate = torch.nn.Linear(dim, hidden, bias=False)
-        self.up = torch.nn.Linear(dim, hidden, bias=False)
-        self.down = torch.nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x):
-        return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
 
 
 class ConvNet(torch.nn.Module):

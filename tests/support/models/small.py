@@ -110,3 +110,16 @@ class ConvDecoder(torch.nn.Module):
     def forward(self, x):
         y = self.up(torch.relu(self.enc(x)))
         return self.head(torch.nn.functional.hardtanh(y, -0.5, 0.5))
+
+
+class SwiGLUMLP(torch.nn.Module):
+    """A Llama feed-forward block: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, dim: int = 48, hidden: int = 136) -> None:
+        super().__init__()
+        self.gate = torch.nn.Linear(dim, hidden, bias=False)
+        self.up = torch.nn.Linear(dim, hidden, bias=False)
+        self.down = torch.nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
