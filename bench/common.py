@@ -22,7 +22,7 @@ def report(title: str, rows: dict[str, list[Timing]], base: str, against: list[s
     if not rows:
         console.print(f"{title}: no results")
         return {}
-    ways = [t.name for t in next(iter(rows.values()))]
+    ways = list(dict.fromkeys(t.name for timings in rows.values() for t in timings))  # every way, first seen first
     table.add_column("model")
     for way in ways:
         table.add_column(f"{way} ms", justify="right")

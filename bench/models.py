@@ -19,6 +19,17 @@ import torch
 SET: dict[str, Callable[[], tuple[torch.nn.Module, tuple]]] = {}
 CPU_SET = ("tiny_mlp", "llama", "bert", "vit", "mobilenet_v2", "resnet18", "example_llama")
 GPU_SET = ("tiny_mlp", "llama", "mobilenet_v2", "bert", "vit", "resnet18", "swiglu_bf16")
+# Realistic sizes, next to the small configs above: what a user's model costs, not just its shape.
+REAL_SET = ("mobilenet_v2", "resnet50", "bert_base", "llama100m", "llama100m_decode")
+# Entries that run another entry's program with other inputs (the file is exported once).
+SAME_PROGRAM = {"llama100m_decode": "llama100m"}
+# Quantized variants exported next to the float ones: how each model is quantized for XNNPACK.
+QUANTIZED = {
+    "mobilenet_v2": ("int8",), "resnet50": ("int8",), "resnet18": ("int8",),
+    "bert_base": ("int8-dynamic",), "llama100m": ("int8-dynamic", "8da4w"),
+}
+# Dynamic dimensions of an entry's inputs, for torch.export (entries not listed are static).
+DYNAMIC: dict[str, Callable[[], tuple]] = {}
 
 
 def entry(fn):
@@ -123,6 +134,71 @@ def example_llama():
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                          tie_word_embeddings=False)
     return codebook(_Logits(LlamaForCausalLM(config), "logits")), (torch.randint(0, 1024, (1, 64)),)
+
+
+@entry
+def resnet50():
+    """transformers' ResNet at its default config (ResNet-50's bottleneck blocks), one 224x224 image."""
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    torch.manual_seed(0)
+    return codebook(_Logits(ResNetForImageClassification(ResNetConfig()), "logits")), (torch.randn(1, 3, 224, 224),)
+
+
+@entry
+def bert_base():
+    """transformers' BERT at BERT-base's config (12 layers, hidden 768, 110M parameters), 128 tokens."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    return codebook(_Logits(BertModel(BertConfig()), "last_hidden_state")), (torch.randint(0, 30522, (1, 128)),)
+
+
+LLAMA100M_CONTEXT = 512
+
+
+class _KVStep(torch.nn.Module):
+    """(tokens, start position) -> logits of ExecuTorch's example Llama; the KV cache is in its buffers."""
+
+    def __init__(self, transformer: torch.nn.Module) -> None:
+        super().__init__()
+        self.transformer = transformer
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        return self.transformer(tokens, {"input_pos": input_pos})
+
+
+def _llama100m() -> torch.nn.Module:
+    """ExecuTorch's example Llama (the architecture its LLM export writes) at about 100M parameters:
+    12 layers, dim 768, 12 heads sharing 4 KV heads, SwiGLU 2048, vocabulary 16384, a KV cache of 512
+    positions and a dynamic prompt length, as `export_llama` exports it."""
+    from executorch.examples.models.llama.llama_transformer import construct_transformer
+    from executorch.examples.models.llama.model_args import ModelArgs
+
+    torch.manual_seed(0)
+    args = ModelArgs(dim=768, n_layers=12, n_heads=12, n_kv_heads=4, vocab_size=16384, hidden_dim=2048,
+                     max_seq_len=LLAMA100M_CONTEXT, max_context_len=LLAMA100M_CONTEXT, max_batch_size=1,
+                     use_kv_cache=True, enable_dynamic_shape=True)
+    return codebook(_KVStep(construct_transformer(args)))
+
+
+@entry
+def llama100m():
+    """The 100M Llama prefilling a 128-token prompt at position 0."""
+    return _llama100m(), (torch.randint(0, 16384, (1, 128)), torch.tensor([0]))
+
+
+@entry
+def llama100m_decode():
+    """The 100M Llama decoding one token at position 128 (same program as llama100m)."""
+    return _llama100m(), (torch.randint(0, 16384, (1, 1)), torch.tensor([128]))
+
+
+def _llama100m_dynamic() -> tuple:
+    return ({1: torch.export.Dim("tokens", min=1, max=LLAMA100M_CONTEXT - 1)}, None)
+
+
+DYNAMIC["llama100m"] = _llama100m_dynamic
 
 
 class SwiGLU(torch.nn.Module):
