@@ -6,8 +6,10 @@
 Ways, all on the same inputs, interleaved in one process and timed with CUDA
 events (device time; host time with synchronization is printed beside it):
 pterun, pterun without graphs, eager, a CUDA graph of eager, torch.compile,
-and torch.compile(mode="reduce-overhead"). For the bf16 SwiGLU MLP the floor
-is its weight bytes over the device-to-device copy bandwidth measured here.
+and torch.compile(mode="reduce-overhead"). Device time per call includes the GPU
+waiting for the host's work; ``--busy`` (always on for the SwiGLU MLP) also times
+each way's GPU work alone. For the bf16 SwiGLU MLP the floor is its weight bytes
+over the device-to-device copy bandwidth measured here.
 """
 
 from __future__ import annotations
