@@ -6,8 +6,10 @@
 Ways, all on the same inputs, interleaved in one process and timed with CUDA
 events (device time; host time with synchronization is printed beside it):
 pterun, pterun without graphs, eager, a CUDA graph of eager, torch.compile,
-and torch.compile(mode="reduce-overhead"). For the bf16 SwiGLU MLP the floor
-is its weight bytes over the device-to-device copy bandwidth measured here.
+and torch.compile(mode="reduce-overhead"). Device time per call includes the GPU
+waiting for the host's work; ``--busy`` (always on for the SwiGLU MLP) also times
+each way's GPU work alone. For the bf16 SwiGLU MLP the floor is its weight bytes
+over the device-to-device copy bandwidth measured here.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def ways_for(name: str, pte: Path, include_compile: bool) -> list[Way]:
     method = program.load_method("forward")
     plain = pterun.Runtime.get().load_program(pte, device="cuda", cuda_graphs=False).load_method("forward")
     inductor = pterun.Runtime.get().load_program(pte, device="cuda", compile=True).load_method("forward")
-    console.print(f"{name}: pterun-compile {inductor.compile_status}")
+    console.print(f"{name}: pterun-compile {inductor.compile_status}; pterun runs a fused SwiGLU kernel: "
+                  f"{'pterun::swiglu.out' in method.source}")
 
     def eager():
         with torch.inference_mode():
@@ -89,6 +92,22 @@ def ways_for(name: str, pte: Path, include_compile: bool) -> list[Way]:
     return ways
 
 
+def busy_ms(call, repeat: int) -> float:
+    """Median device time of one call with the host's work hidden: the call is enqueued while the GPU
+    spins (about 0.5 ms), so the events time the GPU's work alone, not the GPU waiting for the host."""
+    times = []
+    for _ in range(repeat):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        torch.cuda._sleep(1_000_000)
+        begin.record()
+        call()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(begin.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
 def copy_bandwidth() -> float:
     """Bytes per second of a large device-to-device copy (read + write counted)."""
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
@@ -115,6 +134,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--busy", action="store_true", help="also time each way's GPU work alone (busy_ms)")
     args = parser.parse_args()
     # pterun computes float32 in float32 whatever is set (docs/precision.md); so must the eager and
     # torch.compile baselines, or they would be timed on TF32 convolutions.
@@ -128,9 +148,13 @@ def main() -> None:
             pte = Path(tmp) / f"{name}.pte"
             pte.write_bytes(lzma.decompress((args.dir / f"{name}.pte.xz").read_bytes()))
             try:
-                rows[name] = measure(ways_for(name, pte, not args.no_compile), warmup=args.warmup,
-                                     repeat=args.repeat)
+                ways = ways_for(name, pte, not args.no_compile)
+                rows[name] = measure(ways, warmup=args.warmup, repeat=args.repeat)
                 console.print(name, "  ".join(f"{t.name} {t.median:.3f}" for t in rows[name]))
+                timed = args.busy or name == "swiglu_bf16"
+                busy = {w.name: busy_ms(w.call, args.repeat) for w in ways} if timed else {}
+                if busy:
+                    console.print(name, "GPU busy:", "  ".join(f"{k} {v:.3f}" for k, v in busy.items()))
             except Exception:  # noqa: BLE001 - one model failing should not hide the others' numbers
                 console.print(f"[red]{name} failed[/red]\n{traceback.format_exc()}")
             # Each model's baselines compile the same wrapper classes in two torch.compile modes; past
@@ -143,7 +167,9 @@ def main() -> None:
                 floor_s = sum(w.numel() * w.element_size() for w in weights[1:]) / bandwidth
                 for timing in rows[name]:
                     console.print(f"swiglu_bf16: floor {floor_s * 1e6:.1f} µs, {timing.name} "
-                                  f"{timing.median * 1e3:.1f} µs = {floor_s / (timing.median / 1e3):.0%} of it")
+                                  f"{timing.median * 1e3:.1f} µs = {floor_s / (timing.median / 1e3):.0%} of it; "
+                                  f"GPU busy {busy[timing.name] * 1e3:.1f} µs = "
+                                  f"{floor_s / (busy[timing.name] / 1e3):.0%} of it")
     for base in ("pterun", "pterun-compile"):
         report(f"GPU: median device ms per call ({base} against the others)", rows, base,
                ["eager", "eager-graph", "compile", "compile-ro"], args.json.with_suffix(f".{base}.json")

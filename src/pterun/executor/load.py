@@ -36,6 +36,7 @@ from pterun.executor.functional import Unsupported, functional_method
 from pterun.executor.graphs import CudaGraphRunner
 from pterun.executor.outputs import OutputSlot
 from pterun.executor.steps import build_steps
+from pterun.executor.swiglu import fuse_swiglu
 from pterun.executor.values import Values, make_values
 from pterun.format import Dynamism, Kind, ListValue, Plan, TensorSpec
 
@@ -96,7 +97,9 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
          and v.kind in (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)},
         {i: plan.values[i].dim_order for i in dynamic if not is_contiguous_order(plan.values[i].dim_order)},
     )
-    compiled = compile_method(code, steps, plan)
+    # torch.compile fuses on its own: only the method's own code runs the fused SwiGLU kernel.
+    steps_run = fuse_swiglu(plan, steps, effects, context.registries.kernels, context.run_device.type)
+    compiled = compile_method(code, steps_run, plan)
     run, compiled_function, status, functional_source = compiled.run, None, "off", None
     if context.compile:
         try:
@@ -122,7 +125,7 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
              for k, vi in enumerate(outputs_unplanned)]
     dynamic_inputs = [vi for vi in plan.inputs if isinstance(plan.values[vi], TensorSpec) and vi in dynamic]
     return LoadedMethod(
-        values, objects, delegates, steps, compiled, run, compiled_function, status, functional_source,
+        values, objects, delegates, steps_run, compiled, run, compiled_function, status, functional_source,
         arguments=len(params_in) + len(outputs_unplanned),
         binders=binders,
         outputs=slots,

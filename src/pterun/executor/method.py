@@ -150,11 +150,18 @@ class Method:
         calls = self._calls
         calls.start()
         try:
-            with self._precision, torch.inference_mode():
-                if self._graph is None:
+            graph = self._graph
+            if graph is None:
+                with self._precision, torch.inference_mode():
                     self._outputs = self._run(*self._args)
-                else:
-                    self._outputs = self._graph(self._args, self._graph_key())
+            else:
+                key = self._graph_key()
+                with torch.inference_mode():
+                    outputs = graph.replay(self._args, key)
+                if outputs is None:  # run eagerly or capture, under the call's switches
+                    with self._precision, torch.inference_mode():
+                        outputs = graph(self._args, key)
+                self._outputs = outputs
         except Exception as exc:  # noqa: BLE001 - translated into a PteError naming the instruction
             self._outputs = None
             raise translate(exc, self._loaded.compiled, self._loaded.steps, self._where) from exc

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 from pterun.core.device import DeviceType
 from pterun.kernels.registry import (
     Binding,
@@ -23,6 +25,9 @@ def default_registry() -> KernelRegistry:
     registry.add_provider(views.view_copy_provider, lambda: ())
     registry.add_provider(aten.aten_provider, aten.aten_names)
     registry.register("aten::mm.out", _cuda_mm, DeviceType.CUDA)
+    if importlib.util.find_spec("triton") is not None:
+        # What executor/swiglu.py makes of a SwiGLU MLP's gate, up and SiLU-product steps.
+        registry.register("pterun::swiglu.out", _cuda_swiglu, DeviceType.CUDA)
     for name in float_stats.STATISTICS:
         registry.register(name, float_stats.float_statistics(name), DeviceType.CUDA)
     return registry
@@ -39,6 +44,14 @@ def _cuda_mm(count: int) -> Binding:
         return generic
     return Binding(mm_out, (0, 1), (("out", 2),), None, (), generic.writes, accepts=generic.accepts, strided=True,
                    functional=generic.functional)
+
+
+def _cuda_swiglu(count: int) -> Binding:
+    """swiglu(x, gate_t, up_t, out=h): the gate and up weights read in one pass by a Triton kernel."""
+    from pterun.kernels.triton.gated import swiglu_out
+
+    return exact_count(Binding(swiglu_out, (0, 1, 2), (("out", 3),), None, (), (3,),
+                               accepts=(frozenset({"tensor"}),) * 4, strided=True), 4, "pterun::swiglu.out")(count)
 
 
 __all__ = ["Binding", "Functional", "KernelFactory", "KernelRegistry", "default_registry", "exact_count", "fixed_arity"]

@@ -155,6 +155,10 @@ class KernelRegistry:
                 return factory
         raise OperatorMissing(self._missing_message(name))
 
+    def holds(self, name: str, device_type: DeviceType) -> bool:
+        """Whether ``name`` is registered for ``device_type`` or any device (providers not asked)."""
+        return (name, device_type) in self._kernels or (name, None) in self._kernels
+
     def __contains__(self, name: str) -> bool:
         try:
             self.lookup(name)

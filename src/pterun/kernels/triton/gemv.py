@@ -5,59 +5,91 @@ general GEMM leaves much of the bandwidth unused for that shape. Each program
 here reads a band of W's rows, coalesced along K, and reduces it against x in
 fp32, writing one rounded result per row (as torch's bf16 matmul does: fp32
 accumulation, one rounding).
+
+The tiling is chosen by a fixed rule from the shape, never by autotuning at
+the first call: nothing is benchmarked, allocated or synchronized when a CUDA
+graph captures the call, and the same shape always gets the same reduction
+order. ``gated.py`` reads the gate and up weights of a SwiGLU MLP in one pass
+with the same loop.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
 
-@triton.autotune(
-    configs=[
-        triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
-        for bn, bk, w, s in [
-            (4, 512, 4, 3), (8, 512, 4, 3), (8, 1024, 8, 3), (16, 512, 8, 3), (4, 1024, 4, 4), (16, 256, 4, 4),
-            (2, 1024, 4, 4), (8, 256, 4, 4),
-        ]
-    ],
-    key=["N", "K"],
-)
+class Tiling(NamedTuple):
+    rows: int  # BLOCK_N: weight rows per program
+    cols: int  # BLOCK_K: elements of each row read per step
+    warps: int
+    stages: int
+
+
+def tiling(n: int, k: int) -> Tiling:
+    """The tiling for an [n, k] weight: the fastest inside a CUDA graph on an H200 (bench/gemv.py --search)
+    at 11008x4096 (one row a program), 4096x11008 (two) and for the gate/up pair at 11008x4096."""
+    rows, cols, warps = (1, 1024, 4) if k <= 8192 else (2, 512, 2)
+    return Tiling(rows, min(cols, max(16, triton.next_power_of_2(k))), warps, 1)
+
+
 @triton.jit
-def _gemv(w_ptr, x_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+def _row_block_dot(w_rows, x_ptr, row_ok, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_N: tl.constexpr):
+    """sum_k W[rows, k] * x[k] in fp32 for one band of rows: whole blocks unmasked, then the remainder."""
     cols = tl.arange(0, BLOCK_K)
-    row_ok = rows < N
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    k_full = K - K % BLOCK_K
+    for k0 in range(0, k_full, BLOCK_K):
         k = k0 + cols
+        if EVEN_N:
+            w = tl.load(w_rows + k[None, :], eviction_policy="evict_first")
+        else:
+            w = tl.load(w_rows + k[None, :], mask=row_ok[:, None], other=0.0, eviction_policy="evict_first")
+        x = tl.load(x_ptr + k)
+        acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
+    if k_full < K:
+        k = k_full + cols
         k_ok = k < K
-        w = tl.load(w_ptr + rows[:, None] * stride_wn + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(w_rows + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         x = tl.load(x_ptr + k, mask=k_ok, other=0.0)
         acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
-    y = tl.sum(acc, axis=1)
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
+def _gemv(w_ptr, x_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_N: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    y = _row_block_dot(w_ptr + rows[:, None] * stride_wn, x_ptr, row_ok, K, BLOCK_N, BLOCK_K, EVEN_N)
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
 
 
-def gemv(weight: torch.Tensor, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def gemv(weight: torch.Tensor, x: torch.Tensor, out: torch.Tensor, tile: Tiling | None = None) -> torch.Tensor:
     """out[n] = sum_k weight[n, k] * x[k]; weight rows contiguous, x and out contiguous vectors."""
     n, k = weight.shape
-    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
-    _gemv[grid](weight, x, out, n, k, weight.stride(0))
+    t = tile or tiling(n, k)
+    _gemv[(triton.cdiv(n, t.rows),)](weight, x, out, n, k, weight.stride(0), BLOCK_N=t.rows, BLOCK_K=t.cols,
+                                     EVEN_N=n % t.rows == 0, num_warps=t.warps, num_stages=t.stages)
     return out
+
+
+def one_row(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """a [1, K] times b = W^T with W row-major [N, K], in half precision, on one GPU."""
+    return (
+        a.is_cuda and a.dim() == 2 and a.shape[0] == 1 and a.dtype in (torch.bfloat16, torch.float16)
+        and b.dtype == a.dtype and b.dim() == 2 and b.stride(0) == 1 and b.stride(1) == b.shape[0]
+        # The kernel reads K elements of the row: shapes that do not agree are torch's error, not a wild read.
+        and a.stride(1) == 1 and a.shape[1] == b.shape[0] and a.device == b.device
+    )
 
 
 def applies(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
     """One activation row against a transposed row-major weight, in half precision, all on the GPU."""
-    return (
-        a.is_cuda and a.dim() == 2 and a.shape[0] == 1 and a.dtype in (torch.bfloat16, torch.float16)
-        and b.dtype == a.dtype and out.dtype == a.dtype and b.dim() == 2 and b.stride(0) == 1
-        and b.stride(1) == b.shape[0] and a.stride(1) == 1 and out.is_contiguous() and out.shape == (1, b.shape[1])
-        # The kernel reads K elements of the row: shapes that do not agree are torch's error, not a wild read.
-        and a.shape[1] == b.shape[0] and a.device == b.device == out.device
-    )
+    return (one_row(a, b) and out.dtype == a.dtype and out.is_contiguous() and out.shape == (1, b.shape[1])
+            and out.device == a.device)
 
 
 def mm_out(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,66 @@
+"""A SwiGLU MLP's gate, up and SiLU-product steps become one fused call where the registry has a kernel for it
+(on CUDA with Triton); the fused call computes what the steps compute."""
+
+from __future__ import annotations
+
+import torch
+
+import pterun
+from pterun.core.device import DeviceType
+from pterun.executor import Registries
+from pterun.executor.swiglu import FUSED
+from pterun.kernels import Binding, default_registry, exact_count
+from pterun.runtime import default_allocators, default_backend_registry
+from tests.support.exporting import ExportSpec, export_program
+from tests.support.models.small import SwiGLUMLP
+
+
+class _Leaky(SwiGLUMLP):
+    """The gate product is also an output: the chain's intermediates are not its own."""
+
+    def forward(self, x):
+        gate = self.gate(x)
+        return self.down(torch.nn.functional.silu(gate) * self.up(x)), gate
+
+
+def _program(name, module, dtype):
+    torch.manual_seed(0)
+    module = module.to(dtype).eval()
+    return export_program(name, lambda: ExportSpec(module, (torch.randn(1, 48, dtype=dtype),))).pte
+
+
+def _names(method) -> list[str]:
+    return [s.name for s in method._loaded.steps if s is not None and hasattr(s, "name")]
+
+
+def _swiglu(x, gate_t, up_t, out):
+    gate = torch.mm(x, gate_t).float()
+    return torch.mul((gate * torch.sigmoid(gate)).to(x.dtype), torch.mm(x, up_t), out=out)
+
+
+def _runtime_with_cpu_kernel():
+    kernels = default_registry()
+    binding = Binding(_swiglu, (0, 1, 2), (("out", 3),), None, (), (3,), strided=True)
+    kernels.register(FUSED, exact_count(binding, 4, FUSED), DeviceType.CPU)
+    return pterun.Runtime(Registries(kernels, default_backend_registry(), default_allocators()))
+
+
+def test_the_exported_bf16_chain_is_found_and_fused_where_a_kernel_is_registered():
+    pte = _program("swiglu-fusion-bf16", SwiGLUMLP(), torch.bfloat16)
+    plain = pterun.Runtime.get().load_program(pte).load_method("forward")
+    assert "aten::sigmoid.out" in _names(plain) and FUSED not in _names(plain), "no fused kernel on the CPU"
+
+    fused = _runtime_with_cpu_kernel().load_program(pte).load_method("forward")
+    names = _names(fused)
+    assert names.count(FUSED) == 1 and names.count("aten::mm.out") == 1 and "aten::sigmoid.out" not in names
+    for seed in range(3):
+        x = torch.randn(1, 48, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+        assert torch.equal(fused.execute([x])[0], plain.execute([x])[0])
+
+
+def test_no_chain_in_float32_or_when_an_intermediate_is_an_output():
+    runtime = _runtime_with_cpu_kernel()
+    for name, module, dtype in (("swiglu-fusion-f32", SwiGLUMLP(), torch.float32),
+                                ("swiglu-fusion-leaky", _Leaky(), torch.bfloat16)):
+        names = _names(runtime.load_program(_program(name, module, dtype)).load_method("forward"))
+        assert "aten::sigmoid.out" in names and FUSED not in names, name

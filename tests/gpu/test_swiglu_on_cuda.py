@@ -1,0 +1,36 @@
+"""An exported bf16 SwiGLU MLP on one token runs its gate, up and SiLU-product as one Triton kernel, inside the
+method's CUDA graph, with the same outputs as the exported steps run apart."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pterun
+from pterun.core.device import DeviceType
+from pterun.executor import Registries
+from pterun.executor.swiglu import FUSED
+from pterun.kernels import default_registry
+from pterun.runtime import default_allocators, default_backend_registry
+from tests.gpu.conftest import FIXTURES, load_fixture, on
+from tests.gpu.test_half_on_cuda import _close
+
+pytestmark = pytest.mark.gpu
+
+
+def test_swiglu_runs_fused_in_a_graph_with_the_unfused_outputs():
+    directory = FIXTURES / "half" / "swiglu-bfloat16"
+    pte, ptd, calls, expected = load_fixture(directory if directory.is_dir() else None)
+    fused = pterun.Runtime.get().load_program(pte, device="cuda").load_method("forward")
+    assert FUSED in fused.source and "aten::sigmoid.out" not in fused.source, "premise: the chain was fused"
+    kernels = default_registry()
+    del kernels._kernels[(FUSED, DeviceType.CUDA)]
+    runtime = pterun.Runtime(Registries(kernels, default_backend_registry(), default_allocators()))
+    apart = runtime.load_program(pte, device="cuda").load_method("forward")
+    assert FUSED not in apart.source
+    for _ in range(3):  # eager, capture, replay
+        for call, reference in zip(calls, expected):
+            ours = fused.execute(on("cuda", call))[0]
+            assert torch.equal(ours, apart.execute(on("cuda", call))[0])
+            _close(ours.cpu(), reference[0], "swiglu")
+    assert fused._loaded.graph.replaying, "premise: the last calls replayed the captured graph"
