@@ -32,7 +32,7 @@ from pterun.backends.xnnpack.graph import Node
 OPTION = "onednn"
 
 # Matrix products of fewer multiply-adds run faster through addmm than through oneDNN's call.
-MIN_LINEAR_MACS = 1 << 20
+MIN_LINEAR_MACS = 1 << 21
 
 
 @functools.cache
