@@ -4,8 +4,9 @@ Each node type has a translator (``nodes/``) that works out its outputs'
 shapes, allocates their buffers and writes the lines that compute them: torch
 calls writing into those buffers with ``out=``, or in place. The lines of all
 nodes become the body of ``run(args)``: no interpretation loop, no lookups and
-no allocation of tensor data per call (but inside torch's convolutions, which
-have no variant writing into a given buffer without one).
+no allocation of tensor data per call (but by the ops that have no variant
+writing into a given buffer: convolutions, oneDNN's prepacked products, whose
+results are released after their last reader).
 
 Numbers reach the generated code as values, never as text: ints (and
 tuples of them) are written as their digits, which are always a literal,
