@@ -1,4 +1,4 @@
-"""Float convolutions and fully connected nodes on oneDNN, with weights prepacked at load (CPU).
+"""Float32 convolutions and fully connected nodes on oneDNN, with weights prepacked at load (CPU).
 
 What TorchInductor's CPU freezing runs: each weight is reordered once into
 oneDNN's blocked layout (``mkldnn_reorder_conv2d_weight``,
@@ -27,7 +27,7 @@ import math
 import torch
 
 from pterun.backends.xnnpack.compiler import Builder
-from pterun.backends.xnnpack.graph import Node
+from pterun.backends.xnnpack.graph import Datatype, Node
 
 OPTION = "onednn"
 
@@ -46,8 +46,10 @@ def _has_ops() -> bool:
         return False
 
 
-def enabled(b: Builder) -> bool:
-    return b.device.type == "cpu" and b.options.get(OPTION, True) is not False and _has_ops()
+def enabled(b: Builder, x) -> bool:
+    """Whether oneDNN runs a node reading ``x``: float32 (half types keep torch's own kernels), on the CPU."""
+    return (x.datatype == Datatype.FP32 and b.device.type == "cpu" and b.options.get(OPTION, True) is not False
+            and _has_ops())
 
 
 def _post_op(node: Node, b: Builder) -> tuple[str, str] | None:
@@ -66,7 +68,7 @@ def convolution(node: Node, b: Builder, x, filt: torch.Tensor, bias, y, xshape, 
     """Emits a 2-d or depthwise convolution (``filt`` in torch's layout, ``pad`` top, left, bottom, right);
     returns False where oneDNN does not take it (the caller runs it another way)."""
     post = _post_op(node, b)
-    if not enabled(b) or post is None or node.kind == "XNNConvTranspose2d":
+    if not enabled(b, x) or post is None or node.kind == "XNNConvTranspose2d":
         return False
     p = node.p
     n, h, w, cin = xshape
@@ -106,7 +108,7 @@ def fully_connected(node: Node, b: Builder, x, w_nk: torch.Tensor | None, bias, 
                     shape) -> bool:
     """Emits a fully connected node with a constant filter (``w_nk``: [N, K]); False where oneDNN does not take it."""
     post = _post_op(node, b)
-    if w_nk is None or post is None or not enabled(b) or (bias is not None and bias.data is None):
+    if w_nk is None or post is None or not enabled(b, x) or (bias is not None and bias.data is None):
         return False
     return _linear(node, b, x.id, w_nk, bias, y, rows, k, n, shape, post)
 
