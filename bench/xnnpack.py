@@ -3,7 +3,7 @@
     PTERUN_PROGRAM_CACHE=... python bench/xnnpack.py [--threads N] [--runs N] [--only a,b] [--int8]
 
 Float programs: the XNNPACK exports of tests.support.models (small configs) and
-the bench set's ``.cache/bench/*.xnnpack.pte`` (``python bench/export.py``);
+every ``.cache/bench/<name>.xnnpack.pte`` with its ``<name>.inputs.pt`` (``python bench/export.py``);
 ``--int8`` adds the quantized test programs. Both runtimes run in this process,
 on the same inputs, interleaved call by call after a warm-up, with the same
 number of threads (torch's intra-op threads for pterun, ExecuTorch's threadpool
@@ -27,7 +27,6 @@ import pterun  # noqa: E402
 
 # tests.support.models names exported with XnnpackPartitioner (program cache).
 TEST_MODELS = ("mobilenet_v2", "resnet", "vit", "bert", "llama", "et_ds_cnn")
-BENCH_SET = ("tiny_mlp", "llama", "bert", "vit", "mobilenet_v2", "resnet18", "example_llama")
 
 
 def _programs(args):
@@ -37,9 +36,9 @@ def _programs(args):
 
     for name in TEST_MODELS:
         yield f"test {name}", export_model(name).pte, flat(build(name).make_inputs(0))
-    for name in BENCH_SET:
-        pte = args.dir / f"{name}.xnnpack.pte"
-        if pte.exists():
+    for pte in sorted(args.dir.glob("*.xnnpack.pte")):  # float exports; quantized ones are *.xnnpack-<scheme>.pte
+        name = pte.name.removesuffix(".xnnpack.pte")
+        if (args.dir / f"{name}.inputs.pt").exists():
             yield f"bench {name}", pte, list(torch.load(args.dir / f"{name}.inputs.pt"))
     if args.int8:
         for model, scheme in (("convnet", "per-channel"), ("mlp", "per-tensor"), ("mlp", "dynamic")):
