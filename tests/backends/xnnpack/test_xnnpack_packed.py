@@ -84,7 +84,7 @@ def test_prepacked_ops_match_executorch():
 
 
 def test_other_batch_sizes_translate_again():
-    """Batch 1 makes the 1x1 convolution small enough for addmm; batch 4 packs the weights for its rows."""
+    """Batch 1 makes the 1x1 convolution small enough for addmm; other batches reuse the weights packed at load."""
     exported = _export()
     method = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
     for batch in (1, 4, 2, 1):
@@ -93,6 +93,8 @@ def test_other_batch_sizes_translate_again():
     by_batch = {key[0][0]: t.source for key, t in convs.items()}
     assert by_batch[1].count("linear_pw(") == 0 and "torch.addmm(" in by_batch[1], by_batch[1]
     assert by_batch[4].count("linear_pw(") == 1 and by_batch[2].count("linear_pw(") == 1
+    packed = [k for d in method.delegate_handles for k in d._cache if k[1] == "onednn"]
+    assert len(packed) == 5, packed  # one per convolution and linear layer, not one per shape
 
 
 def test_option_off_runs_the_plain_ops():

@@ -94,7 +94,7 @@ def convolution(node: Node, b: Builder, x, filt: torch.Tensor, bias, y, xshape, 
             filt.contiguous().to_mkldnn(), [top, left], [p.subsampling_height, p.subsampling_width],
             [p.dilation_height, p.dilation_width], p.groups, [n, cin, h, w])
 
-    weight = b.bind(b.cached(("onednn", tuple(xshape)), prepare), "wpk")
+    weight = b.bind(b.cached("onednn", prepare), "wpk")  # packed once: right for any input shape
     op = _op(b, "conv_pw", torch.ops.mkldnn._convolution_pointwise.default)
     bias_name = b.ref(bias.id) if bias is not None else "None"
     b.returned(y.id, shape, (
@@ -118,8 +118,8 @@ def _linear(node: Node, b: Builder, xid: int, w_nk: torch.Tensor, bias, y, rows:
     if rows * k * n < MIN_LINEAR_MACS:
         return False
     x2 = b.view(xid, (rows, k))
-    weight = b.bind(b.cached(("onednn", rows), lambda: torch.ops.mkldnn._reorder_linear_weight(
-        w_nk.contiguous(), rows)), "wpk")
+    weight = b.bind(b.cached("onednn", lambda: torch.ops.mkldnn._reorder_linear_weight(
+        w_nk.contiguous(), rows)), "wpk")  # packed once, with the first shape's rows as a hint: right for any
     op = _op(b, "linear_pw", torch.ops.mkldnn._linear_pointwise.default)
     bias_name = b.ref(bias.id) if bias is not None else "None"
     expr = f"{op}({x2}, {weight}, {bias_name}, {post[0]}, {post[1]}, '')"
