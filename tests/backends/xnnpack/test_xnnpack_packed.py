@@ -1,4 +1,5 @@
-"""Float convolutions and fully connected nodes on oneDNN with prepacked weights (nodes/packed.py).
+"""Float convolutions and fully connected nodes on oneDNN with prepacked weights (nodes/packed.py), and
+max pooling by torch.max_pool2d.
 
 Each test first asserts that the generated code calls the prepacked ops (the
 premise), then compares with ExecuTorch's XNNPACK runtime on the same file.
@@ -28,7 +29,8 @@ pytestmark = pytest.mark.skipif(not packed._has_ops(), reason="this torch build 
 
 class Packed(torch.nn.Module):
     """A 3x3 convolution with ReLU6, a depthwise one with ReLU, a wide 1x1 one (also an output), a strided
-    depthwise one after an asymmetric pad, a transposed one, and a wide linear layer with a clamp."""
+    depthwise one after an asymmetric pad, a transposed one, a wide linear layer with a clamp, and a max
+    pooling with a ReLU (fused into it), whose result is an output."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -44,7 +46,8 @@ class Packed(torch.nn.Module):
         c = self.pw(F.relu(self.dw(a)))
         d = self.dw2(F.pad(c, (0, 1, 0, 1)))
         tokens = d.flatten(2).transpose(1, 2)
-        return c, torch.clamp(self.fc(tokens), -1.0, 1.0), self.up(d)
+        pooled = F.relu(F.max_pool2d(a - 3.0, 3, 1, 1))
+        return c, torch.clamp(self.fc(tokens), -1.0, 1.0), self.up(d), pooled
 
 
 def _inputs(seed: int, batch: int = 2) -> list:
@@ -53,7 +56,7 @@ def _inputs(seed: int, batch: int = 2) -> list:
 
 def _export():
     batch = torch.export.Dim("batch", min=1, max=4)
-    return export_program("xnnpack-packed", lambda: ExportSpec(
+    return export_program("xnnpack-packed-v2", lambda: ExportSpec(
         Packed().eval(), tuple(_inputs(0)), dynamic_shapes=({0: batch},), lower=partitioners))
 
 
@@ -79,6 +82,7 @@ def test_prepacked_ops_match_executorch():
     # as post-ops; the transposed convolution stays on torch.convolution.
     assert source.count("conv_pw(") == 3 and source.count("linear_pw(") == 2, source
     assert "'hardtanh'" in source and "'relu'" in source and "torch.convolution(" in source, source
+    assert "torch.max_pool2d(" in source and "clamp_(min=" in source, source
     for seed in (0, 1):
         _compare(method, exported.pte, _inputs(seed), f"seed {seed}")
 
