@@ -23,7 +23,7 @@ Values are named in the generated code as
   be made ahead: the caller hands new tensors each call);
 * ``c<id>``, ``h<id>``: a value a torch op returns on each call rather than
   writing into a buffer (oneDNN's prepacked convolutions and matrix products,
-  ``nodes/packed.py``): ``c`` its NCHW channels-last tensor, ``h`` its NHWC
+  ``nodes/packed.py``, and max pooling): ``c`` its NCHW channels-last tensor, ``h`` its NHWC
   view, each made only when a node reads it in that layout.
 
 Translation is per set of input shapes. The shapes the graph was serialized
