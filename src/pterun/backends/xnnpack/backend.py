@@ -40,7 +40,7 @@ MAX_TRANSLATIONS = 16
 class XnnpackDelegate:
     """One initialized blob: its graph and its translations by input shapes."""
 
-    def __init__(self, graph: Graph, device: torch.device) -> None:
+    def __init__(self, graph: Graph, device: torch.device, options: dict | None = None) -> None:
         unknown = sorted({n.kind for n in graph.nodes if n.kind not in TRANSLATORS})
         if unknown:
             raise DelegateInvalidCompatibility(
@@ -49,6 +49,7 @@ class XnnpackDelegate:
             )
         self.graph = graph
         self.device = device
+        self.options = dict(options or {})
         self._cache: dict = {}
         self._inputs = [(v.external_id, v.id) for v in graph.inputs]
         # Arguments that may come channels-last: those of 4-d values.
@@ -64,7 +65,7 @@ class XnnpackDelegate:
 
     def _translate(self, shapes: dict) -> Translation:
         try:
-            return translate(self.graph, self.device, self._cache, shapes, TRANSLATORS)
+            return translate(self.graph, self.device, self._cache, shapes, TRANSLATORS, self.options)
         except PteError:
             raise
         except (RuntimeError, ValueError, TypeError, IndexError, KeyError, OverflowError) as exc:
@@ -167,7 +168,7 @@ class XnnpackBackend(BackendInterface):
              compile_specs: tuple[CompileSpec, ...]) -> XnnpackDelegate:
         blob = split_blob(processed)
         graph = optimize(read_graph(blob, context.named_data))
-        return XnnpackDelegate(graph, torch.device(context.device))
+        return XnnpackDelegate(graph, torch.device(context.device), dict(context.runtime_specs))
 
     def execute(self, handle, args: list) -> None:
         if not isinstance(handle, XnnpackDelegate):

@@ -4,8 +4,9 @@ Each node type has a translator (``nodes/``) that works out its outputs'
 shapes, allocates their buffers and writes the lines that compute them: torch
 calls writing into those buffers with ``out=``, or in place. The lines of all
 nodes become the body of ``run(args)``: no interpretation loop, no lookups and
-no allocation of tensor data per call (but inside torch's convolutions, which
-have no variant writing into a given buffer without one).
+no allocation of tensor data per call (but by the ops that have no variant
+writing into a given buffer: convolutions, oneDNN's prepacked products, whose
+results are released after their last reader).
 
 Numbers reach the generated code as values, never as text: ints (and
 tuples of them) are written as their digits, which are always a literal,
@@ -19,7 +20,11 @@ Values are named in the generated code as
 * ``v<id>``: a value's tensor fixed at translation (a buffer, a constant, or a
   view of one), a global of the generated function;
 * ``t<id>``: a view of an argument, made on entry (views of arguments cannot
-  be made ahead: the caller hands new tensors each call).
+  be made ahead: the caller hands new tensors each call);
+* ``c<id>``, ``h<id>``: a value a torch op returns on each call rather than
+  writing into a buffer (oneDNN's prepacked convolutions and matrix products,
+  ``nodes/packed.py``, and max pooling): ``c`` its NCHW channels-last tensor, ``h`` its NHWC
+  view, each made only when a node reads it in that layout.
 
 Translation is per set of input shapes. The shapes the graph was serialized
 with are translated at load; a call with other shapes (a dynamic dimension)
@@ -29,6 +34,7 @@ translates again, and the result is kept for the next call with those shapes.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -67,9 +73,11 @@ class Translation:
 class Builder:
     """The state one translation threads through the node translators."""
 
-    def __init__(self, graph: Graph, device: torch.device, cache: dict, input_shapes: dict[int, Shape]) -> None:
+    def __init__(self, graph: Graph, device: torch.device, cache: dict, input_shapes: dict[int, Shape],
+                 options: dict | None = None) -> None:
         self.graph = graph
         self.device = device
+        self.options = options or {}  # the backend's load options (XnnpackDelegate)
         self.cache = cache  # survives translations: derived constants, keyed by the translator
         self.env: dict[str, Any] = {"torch": torch}
         self.prologue: list[str] = []
@@ -80,6 +88,8 @@ class Builder:
         self.dynamic: dict[int, tuple[str, str, int]] = {}  # qdint8 values: (centered rows, row scales, rows)
         self.node: Node | None = None
         self._scratch: dict[int, int] = {}
+        self._nchw: dict[int, str] = {}  # returned values: the name of their NCHW tensor
+        self._pending: dict[int, str] = {}  # returned values: the line making their NHWC view, once read
         self._n = 0
         for value in graph.values.values():
             if value.data is not None:
@@ -112,7 +122,36 @@ class Builder:
     def ref(self, vid: int) -> str:
         """The name of the tensor holding value ``vid`` (which must already be computed)."""
         self.shape(vid)
+        line = self._pending.pop(vid, None)
+        if line is not None:
+            self.emit(line)
         return self.names[vid]
+
+    def nchw(self, vid: int) -> str:
+        """Value ``vid`` (NHWC, 4-d) as an NCHW tensor: its channels-last tensor where an op returned one,
+        else a permuted view of its NHWC tensor."""
+        if vid in self._nchw:
+            return self._nchw[vid]
+        return self.permuted(self.ref(vid), (0, 3, 1, 2))
+
+    def returned(self, vid: int, shape: Shape, expr: str, *, nchw: bool = False) -> None:
+        """Defines output ``vid`` of the current node as the tensor ``expr`` returns on each call (of
+        ``shape``; with ``nchw``, the NCHW channels-last tensor of the NHWC ``shape``). An external
+        output is copied into the caller's argument."""
+        name = self.define(vid, shape, buffer=False)
+        if name:  # an external output
+            self.emit(f"{self.permuted(name, (0, 3, 1, 2)) if nchw else name}.copy_({expr})")
+            return
+        h = f"h{vid}"
+        self.names[vid] = h
+        self.input_names.add(h)  # read through reshape: whether it is viewable is torch's choice
+        if nchw:
+            c = f"c{vid}"
+            self.emit(f"{c} = {expr}")
+            self._nchw[vid] = c
+            self._pending[vid] = f"{h} = {c}.permute(0, 2, 3, 1)"
+        else:
+            self.emit(f"{h} = {expr}")
 
     def constant(self, value: Value) -> torch.Tensor:
         key = ("constant", value.id)
@@ -156,7 +195,7 @@ class Builder:
     def alias(self, vid: int, source: int, make: Callable[[torch.Tensor], torch.Tensor], text: str) -> None:
         """Makes internal value ``vid`` a view of ``source``: ``make`` builds it ahead when ``source`` is
         fixed, ``text`` (with ``{x}`` for the source) on entry when it is an argument."""
-        src = self.names[source]
+        src = self.ref(source)
         if src in self.env:
             self.names[vid] = self.bind(make(self.env[src]), f"v{vid}")
         else:
@@ -167,9 +206,9 @@ class Builder:
     def view(self, vid: int, shape: Shape) -> str:
         """A name for value ``vid`` viewed with ``shape`` (same elements, contiguous)."""
         shape = tuple(shape)
+        name = self.ref(vid)
         if self.shape(vid) == shape:
-            return self.names[vid]
-        name = self.names[vid]
+            return name
         if name in self.env:
             return self.bind(self.env[name].view(shape), f"{name}_v")
         local = f"{name}_v{self._next()}"
@@ -245,8 +284,8 @@ class Builder:
 
 
 def translate(graph: Graph, device: torch.device, cache: dict, input_shapes: dict[int, Shape],
-              translators: dict[str, Callable[[Node, Builder], None]]) -> Translation:
-    b = Builder(graph, device, cache, input_shapes)
+              translators: dict[str, Callable[[Node, Builder], None]], options: dict | None = None) -> Translation:
+    b = Builder(graph, device, cache, input_shapes, options)
     for node in graph.nodes:
         b.node = node
         translator = translators.get(node.kind)
@@ -264,13 +303,41 @@ def translate(graph: Graph, device: torch.device, cache: dict, input_shapes: dic
     if n_args:
         names = ", ".join(f"a{k}" for k in range(n_args))
         head.append(f"    {names}{',' if n_args == 1 else ''} = args")
-    body = head + ["    " + line for line in b.prologue + b.lines] + ["    return None"]
+    lines, b.line_nodes = _release_locals(b.lines, b.line_nodes)
+    body = head + ["    " + line for line in b.prologue + lines] + ["    return None"]
     source = "\n".join(body) + "\n"
     code = compile(source, SOURCE_NAME, "exec")
     namespace = dict(b.env)
     exec(code, namespace)  # noqa: S102 - our own generated source
     line_nodes = ["entry"] * (len(head) + len(b.prologue)) + b.line_nodes + ["exit"]
     return Translation(namespace["run"], source, b.shapes, line_nodes)
+
+
+_ASSIGNED = re.compile(r"^([A-Za-z_]\w*) = ")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _release_locals(lines: list[str], line_nodes: list[str]) -> tuple[list[str], list[str]]:
+    """The lines with each name they assign deleted after its last use: tensors torch returned per call
+    are freed as soon as read, as buffers would be, so the heap does not grow and shrink by them each call
+    (a call would otherwise touch fresh pages)."""
+    last: dict[str, int] = {}
+    assigned = {m.group(1) for line in lines if (m := _ASSIGNED.match(line))}
+    for i, line in enumerate(lines):
+        for name in _NAME.findall(line):
+            if name in assigned:
+                last[name] = i
+    after: dict[int, list[str]] = {}
+    for name, i in last.items():
+        after.setdefault(i, []).append(name)
+    out, nodes = [], []
+    for i, (line, node) in enumerate(zip(lines, line_nodes)):
+        out.append(line)
+        nodes.append(node)
+        if i in after:
+            out.append(f"del {', '.join(sorted(after[i]))}")
+            nodes.append(node)
+    return out, nodes
 
 
 def _is_int(value) -> bool:

@@ -10,6 +10,10 @@ nodes would round twice. Matching XNNPACK's results needs the same folding.
 Padding: XNNPACK folds a zero constant pad of the spatial dimensions into the
 convolution reading it (only faster: the padding is the same zeros).
 
+Empty pads: a constant pad of nothing on every side (transformers' "same" padding
+before stride-1 convolutions) is a copy; its readers read its input instead
+(only faster).
+
 Pointwise convolutions: XNNPACK runs a 1x1, stride 1, unpadded, ungrouped
 convolution as a fully connected node, and when its input is quantized at run
 time it quantizes that input per pixel (as fully connected inputs are) rather
@@ -131,5 +135,30 @@ def _zero_spatial_padding(graph: Graph, pad: Node) -> bool:
     return pad.p.padding_value == 0.0
 
 
+def drop_empty_pads(graph: Graph) -> Graph:
+    outputs = {v.id for v in graph.outputs}
+    source: dict[int, int] = {}  # a dropped pad's output -> the value its readers read instead
+    nodes = []
+    for n in graph.nodes:
+        if n.kind == "XNNStaticConstantPad" and _empty(graph, n) and n.p.output_id not in outputs:
+            source[n.p.output_id] = source.get(n.p.input_id, n.p.input_id)
+            continue
+        fields = {k: source[v] for k in vars(n.p) if k.endswith("_id") and not k.startswith("output")
+                  and (v := getattr(n.p, k)) in source}
+        if fields:
+            n = copy.copy(n)
+            n.p = copy.copy(n.p)
+            vars(n.p).update(fields)
+        nodes.append(n)
+    return Graph(graph.values, nodes, graph.num_externs, graph.inputs, graph.outputs)
+
+
+def _empty(graph: Graph, pad: Node) -> bool:
+    x, y = graph.values.get(pad.p.input_id), graph.values.get(pad.p.output_id)
+    pre, post = list(pad.p.pre_paddings), list(pad.p.post_paddings)
+    return (x is not None and y is not None and x.datatype == y.datatype and x.quant == y.quant
+            and len(pre) == len(post) == len(x.dims) and not any(pre) and not any(post))
+
+
 def optimize(graph: Graph) -> Graph:
-    return merge_clamps(fuse_pads(pointwise_rows(graph)))
+    return merge_clamps(fuse_pads(pointwise_rows(drop_empty_pads(graph))))

@@ -17,7 +17,7 @@ import torch
 
 from pterun.backends.xnnpack.compiler import Builder
 from pterun.backends.xnnpack.graph import INVALID_ID, Datatype, DynamicRows, Node
-from pterun.backends.xnnpack.nodes import qmath
+from pterun.backends.xnnpack.nodes import packed, qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, is_float, require_float, unsupported
 from pterun.backends.xnnpack.nodes.linear import _int_bias
 from pterun.errors import InvalidArgument, InvalidProgram
@@ -89,6 +89,9 @@ def convolution(node: Node, b: Builder) -> None:
     quantized = qmath.is_q8(x) and f.datatype in (Datatype.QCINT8, Datatype.QINT8)
     if not quantized:
         require_float(node, x, f, y, *([bias] if bias is not None else []))
+        pad = (p.padding_top, p.padding_left, p.padding_bottom, p.padding_right)
+        if packed.convolution(node, b, x, _torch_filter(node, f.data), bias, y, xshape, shape, pad):
+            return
     o = b.define(y.id, shape)
 
     if quantized:

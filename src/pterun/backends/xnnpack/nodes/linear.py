@@ -12,7 +12,7 @@ import torch
 
 from pterun.backends.xnnpack.compiler import Builder, numel
 from pterun.backends.xnnpack.graph import INVALID_ID, Blockwise, Datatype, DynamicRows, Node
-from pterun.backends.xnnpack.nodes import qmath
+from pterun.backends.xnnpack.nodes import packed, qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, is_float, require_float, unsupported
 from pterun.errors import InvalidArgument, InvalidProgram
 
@@ -42,6 +42,9 @@ def fully_connected(node: Node, b: Builder) -> None:
     if qmath.is_q8(x) and w.datatype in _QUANTIZED_WEIGHTS:
         return _static_q8(node, b, x, w, bias, y, rows, k, n, shape, transposed)
     require_float(node, x, w, y, *([bias] if bias is not None else []))
+    w_nk = None if w.data is None else (w.data.t() if transposed else w.data)
+    if packed.fully_connected(node, b, x, w_nk, bias, y, rows, k, n, shape):
+        return
     o = b.define(y.id, shape)
     x2 = b.view(x.id, (rows, k))
     o2 = b.view(y.id, (rows, n))

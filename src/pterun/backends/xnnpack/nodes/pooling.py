@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from pterun.backends.xnnpack.compiler import Builder
-from pterun.backends.xnnpack.graph import Node
+from pterun.backends.xnnpack.graph import Datatype, Node
 from pterun.backends.xnnpack.nodes import qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, require_float, unsupported
 from pterun.errors import InvalidArgument
@@ -41,6 +41,8 @@ def max_pooling(node: Node, b: Builder) -> None:
         raise unsupported(node, x, y)
     if not quantized:
         require_float(node, x, y)
+        if _returned_max(node, b, x, y, shape, dilation):
+            return
     o = b.define(y.id, shape)
     n, h, w, c = xshape
     # Padding never wins a max: pad with -inf (in float, where 8-bit values are exact).
@@ -62,6 +64,22 @@ def max_pooling(node: Node, b: Builder) -> None:
         b.emit(f"{o}.copy_({dst})")
     else:
         emit_float_clamp(node, b, o)
+
+
+def _returned_max(node: Node, b: Builder, x, y, shape, dilation) -> bool:
+    """Float32 on the CPU with padding torch takes (symmetric, at most half the window): max_pool2d pads
+    with -inf itself and computes no indices, at under half the cost of the padded copy and indices."""
+    p = node.p
+    if (x.datatype != Datatype.FP32 or b.device.type != "cpu" or p.padding_top != p.padding_bottom
+            or p.padding_left != p.padding_right or 2 * p.padding_top > p.pooling_height
+            or 2 * p.padding_left > p.pooling_width):
+        return False
+    b.returned(y.id, shape, (
+        f"torch.max_pool2d({b.nchw(x.id)}, {b.number([p.pooling_height, p.pooling_width])}, "
+        f"{b.number([p.stride_height, p.stride_width])}, {b.number([p.padding_top, p.padding_left])}, "
+        f"{b.number(list(dilation))}, False)"), nchw=True)
+    emit_float_clamp(node, b, b.nchw(y.id) if y.external_id is None else b.ref(y.id))
+    return True
 
 
 def average_pooling(node: Node, b: Builder) -> None:
