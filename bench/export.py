@@ -46,7 +46,8 @@ def _pt2e(module: torch.nn.Module, inputs: tuple, dynamic, scheme: str) -> torch
                                                                  is_dynamic=scheme == "int8-dynamic")
     quantizer = xnnpack_quantizer.XNNPACKQuantizer().set_global(config)
     prepared = prepare_pt2e(torch.export.export(module, inputs, dynamic_shapes=dynamic).module(), quantizer)
-    prepared(*inputs)
+    with torch.no_grad():  # a KV cache is written in place while calibrating
+        prepared(*inputs)
     converted = convert_pt2e(prepared)
     allow_exported_model_train_eval(converted)
     return _Holder(converted)
