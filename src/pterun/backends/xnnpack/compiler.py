@@ -349,7 +349,10 @@ def numel(shape: Shape) -> int:
 
 
 def broadcast(a: Shape, b: Shape, where: str) -> Shape:
-    try:
-        return tuple(torch.broadcast_shapes(a, b))
-    except RuntimeError:
-        raise InvalidArgument(f"XNNPACK {where}: shapes {list(a)} and {list(b)} do not broadcast") from None
+    # NumPy's rule, written out: torch.broadcast_shapes imports torch's symbolic-shape machinery on its first
+    # call, most of a second added to the first load of a program.
+    n = max(len(a), len(b))
+    pa, pb = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    if any(x != y and x != 1 and y != 1 for x, y in zip(pa, pb)):
+        raise InvalidArgument(f"XNNPACK {where}: shapes {list(a)} and {list(b)} do not broadcast")
+    return tuple(y if x == 1 else x for x, y in zip(pa, pb))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from pterun.backends.xnnpack.compiler import Builder, numel
+from pterun.backends.xnnpack.compiler import Builder, broadcast, numel
 from pterun.backends.xnnpack.graph import INVALID_ID, Blockwise, Datatype, DynamicRows, Node
 from pterun.backends.xnnpack.nodes import packed, qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, is_float, require_float, unsupported
@@ -182,10 +182,7 @@ def batch_matrix_multiply(node: Node, b: Builder) -> None:
     k2, n = (s2[-1], s2[-2]) if transposed else s2[-2:]
     if k != k2:
         raise InvalidArgument(f"XNNPACK {node.where}: cannot multiply {list(s1)} by {list(s2)}")
-    try:
-        batch = tuple(torch.broadcast_shapes(s1[:-2], s2[:-2]))
-    except RuntimeError:
-        raise InvalidArgument(f"XNNPACK {node.where}: batch dimensions of {list(s1)} and {list(s2)} differ") from None
+    batch = broadcast(s1[:-2], s2[:-2], f"{node.where} batch dimensions of {list(s1)} and {list(s2)}")
     o = b.define(y.id, (*batch, m, n))
     a, c = b.ref(x1.id), b.ref(x2.id)
     if transposed:
