@@ -27,7 +27,7 @@ import torch
 
 from pterun.executor.effects import MethodEffects
 from pterun.executor.steps import DelegateStep, KernelStep
-from pterun.format import JumpFalseCall, Kind, ListValue, Plan, TensorSpec
+from pterun.format import Dynamism, JumpFalseCall, Kind, ListValue, Plan, TensorSpec
 from pterun.kernels import Binding, Functional
 
 
@@ -37,13 +37,17 @@ def _overlaps(a: TensorSpec, b: TensorSpec) -> bool:
 
 
 class _Rewriter:
-    def __init__(self, plan: Plan, steps: list, objects: list, computed: set[int], effects: MethodEffects) -> None:
+    def __init__(self, plan: Plan, steps: list, objects: list, computed: set[int], effects: MethodEffects,
+                 original: MethodEffects) -> None:
+        """``effects`` are those of ``steps``; ``original`` those of the method's steps before any were folded
+        (a copy folded into a view of constants no longer writes its planned bytes, yet is no planned view)."""
         self.plan, self.steps, self.objects, self.effects = plan, steps, objects, effects
         self.outputs = set(plan.outputs)
-        written = set(effects.writers) | effects.bound | set(plan.inputs)
-        self.aliases = [plan.values[vi] for vi in effects.readers if vi not in written
+        written = set(original.writers) | original.bound | set(plan.inputs)
+        self.aliases = [vi for vi in original.readers if vi not in written
                         and isinstance(plan.values[vi], TensorSpec) and plan.values[vi].memory_id is not None
                         and plan.values[vi].data_buffer_idx == 0]
+        self.ordered = not any(isinstance(s, JumpFalseCall) for s in steps)  # steps run in the order listed
         # Values known only at run time (symbolic sizes), directly or inside a list.
         self.moving = set(computed)
         for li, value in enumerate(plan.values):
@@ -66,9 +70,37 @@ class _Rewriter:
             return None
         if not all(self.effects.effects[r].strided for r in self.effects.readers.get(out, ())):
             return None
-        if spec.memory_id is not None and any(_overlaps(spec, a) for a in self.aliases):
+        if spec.memory_id is not None and any(self._reads_through(a, spec, n) for a in self.aliases):
             return None
         return view, out
+
+    def _reads_through(self, alias: int, spec: TensorSpec, n: int) -> bool:
+        """Whether a view the exporter planned may read, through the arena, bytes that step ``n`` writes.
+
+        Memory planning reuses bytes, so a planned view often overlaps a copy's result without viewing
+        it. It reads the copy's bytes only if one of its readers runs after step ``n`` and no step in
+        between writes the whole overlap again."""
+        a = self.plan.values[alias]
+        if not _overlaps(spec, a):
+            return False
+        if not self.ordered:
+            return True
+        start, end = max(a.memory_offset, spec.memory_offset), min(a.memory_offset + a.nbytes,
+                                                                   spec.memory_offset + spec.nbytes)
+        return any(r > n and not any(self._rewrites(k, a.memory_id, start, end) for k in range(n + 1, r))
+                   for r in self.effects.readers.get(alias, ()))
+
+    def _rewrites(self, k: int, memory_id: int, start: int, end: int) -> bool:
+        # A kernel's out argument of static shape is written whole; in-place updates may write a part.
+        step = self.steps[k]
+        if not isinstance(step, KernelStep):
+            return False
+        for p in step.binding.writes:
+            w = self.plan.values[step.args[p]]
+            if (isinstance(w, TensorSpec) and w.memory_id == memory_id and w.dynamism == Dynamism.STATIC
+                    and w.memory_offset <= start and end <= w.memory_offset + w.nbytes):
+                return True
+        return False
 
     def tensor_inputs(self, step: KernelStep) -> list[int]:
         return [step.args[p] for p in self.tensor_positions(step)]
@@ -86,7 +118,7 @@ def fold_constant_views(plan: Plan, steps: list, objects: list, constants: froze
 
     ``objects`` are the values made at load, ``constants`` the values that are constants, ``computed``
     those steps assign, ``effects`` the steps' effects."""
-    rw = _Rewriter(plan, steps, objects, computed, effects)
+    rw = _Rewriter(plan, steps, objects, computed, effects, effects)
     views: dict[int, torch.Tensor] = {}
     result = []
     for n, step in enumerate(steps):
@@ -150,7 +182,7 @@ def elide_view_copies(plan: Plan, steps: list, objects: list, computed: frozense
     ``effects`` are those of the method's steps before any were folded."""
     if any(isinstance(s, JumpFalseCall) for s in steps):
         return steps, frozenset()
-    rw = _Rewriter(plan, steps, objects, computed, effects.after(steps))
+    rw = _Rewriter(plan, steps, objects, computed, effects.after(steps), effects)
     result = list(steps)
     made: set[int] = set()
     for n, step in enumerate(steps):
