@@ -15,9 +15,10 @@ Either way a copy is replaced only when the memory it writes is written
 nowhere else (through any value that may refer to it: what each step writes
 and reads is effects.py's), is no method output, is read only by kernels that take
 any strides (``Binding.strided``: a delegate or ``et_view`` may rely on the
-planned layout), and shares no
-bytes with a view the exporter planned on top of it (such a view is read,
-never written, and sees its base's bytes through the arena). Methods with
+planned layout), and no view the exporter planned on its bytes reads them
+after it (such a view is read, never written, and sees its base's bytes
+through the arena; memory planning reuses bytes, so only a reader after the
+copy with no whole rewrite of the bytes in between counts). Methods with
 jumps keep their copies: their instruction order is not the order they run in.
 """
 
