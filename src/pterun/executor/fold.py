@@ -32,12 +32,15 @@ from pterun.format import Dynamism, JumpFalseCall, Kind, ListValue, Plan, Tensor
 from pterun.kernels import Binding, Functional
 
 
-def _overlaps(a: TensorSpec, b: TensorSpec) -> bool:
+def overlaps(a: TensorSpec, b: TensorSpec) -> bool:
     return (a.memory_id == b.memory_id and a.memory_offset < b.memory_offset + b.nbytes
             and b.memory_offset < a.memory_offset + a.nbytes)
 
 
-class _Rewriter:
+class Rewriter:
+    """Which copies of a method's steps could be views, and which views the exporter planned (fuse.py asks
+    the same of a chain's intermediate values)."""
+
     def __init__(self, plan: Plan, steps: list, objects: list, computed: set[int], effects: MethodEffects,
                  original: MethodEffects) -> None:
         """``effects`` are those of ``steps``; ``original`` those of the method's steps before any were folded
@@ -71,18 +74,18 @@ class _Rewriter:
             return None
         if not all(self.effects.effects[r].strided for r in self.effects.readers.get(out, ())):
             return None
-        if spec.memory_id is not None and any(self._reads_through(a, spec, n) for a in self.aliases):
+        if spec.memory_id is not None and any(self.reads_through(a, spec, n) for a in self.aliases):
             return None
         return view, out
 
-    def _reads_through(self, alias: int, spec: TensorSpec, n: int) -> bool:
+    def reads_through(self, alias: int, spec: TensorSpec, n: int) -> bool:
         """Whether a view the exporter planned may read, through the arena, bytes that step ``n`` writes.
 
         Memory planning reuses bytes, so a planned view often overlaps a copy's result without viewing
         it. It reads the copy's bytes only if one of its readers runs after step ``n`` and no step in
         between writes the whole overlap again."""
         a = self.plan.values[alias]
-        if not _overlaps(spec, a):
+        if not overlaps(spec, a):
             return False
         if not self.ordered:
             return True
@@ -119,7 +122,7 @@ def fold_constant_views(plan: Plan, steps: list, objects: list, constants: froze
 
     ``objects`` are the values made at load, ``constants`` the values that are constants, ``computed``
     those steps assign, ``effects`` the steps' effects."""
-    rw = _Rewriter(plan, steps, objects, computed, effects, effects)
+    rw = Rewriter(plan, steps, objects, computed, effects, effects)
     views: dict[int, torch.Tensor] = {}
     result = []
     for n, step in enumerate(steps):
@@ -134,7 +137,7 @@ def fold_constant_views(plan: Plan, steps: list, objects: list, constants: froze
     return result, views
 
 
-def _fold_now(rw: _Rewriter, step: KernelStep, found, constants: frozenset[int], views: dict):
+def _fold_now(rw: Rewriter, step: KernelStep, found, constants: frozenset[int], views: dict):
     """The view a copy of constants computes, or None."""
     view, out = found
     b = step.binding
@@ -183,7 +186,7 @@ def elide_view_copies(plan: Plan, steps: list, objects: list, computed: frozense
     ``effects`` are those of the method's steps before any were folded."""
     if any(isinstance(s, JumpFalseCall) for s in steps):
         return steps, frozenset()
-    rw = _Rewriter(plan, steps, objects, computed, effects.after(steps), effects)
+    rw = Rewriter(plan, steps, objects, computed, effects.after(steps), effects)
     result = list(steps)
     made: set[int] = set()
     for n, step in enumerate(steps):
@@ -219,7 +222,7 @@ def elide_view_copies(plan: Plan, steps: list, objects: list, computed: frozense
     return result, frozenset(made)
 
 
-def _untouched(rw: _Rewriter, source: int, spec: TensorSpec, first: int, last: int) -> bool:
+def _untouched(rw: Rewriter, source: int, spec: TensorSpec, first: int, last: int) -> bool:
     """No step after ``first``, up to ``last``, writes the source's memory or bytes it occupies."""
     source_memory = rw.effects.memory(source)
     for k in range(first + 1, last + 1):
@@ -230,6 +233,6 @@ def _untouched(rw: _Rewriter, source: int, spec: TensorSpec, first: int, last: i
                 return False
             written = rw.plan.values[m]
             if (spec.memory_id is not None and isinstance(written, TensorSpec) and written.memory_id is not None
-                    and _overlaps(spec, written)):
+                    and overlaps(spec, written)):
                 return False
     return True

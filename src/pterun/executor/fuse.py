@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from pterun.executor.effects import MethodEffects
-from pterun.executor.fold import _overlaps, _Rewriter
+from pterun.executor.fold import overlaps, Rewriter
 from pterun.executor.steps import KernelStep
 from pterun.format import Dynamism, JumpFalseCall, Plan, TensorSpec
 from pterun.kernels import Binding, Functional
@@ -86,7 +86,7 @@ class _Graph:
             b = step.binding
             for p in (*b.writes, *b.mutates):
                 made = self.plan.values[step.args[p]]
-                if not isinstance(made, TensorSpec) or made.memory_id is None or not _overlaps(made, spec):
+                if not isinstance(made, TensorSpec) or made.memory_id is None or not overlaps(made, spec):
                     continue
                 same = (step.args[p] == self.made_value(k) and made.dynamism == Dynamism.STATIC
                         and made.memory_offset == spec.memory_offset and made.nbytes == spec.nbytes
@@ -221,19 +221,11 @@ def _rms_norm(g: _Graph, n: int) -> _Chain | None:
     """weight * (x * rsqrt(mean(x^2, -1, keepdim) + eps)) ending at the ``mul`` at step ``n``."""
     if g.op(n) != "aten::mul.out":
         return None
-    for pos in (0, 1):
-        y = g.maker_of(n, pos)
-        if g.op(y) == "aten::mul.out":
-            weight = g.arg(n, 1 - pos)
-            break
-    else:
+    y, weight = _operand(g, n, "aten::mul.out")
+    if y is None:
         return None
-    for pos in (0, 1):
-        r = g.maker_of(y, pos)
-        if g.op(r) == "aten::rsqrt.out":
-            x = g.arg(y, 1 - pos)
-            break
-    else:
+    r, x = _operand(g, y, "aten::rsqrt.out")
+    if r is None:
         return None
     a = g.maker_of(r, 0)
     if g.op(a) != "aten::add.out" or _scalar(g, g.arg(a, 2)) != 1:
@@ -261,6 +253,15 @@ def _rms_norm(g: _Graph, n: int) -> _Chain | None:
                   (x, weight, g.arg(a, 1), g.arg(n, 2)), (x, weight))
 
 
+def _operand(g: _Graph, n: int, op: str) -> tuple[int | None, int | None]:
+    """Of a product at step ``n``: the step that made one factor with ``op``, and the other factor's value."""
+    for pos in (0, 1):
+        made = g.maker_of(n, pos)
+        if g.op(made) == op:
+            return made, g.arg(n, 1 - pos)
+    return None, None
+
+
 def _eps(tensor: torch.Tensor) -> float:
     return float(tensor.item())
 
@@ -275,7 +276,7 @@ def fuse_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects) 
         return steps
     g = _Graph(plan, steps, objects)
     current = effects.after(steps)
-    rw = _Rewriter(plan, steps, objects, set(), current, effects)
+    rw = Rewriter(plan, steps, objects, set(), current, effects)
     result = list(steps)
     taken: set[int] = set()
     for n in range(len(steps)):
@@ -294,7 +295,7 @@ def fuse_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects) 
     return result
 
 
-def _unobserved(plan: Plan, rw: _Rewriter, effects: MethodEffects, chain: _Chain) -> bool:
+def _unobserved(plan: Plan, rw: Rewriter, effects: MethodEffects, chain: _Chain) -> bool:
     """Whether nothing outside ``chain`` reads what its steps compute on the way, and what the fused call reads
     is not written in between."""
     last = max(chain.steps)
@@ -310,7 +311,7 @@ def _unobserved(plan: Plan, rw: _Rewriter, effects: MethodEffects, chain: _Chain
         if not set(effects.readers.get(made, ())) <= chain.steps:
             return False
         if (spec.memory_id is not None
-                and any(rw._reads_through(a, spec, k) and not set(effects.readers.get(a, ())) <= chain.steps
+                and any(rw.reads_through(a, spec, k) and not set(effects.readers.get(a, ())) <= chain.steps
                         for a in rw.aliases)):
             return False
     for vi in chain.inputs:
@@ -323,6 +324,6 @@ def _unobserved(plan: Plan, rw: _Rewriter, effects: MethodEffects, chain: _Chain
             for m in effects.written[k]:
                 written = plan.values[m]
                 if m in memory or (spec.memory_id is not None and isinstance(written, TensorSpec)
-                                   and written.memory_id is not None and _overlaps(spec, written)):
+                                   and written.memory_id is not None and overlaps(spec, written)):
                     return False
     return True
