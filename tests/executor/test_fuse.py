@@ -7,6 +7,7 @@ from torch.nn.functional import scaled_dot_product_attention
 
 import pterun
 from pterun.format import KernelCall
+from tests.support.compare import assert_matches
 from tests.support.differential import check, export_model, load, seeded
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.models import build
@@ -71,3 +72,14 @@ def test_a_chain_whose_intermediate_is_read_elsewhere_is_not_fused():
     assert sorted(_fused(method)) == ["pterun::attention", "pterun::rms_norm"]
     out = check(exported, inputs, program=program)
     assert torch.equal(out[2][0, :, 2], torch.zeros(2, 8))
+
+
+def test_the_functional_form_calls_the_fused_kernels():
+    exported = export_model("llama", "portable")
+    method = pterun.Runtime.get().load_program(exported.pte, compile=True).load_method("forward")
+    assert "pterun_attention(" in method.functional_source and "pterun_rms_norm(" in method.functional_source
+    inputs = build("llama").make_inputs(0)
+    expected = check(exported, inputs)
+    with torch.inference_mode():
+        actual = method.functional(*inputs)
+    assert_matches(list(actual), expected)
