@@ -5,7 +5,8 @@ kernels: both operands scaled, ``k`` transposed by a copy, batch and head
 dimensions flattened by expand copies, two ``bmm``, the mask added, and a
 "safe" softmax (a row the mask hides entirely becomes zeros: ``eq``,
 ``logical_not``, ``any``, ``full_like``, ``where``). RMSNorm arrives as
-``pow``, ``mean``, ``add`` of epsilon, ``rsqrt`` and two ``mul``. Each chain
+``pow`` (or ``mul`` of x by itself), ``mean``, ``add`` of epsilon, ``rsqrt``
+and two ``mul``. Each chain
 found whole is replaced by one call of a kernel in ``kernels/fused.py``
 (PyTorch's fused attention, ``torch.rms_norm``), placed where its last step
 was; the other steps are folded away (None). The fused step's comment in the
@@ -218,7 +219,7 @@ def _hidden_rows(g: _Graph, cond: int | None, scores: int | None) -> list[int] |
 
 
 def _rms_norm(g: _Graph, n: int) -> _Chain | None:
-    """weight * (x * rsqrt(mean(x^2, -1, keepdim) + eps)) ending at the ``mul`` at step ``n``."""
+    """weight * (x * rsqrt(mean(x^2, -1, keepdim) + eps)) ending at the ``mul`` at step ``n`` (x^2: pow or x * x)."""
     if g.op(n) != "aten::mul.out":
         return None
     y, weight = _operand(g, n, "aten::mul.out")
@@ -235,8 +236,9 @@ def _rms_norm(g: _Graph, n: int) -> _Chain | None:
     if not isinstance(eps, torch.Tensor) or eps.numel() != 1 or g.op(m) != "aten::mean.out":
         return None
     sq = g.maker_of(m, 0)
-    if (g.op(sq) != "aten::pow.Tensor_Scalar_out" or g.arg(sq, 0) != x or _scalar(g, g.arg(sq, 1)) != 2
-            or g.value(g.arg(m, 2)) is not True or g.value(g.arg(m, 3)) is not None):
+    squares = ((g.op(sq) == "aten::pow.Tensor_Scalar_out" and _scalar(g, g.arg(sq, 1)) == 2)
+               or (g.op(sq) == "aten::mul.out" and g.arg(sq, 1) == x))
+    if not squares or g.arg(sq, 0) != x or g.value(g.arg(m, 2)) is not True or g.value(g.arg(m, 3)) is not None:
         return None
     dims = g.value(g.arg(m, 1))
     xspec, wspec, ospec = g.spec(x), g.spec(weight), g.spec(g.arg(n, 2))
