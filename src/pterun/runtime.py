@@ -95,6 +95,7 @@ class Runtime:
         cuda_graphs: bool = True,
         compile: bool = False,
         allow_tf32: bool = False,
+        fuse: bool = True,
     ) -> Program:
         """Loads a program; ``data_path`` names .ptd files (paths or bytes) holding tensors it stores outside.
 
@@ -110,6 +111,10 @@ class Runtime:
         has set (``torch.set_float32_matmul_precision``, cuDNN's TF32, autocast);
         ``allow_tf32=True`` lets float32 matrix products and convolutions on CUDA
         use TF32 instead (faster, about 1e-3 relative error; docs/precision.md).
+
+        Attention and RMSNorm, which the exporter decomposes into chains of
+        kernels, run as one fused kernel each (rounding differs slightly;
+        docs/precision.md); ``fuse=False`` runs every instruction as the file has it.
         """
         del enable_etdump, debug_buffer_size  # ETDump profiling is not supported (see README)
         file = ProgramFile(data, Verification(verification))
@@ -129,6 +134,7 @@ class Runtime:
             cuda_graphs,
             compile,
             allow_tf32,
+            fuse,
         )
 
 

@@ -36,6 +36,7 @@ class LoadContext:
     compile: bool  # write methods functionally for torch.compile (functional.py)
     cuda_graphs: bool  # replay CUDA methods as captured graphs (graphs.py)
     allow_tf32: bool  # float32 products and convolutions may use TF32 (precision.py)
+    fuse: bool = True  # decomposed chains run as one fused kernel each (fuse.py)
 
     def device_for(self, device_type: int, device_index: int) -> Device:
         """Where a value the plan tags with this device lives."""

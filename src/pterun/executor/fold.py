@@ -15,9 +15,10 @@ Either way a copy is replaced only when the memory it writes is written
 nowhere else (through any value that may refer to it: what each step writes
 and reads is effects.py's), is no method output, is read only by kernels that take
 any strides (``Binding.strided``: a delegate or ``et_view`` may rely on the
-planned layout), and shares no
-bytes with a view the exporter planned on top of it (such a view is read,
-never written, and sees its base's bytes through the arena). Methods with
+planned layout), and no view the exporter planned on its bytes reads them
+after it (such a view is read, never written, and sees its base's bytes
+through the arena; memory planning reuses bytes, so only a reader after the
+copy with no whole rewrite of the bytes in between counts). Methods with
 jumps keep their copies: their instruction order is not the order they run in.
 """
 
@@ -27,23 +28,30 @@ import torch
 
 from pterun.executor.effects import MethodEffects
 from pterun.executor.steps import DelegateStep, KernelStep
-from pterun.format import JumpFalseCall, Kind, ListValue, Plan, TensorSpec
+from pterun.format import Dynamism, JumpFalseCall, Kind, ListValue, Plan, TensorSpec
 from pterun.kernels import Binding, Functional
 
 
-def _overlaps(a: TensorSpec, b: TensorSpec) -> bool:
+def overlaps(a: TensorSpec, b: TensorSpec) -> bool:
     return (a.memory_id == b.memory_id and a.memory_offset < b.memory_offset + b.nbytes
             and b.memory_offset < a.memory_offset + a.nbytes)
 
 
-class _Rewriter:
-    def __init__(self, plan: Plan, steps: list, objects: list, computed: set[int], effects: MethodEffects) -> None:
+class Rewriter:
+    """Which copies of a method's steps could be views, and which views the exporter planned (fuse.py asks
+    the same of a chain's intermediate values)."""
+
+    def __init__(self, plan: Plan, steps: list, objects: list, computed: set[int], effects: MethodEffects,
+                 original: MethodEffects) -> None:
+        """``effects`` are those of ``steps``; ``original`` those of the method's steps before any were folded
+        (a copy folded into a view of constants no longer writes its planned bytes, yet is no planned view)."""
         self.plan, self.steps, self.objects, self.effects = plan, steps, objects, effects
         self.outputs = set(plan.outputs)
-        written = set(effects.writers) | effects.bound | set(plan.inputs)
-        self.aliases = [plan.values[vi] for vi in effects.readers if vi not in written
+        written = set(original.writers) | original.bound | set(plan.inputs)
+        self.aliases = [vi for vi in original.readers if vi not in written
                         and isinstance(plan.values[vi], TensorSpec) and plan.values[vi].memory_id is not None
                         and plan.values[vi].data_buffer_idx == 0]
+        self.ordered = not any(isinstance(s, JumpFalseCall) for s in steps)  # steps run in the order listed
         # Values known only at run time (symbolic sizes), directly or inside a list.
         self.moving = set(computed)
         for li, value in enumerate(plan.values):
@@ -66,9 +74,37 @@ class _Rewriter:
             return None
         if not all(self.effects.effects[r].strided for r in self.effects.readers.get(out, ())):
             return None
-        if spec.memory_id is not None and any(_overlaps(spec, a) for a in self.aliases):
+        if spec.memory_id is not None and any(self.reads_through(a, spec, n) for a in self.aliases):
             return None
         return view, out
+
+    def reads_through(self, alias: int, spec: TensorSpec, n: int) -> bool:
+        """Whether a view the exporter planned may read, through the arena, bytes that step ``n`` writes.
+
+        Memory planning reuses bytes, so a planned view often overlaps a copy's result without viewing
+        it. It reads the copy's bytes only if one of its readers runs after step ``n`` and no step in
+        between writes the whole overlap again."""
+        a = self.plan.values[alias]
+        if not overlaps(spec, a):
+            return False
+        if not self.ordered:
+            return True
+        start, end = max(a.memory_offset, spec.memory_offset), min(a.memory_offset + a.nbytes,
+                                                                   spec.memory_offset + spec.nbytes)
+        return any(r > n and not any(self._rewrites(k, a.memory_id, start, end) for k in range(n + 1, r))
+                   for r in self.effects.readers.get(alias, ()))
+
+    def _rewrites(self, k: int, memory_id: int, start: int, end: int) -> bool:
+        # A kernel's out argument of static shape is written whole; in-place updates may write a part.
+        step = self.steps[k]
+        if not isinstance(step, KernelStep):
+            return False
+        for p in step.binding.writes:
+            w = self.plan.values[step.args[p]]
+            if (isinstance(w, TensorSpec) and w.memory_id == memory_id and w.dynamism == Dynamism.STATIC
+                    and w.memory_offset <= start and end <= w.memory_offset + w.nbytes):
+                return True
+        return False
 
     def tensor_inputs(self, step: KernelStep) -> list[int]:
         return [step.args[p] for p in self.tensor_positions(step)]
@@ -86,7 +122,7 @@ def fold_constant_views(plan: Plan, steps: list, objects: list, constants: froze
 
     ``objects`` are the values made at load, ``constants`` the values that are constants, ``computed``
     those steps assign, ``effects`` the steps' effects."""
-    rw = _Rewriter(plan, steps, objects, computed, effects)
+    rw = Rewriter(plan, steps, objects, computed, effects, effects)
     views: dict[int, torch.Tensor] = {}
     result = []
     for n, step in enumerate(steps):
@@ -101,7 +137,7 @@ def fold_constant_views(plan: Plan, steps: list, objects: list, constants: froze
     return result, views
 
 
-def _fold_now(rw: _Rewriter, step: KernelStep, found, constants: frozenset[int], views: dict):
+def _fold_now(rw: Rewriter, step: KernelStep, found, constants: frozenset[int], views: dict):
     """The view a copy of constants computes, or None."""
     view, out = found
     b = step.binding
@@ -150,7 +186,7 @@ def elide_view_copies(plan: Plan, steps: list, objects: list, computed: frozense
     ``effects`` are those of the method's steps before any were folded."""
     if any(isinstance(s, JumpFalseCall) for s in steps):
         return steps, frozenset()
-    rw = _Rewriter(plan, steps, objects, computed, effects.after(steps))
+    rw = Rewriter(plan, steps, objects, computed, effects.after(steps), effects)
     result = list(steps)
     made: set[int] = set()
     for n, step in enumerate(steps):
@@ -186,7 +222,7 @@ def elide_view_copies(plan: Plan, steps: list, objects: list, computed: frozense
     return result, frozenset(made)
 
 
-def _untouched(rw: _Rewriter, source: int, spec: TensorSpec, first: int, last: int) -> bool:
+def _untouched(rw: Rewriter, source: int, spec: TensorSpec, first: int, last: int) -> bool:
     """No step after ``first``, up to ``last``, writes the source's memory or bytes it occupies."""
     source_memory = rw.effects.memory(source)
     for k in range(first + 1, last + 1):
@@ -197,6 +233,6 @@ def _untouched(rw: _Rewriter, source: int, spec: TensorSpec, first: int, last: i
                 return False
             written = rw.plan.values[m]
             if (spec.memory_id is not None and isinstance(written, TensorSpec) and written.memory_id is not None
-                    and _overlaps(spec, written)):
+                    and overlaps(spec, written)):
                 return False
     return True

@@ -5,7 +5,8 @@
    kernel (steps.py);
 3. checks: every call's arguments are of the kinds its kernel takes
    (arguments.py), and no step writes a constant (effects.py);
-4. copies become views (fold.py);
+4. copies become views (fold.py), and decomposed chains (attention, RMSNorm)
+   one fused call each (fuse.py);
 5. the instruction chain compiled into one Python function (codegen.py), and
    with ``compile=True`` also written as a pure function for ``torch.compile``
    (functional.py, compiled.py);
@@ -33,6 +34,7 @@ from pterun.executor.delegates import Delegates
 from pterun.executor.effects import MethodEffects, check_writes, delegate_writes, written_inputs
 from pterun.executor.fold import elide_view_copies, fold_constant_views, with_views
 from pterun.executor.functional import Unsupported, functional_method
+from pterun.executor.fuse import fuse_chains
 from pterun.executor.graphs import CudaGraphRunner
 from pterun.executor.outputs import OutputSlot
 from pterun.executor.steps import build_steps
@@ -84,6 +86,8 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     constants |= views.keys()
     params_in = [vi for vi in values.unplanned if vi in plan.inputs]
     steps, made = elide_view_copies(plan, steps, objects, assigned, set(params_in), effects)
+    if context.fuse:
+        steps = fuse_chains(plan, steps, objects, effects)
     computed = assigned | made
 
     # Unplanned inputs alias the caller's tensors; unplanned outputs get buffers, unless an instruction

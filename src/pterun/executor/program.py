@@ -25,6 +25,7 @@ class Program:
     cuda_graphs: bool = True  # replay CUDA methods as captured graphs (executor/graphs.py)
     compile: bool = False  # run methods through torch.compile (executor/functional.py)
     allow_tf32: bool = False  # float32 products and convolutions may use TF32 on CUDA (executor/precision.py)
+    fuse: bool = True  # decomposed attention and RMSNorm run as one kernel each (executor/fuse.py)
 
     def __post_init__(self) -> None:
         self._methods: dict[str, Method] = {}
@@ -32,7 +33,7 @@ class Program:
         self.data = ProgramData(self.file, self.data_files, self.registries.allocators)
         self.named_data = self.data.named_data
         self._context = LoadContext(self.registries, self.data, self.device, self.backend_options, self.load_nested,
-                                    self.compile, self.cuda_graphs, self.allow_tf32)
+                                    self.compile, self.cuda_graphs, self.allow_tf32, self.fuse)
 
     # -- methods -----------------------------------------------------------------
 
@@ -64,4 +65,4 @@ class Program:
         """A program carried inside this one (a delegate blob), run by the same executor on ``device``."""
         # The outer method captures the whole call, nested program included.
         return Program(ProgramFile(bytes(data)), self.registries, device=Device.parse(device), cuda_graphs=False,
-                       allow_tf32=self.allow_tf32)
+                       allow_tf32=self.allow_tf32, fuse=self.fuse)

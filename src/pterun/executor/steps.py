@@ -27,6 +27,7 @@ class KernelStep:
     name: str  # the operator, as the program names it ("aten::add.out")
     binding: Binding
     args: tuple[int, ...]
+    replaces: tuple[str, ...] = ()  # a fused step (fuse.py): the operators of the chain it runs as one call
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,10 @@ def step_effect(step: Step, delegate_writes: Sequence[int] = ()) -> Effect:
 
 
 def describe(step: Step) -> str:
-    """What a step is, for errors and generated code: "aten::add.out", "delegate XnnpackBackend"."""
+    """What a step is, for errors and generated code: "aten::add.out", "delegate XnnpackBackend", a fused step
+    with the operators it replaced."""
     if isinstance(step, KernelStep):
-        return step.name
+        return f"{step.name} ({', '.join(step.replaces)})" if step.replaces else step.name
     if isinstance(step, DelegateStep):
         return f"delegate {step.name}"
     return type(step).__name__

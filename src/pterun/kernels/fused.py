@@ -1,0 +1,31 @@
+"""Kernels for chains of operators the exporter decomposed, run as one call again (executor/fuse.py).
+
+Each is a device-agnostic torch call with an ``out`` variant, as the executor's
+code calls kernels, and a pure form for ``torch.compile``. Their results
+differ from the decomposed chain's only by rounding (docs/precision.md).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn.functional import scaled_dot_product_attention
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale_q: float, scale_k: float,
+              mask: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q*scale_q @ (k*scale_k)^T + mask) @ v, with batch and head dimensions flattened, as ``bmm`` left
+    them; a row the mask hides entirely is zeros, as the exporter's safe softmax makes it."""
+    return scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale_q * scale_k).flatten(0, -3)
+
+
+def attention_out(q, k, v, scale_q, scale_k, mask=None, *, out: torch.Tensor) -> torch.Tensor:
+    return out.copy_(attention(q, k, v, scale_q, scale_k, mask))
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """weight * (x * rsqrt(mean(x^2, -1) + eps))."""
+    return torch.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def rms_norm_out(x, weight, eps, *, out: torch.Tensor) -> torch.Tensor:
+    return out.copy_(rms_norm(x, weight, eps))

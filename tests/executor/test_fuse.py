@@ -1,0 +1,85 @@
+"""Decomposed attention and RMSNorm run as one fused kernel each (executor/fuse.py), against ExecuTorch."""
+
+from __future__ import annotations
+
+import torch
+from torch.nn.functional import scaled_dot_product_attention
+
+import pterun
+from pterun.format import KernelCall
+from tests.support.compare import assert_matches
+from tests.support.differential import check, export_model, load, seeded
+from tests.support.exporting import ExportSpec, export_program
+from tests.support.models import build
+
+
+def _fused(method: pterun.Method) -> list[str]:
+    return [s.name for s in method._loaded.steps if getattr(s, "replaces", ())]
+
+
+def _calls(method: pterun.Method, operator: str) -> int:
+    plan = method.plan
+    return sum(1 for ins in plan.instructions if isinstance(ins, KernelCall)
+               and plan.operators[ins.op_index][0] == operator)
+
+
+def test_llama_attention_and_rms_norm_fused():
+    exported = export_model("llama", "portable")
+    program = load(exported)
+    method = program.load_method("forward")
+    fused = _fused(method)
+    # The premise: every softmax is one attention and every rsqrt one RMSNorm, and each was fused.
+    assert fused.count("pterun::attention") == _calls(method, "aten::_softmax") > 0
+    assert fused.count("pterun::rms_norm") == _calls(method, "aten::rsqrt") > 0
+    assert "pterun::attention (aten::mul.Scalar_out x2, aten::permute_copy.out" in method.source
+    make_inputs = build("llama").make_inputs
+    for seed in (0, 1):
+        check(exported, make_inputs(seed), program=program)
+
+
+def test_fuse_false_runs_the_chains_as_exported():
+    exported = export_model("llama", "portable")
+    method = pterun.Runtime.get().load_program(exported.pte, fuse=False).load_method("forward")
+    assert _fused(method) == []
+    assert "pterun::" not in method.source
+    assert _calls(method, "aten::_softmax") > 0 and "softmax_out(" in method.source
+
+
+class _Norms(torch.nn.Module):
+    """Two RMSNorms and an attention with a mask that hides a whole row; the second norm's variance is
+    also returned, so that chain must stay as it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.rand(16) + 0.5)
+        self.w2 = torch.nn.Parameter(torch.rand(16) + 0.5)
+
+    def forward(self, x, q, k, v, mask):
+        y = self.w1 * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+        var = y.pow(2).mean(-1, keepdim=True)
+        z = self.w2 * (y * torch.rsqrt(var + 1e-5))
+        return z, var, scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_a_chain_whose_intermediate_is_read_elsewhere_is_not_fused():
+    mask = torch.ones(6, 6, dtype=torch.bool).tril()
+    mask[2] = False  # row 2 sees nothing: ExecuTorch's safe softmax gives zeros there, as fused attention does
+    inputs = (seeded(0, 3, 16), seeded(1, 1, 2, 6, 8), seeded(2, 1, 2, 6, 8), seeded(3, 1, 2, 6, 8), mask)
+    exported = export_program("fuse-norms", lambda: ExportSpec(_Norms(), inputs))
+    program = load(exported)
+    method = program.load_method("forward")
+    assert _calls(method, "aten::rsqrt") == 2
+    assert sorted(_fused(method)) == ["pterun::attention", "pterun::rms_norm"]
+    out = check(exported, inputs, program=program)
+    assert torch.equal(out[2][0, :, 2], torch.zeros(2, 8))
+
+
+def test_the_functional_form_calls_the_fused_kernels():
+    exported = export_model("llama", "portable")
+    method = pterun.Runtime.get().load_program(exported.pte, compile=True).load_method("forward")
+    assert "pterun_attention(" in method.functional_source and "pterun_rms_norm(" in method.functional_source
+    inputs = build("llama").make_inputs(0)
+    expected = check(exported, inputs)
+    with torch.inference_mode():
+        actual = method.functional(*inputs)
+    assert_matches(list(actual), expected)
