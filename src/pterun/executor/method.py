@@ -15,6 +15,7 @@ from pterun.executor.load import load_method
 from pterun.executor.meta import MethodMeta
 from pterun.executor.outputs import prepare
 from pterun.executor.precision import Precision
+from pterun.executor.threads import Threads
 from pterun.format import Plan, TensorSpec
 
 
@@ -41,6 +42,7 @@ class Method:
         self._owned = {pos for pos, vi in enumerate(plan.outputs)
                        if isinstance(plan.values[vi], TensorSpec) and not plan.values[vi].is_memory_planned}
         self._precision = Precision(tf32=context.allow_tf32)
+        self._threads = Threads.choose(context.num_threads, plan, loaded.steps)
         self._calls = CallGuard(self._where)
         self.written_inputs = loaded.written_inputs  # inputs the method updates in place
 
@@ -147,6 +149,7 @@ class Method:
             raise InvalidArgument(f"{self._where}: input {self._input_set.index(False)} has not been set")
         if self._slots:
             prepare(self._slots, self._allocators, self._args)
+        threads = self._threads.enter()
         calls = self._calls
         calls.start()
         try:
@@ -166,6 +169,7 @@ class Method:
             self._outputs = None
             raise translate(exc, self._loaded.compiled, self._loaded.steps, self._where) from exc
         finally:
+            self._threads.exit(threads)
             calls.busy = False
 
     def _graph_key(self):
@@ -182,6 +186,16 @@ class Method:
         """With ``compile=True``: "compiled", or "not compiled: <why>" (it then runs as plain Python)."""
         compiled = self._loaded.compiled_function
         return compiled.status if compiled is not None else self._loaded.compile_status
+
+    @property
+    def num_threads(self) -> int:
+        """The intra-op threads a call from this thread runs on when no other call is running
+        (docs/threads.md); ``num_threads_reason`` says how the count was chosen."""
+        return self._threads.planned()
+
+    @property
+    def num_threads_reason(self) -> str:
+        return self._threads.reason
 
     @property
     def metadata(self) -> MethodMeta:
