@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
+from pterun.core.device import DeviceType
 from pterun.errors import InvalidArgument, InvalidState, NotFound
 from pterun.executor.calls import CallGuard
 from pterun.executor.context import LoadContext
@@ -17,6 +18,9 @@ from pterun.executor.outputs import prepare
 from pterun.executor.precision import Precision
 from pterun.executor.threads import Threads
 from pterun.format import Plan, TensorSpec
+
+
+_InferenceMode = torch._C._InferenceMode  # torch.inference_mode's guard, without its Python wrapper
 
 
 class Method:
@@ -41,7 +45,8 @@ class Method:
         # Outputs the method does not plan belong to the caller once handed out (see get_outputs).
         self._owned = {pos for pos, vi in enumerate(plan.outputs)
                        if isinstance(plan.values[vi], TensorSpec) and not plan.values[vi].is_memory_planned}
-        self._precision = Precision(tf32=context.allow_tf32)
+        self._precision = Precision(tf32=context.allow_tf32,
+                                    host=context.run_device.type == DeviceType.CPU and not plan.delegates)
         self._threads = Threads.choose(context.num_threads, plan, loaded.steps)
         self._calls = CallGuard(self._where)
         self.written_inputs = loaded.written_inputs  # inputs the method updates in place
@@ -155,14 +160,14 @@ class Method:
         try:
             graph = self._graph
             if graph is None:
-                with self._precision, torch.inference_mode():
+                with self._precision, _InferenceMode(True):
                     self._outputs = self._run(*self._args)
             else:
                 key = self._graph_key()
-                with torch.inference_mode():
+                with _InferenceMode(True):
                     outputs = graph.replay(self._args, key)
                 if outputs is None:  # run eagerly or capture, under the call's switches
-                    with self._precision, torch.inference_mode():
+                    with self._precision, _InferenceMode(True):
                         outputs = graph(self._args, key)
                 self._outputs = outputs
         except Exception as exc:  # noqa: BLE001 - translated into a PteError naming the instruction

@@ -189,11 +189,13 @@ class Threads:
 
     __slots__ = ("count", "reason", "_omp", "_mkl")
 
-    def __init__(self, count: int | None, reason: str) -> None:
+    def __init__(self, count: int | None, reason: str, *, small: bool = False) -> None:
         self.count = count  # None: the calling thread's PyTorch setting
         self.reason = reason
         setters = _setters()
         self._omp, self._mkl = setters if setters is not None else (None, None)
+        if small:
+            self._mkl = None  # MKL runs products this small on one thread by itself: one call in and out less
 
     @classmethod
     def choose(cls, requested: int | None, plan: Plan, steps: Sequence) -> "Threads":
@@ -201,7 +203,7 @@ class Threads:
             return cls(requested, "num_threads")
         small, largest = small_method(plan, steps)
         if small:
-            return cls(1, f"every operator is small: at most {largest} elements per call")
+            return cls(1, f"every operator is small: at most {largest} elements per call", small=True)
         _LOAD.free_cores()  # a first sample, so the first call does not start from nothing
         return cls(None, "torch.get_num_threads(), on the cores other processes leave free")
 
