@@ -43,7 +43,7 @@ import torch
 
 from pterun.errors import InvalidArgument
 from pterun.executor.steps import DelegateStep, KernelStep
-from pterun.format import ListValue, Plan, TensorSpec
+from pterun.format import Kind, ListValue, Plan, TensorSpec
 
 SMALL = 32768  # elements; at::internal::GRAIN_SIZE
 
@@ -178,7 +178,7 @@ def small_method(plan: Plan, steps: Sequence) -> tuple[bool, int]:
             value = values[vi]
             if isinstance(value, TensorSpec):
                 total += value.numel
-            elif isinstance(value, ListValue):
+            elif isinstance(value, ListValue) and value.kind in (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST):
                 total += sum(values[i].numel for i in value.items if i >= 0 and isinstance(values[i], TensorSpec))
         largest = max(largest, total)
     return largest <= SMALL, largest
