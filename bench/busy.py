@@ -1,6 +1,6 @@
 """A busy machine: the same programs timed quiet and while two background processes spin on the cores.
 
-    python bench/busy.py [--repeat 200] [--models softmax,...,tiny_mlp,example_llama] [--json out.json]
+    python bench/busy.py [--repeat 200] [--mid-repeat 20] [--models softmax,...,tiny_mlp,example_llama] [--json out.json]
 
 Ways: pterun with its default thread choice, with ``num_threads=1`` and ``num_threads=2``, and
 ExecuTorch's portable runtime (single-threaded). Quiet and busy phases alternate ``--phases`` times;
@@ -48,6 +48,7 @@ def ways_for(name: str, directory: Path) -> tuple[list[Way], int]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--mid-repeat", type=int, default=20, help="rounds for the mid-size programs")
     parser.add_argument("--phases", type=int, default=2)
     parser.add_argument("--models", default=",".join((*TINY, *MID)))
     parser.add_argument("--json", type=Path)
@@ -65,7 +66,8 @@ def main() -> None:
             for phase in ("quiet", "busy"):
                 spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(2 if phase == "busy" else 0)]
                 try:
-                    for t in measure(ways, warmup=10, repeat=args.repeat):
+                    repeat = args.repeat if name in TINY else args.mid_repeat
+                    for t in measure(ways, warmup=3, repeat=repeat):
                         per[phase].setdefault(t.name, []).extend(t.samples)
                 finally:
                     for p in spinners:

@@ -128,7 +128,8 @@ class Method:
         with self._calls.locked("run"):
             self._calls.check_free("run")
             self._calls.stepper = None
-            self._execute_plan()
+            with _InferenceMode(True):
+                self._execute_plan()
 
     def execute(self, inputs: Sequence = (), *, clone_outputs: bool = True, copy_inputs: bool = False) -> list:
         """Sets the inputs, runs, and returns the outputs (copies unless ``clone_outputs=False``).
@@ -143,13 +144,17 @@ class Method:
             if calls.stepper is not None:
                 calls.check_free("execute")
                 calls.stepper = None
-            self._bind_inputs(inputs, copy_inputs)
-            self._execute_plan()
+            # Copying inputs into planned memory costs less under inference mode (no autograd bookkeeping);
+            # outputs are cloned outside it, so the caller's are ordinary tensors.
+            with _InferenceMode(True):
+                self._bind_inputs(inputs, copy_inputs)
+                self._execute_plan()
             return self._collect_outputs(clone_outputs)
 
     __call__ = execute
 
     def _execute_plan(self) -> None:
+        """Runs the method; the caller holds the lock and inference mode."""
         if False in self._input_set:
             raise InvalidArgument(f"{self._where}: input {self._input_set.index(False)} has not been set")
         if self._slots:
@@ -160,14 +165,13 @@ class Method:
         try:
             graph = self._graph
             if graph is None:
-                with self._precision, _InferenceMode(True):
+                with self._precision:
                     self._outputs = self._run(*self._args)
             else:
                 key = self._graph_key()
-                with _InferenceMode(True):
-                    outputs = graph.replay(self._args, key)
+                outputs = graph.replay(self._args, key)
                 if outputs is None:  # run eagerly or capture, under the call's switches
-                    with self._precision, _InferenceMode(True):
+                    with self._precision:
                         outputs = graph(self._args, key)
                 self._outputs = outputs
         except Exception as exc:  # noqa: BLE001 - translated into a PteError naming the instruction
