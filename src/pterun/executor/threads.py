@@ -162,6 +162,7 @@ class _Held:
 
 
 _HELD = _Held()
+_CORES = cores()
 
 
 def small_method(plan: Plan, steps: Sequence) -> tuple[bool, int]:
@@ -224,7 +225,7 @@ class Threads:
         running = _HELD.running
         if want > 1:
             with _HELD.lock:
-                want = max(1, min(want, cores() - sum(running)))
+                want = max(1, min(want, _CORES - sum(running)))
                 running.append(want)
         else:
             running.append(1)
