@@ -20,7 +20,8 @@ from pterun.errors import InvalidArgument, PteError
 from pterun.executor import Registries
 from pterun.executor import threads as threads_module
 from pterun.kernels import Binding, default_registry
-from tests.executor.programs import add_mul
+from tests.executor.programs import AddMul, add_mul
+from tests.support.exporting import ExportSpec, export_program
 
 OWN = 3  # the worker threads' own count: neither what a method asks for nor (usually) the process default
 
@@ -151,6 +152,28 @@ def test_two_methods_with_different_counts_run_at_once_on_two_threads(observed):
     # The second may get fewer threads while the first holds a core, never more than it asked or the cores.
     assert counts["two"] and counts["two"] <= set(range(1, min(2, threads_module.cores()) + 1))
     assert threads_module._HELD.running == []
+
+
+def _large_add_mul():
+    # 256x256 inputs: each call's arguments hold 196,608 elements, past what counts as small.
+    return export_program("threads-large-add-mul",
+                          lambda: ExportSpec(AddMul(), (torch.randn(256, 256), torch.randn(256, 256))))
+
+
+@pytest.mark.parametrize("free", [0.4, 64.0])
+def test_by_default_a_large_program_runs_on_the_threads_own_count_within_the_free_cores(observed, monkeypatch, free):
+    runtime, seen, _ = observed
+    method = runtime.load_program(_large_add_mul().pte).load_method("forward")
+    assert "small" not in method.num_threads_reason, "premise: the program's operators are not small"
+    # What the machine's other processes leave free, as if sampled just now.
+    monkeypatch.setattr(threads_module._LOAD, "free", free)
+    monkeypatch.setattr(threads_module._LOAD, "next", float("inf"))
+    g = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)]
+    (added, multiplied), after = _on_worker(lambda: method.execute(inputs))
+    expected = 1 if free < 1 else min(OWN, threads_module.cores())
+    assert seen == [("worker", expected)] and after == OWN
+    assert torch.equal(added, inputs[0] + inputs[1]) and torch.equal(multiplied, inputs[0] * inputs[1])
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
