@@ -15,14 +15,14 @@ thread has, and ``Method.num_threads`` says so by reporting it.
 
 The count (``load_program(..., num_threads=)``):
 
-* ``None`` (the default): one thread when every operator of the method is small (no call's
-  arguments hold more than ``SMALL`` elements in all, the grain PyTorch's elementwise kernels split
-  work by): such operators gain nothing from a second thread, yet some (softmax) still start a
-  parallel region, whose threads wait for each other and, on a busy machine, for the scheduler.
-  Otherwise the calling thread's PyTorch setting (``torch.get_num_threads()``), but no more than the
-  cores other processes leave free (``_Load``): an OpenMP region waits for its slowest thread, and
-  a thread that shares a core with a busy process waits for the scheduler's time slice, so one
-  call can take milliseconds longer than the whole computation.
+* ``None`` (the default): one thread when every operator of the method is small: no call writes
+  more than ``SMALL`` elements (the grain PyTorch's elementwise kernels split work by) or touches
+  more than ``READ`` in all. Such operators gain little from a second thread, yet some (softmax)
+  still start a parallel region, whose threads wait for each other and, on a busy machine, for the
+  scheduler. Otherwise the calling thread's PyTorch setting (``torch.get_num_threads()``), but no
+  more than the cores other processes have left free over the last second (``_Load``): an OpenMP
+  region waits for its slowest thread, and a thread that shares a core with a busy process waits for
+  the scheduler's time slice, so one call can take milliseconds longer than the whole computation.
 * an int ``n >= 1``: ``n``, whatever the machine's load.
 
 Either way a call runs no more threads than there are cores the process may use, less those other
@@ -45,7 +45,8 @@ from pterun.errors import InvalidArgument
 from pterun.executor.steps import DelegateStep, KernelStep
 from pterun.format import Kind, ListValue, Plan, TensorSpec
 
-SMALL = 32768  # elements; at::internal::GRAIN_SIZE
+SMALL = 32768  # elements a call writes; at::internal::GRAIN_SIZE, below which elementwise kernels use one thread
+READ = 8 * SMALL  # elements a call touches in all: a product this size is tens of µs on one core
 
 _OPENMP_NAMES = ("libgomp", "libomp", "libiomp5")
 
@@ -100,16 +101,21 @@ class _Load:
     """The cores other processes leave free, from /proc/stat, sampled at most every ``INTERVAL`` seconds.
 
     The machine's busy time less this process's own, over the time since the last sample, as a share
-    of the machine, times the cores this process may use. Without /proc/stat every core counts as free.
+    of the machine, times the cores this process may use; the least of the last ``KEPT`` samples, so a
+    core counts as free only once it has been free for a second (a second thread on a core another
+    process takes back costs milliseconds a call; one thread too few costs at most half the call).
+    Without /proc/stat every core counts as free.
     """
 
     INTERVAL = 0.25
+    KEPT = 4
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.next = 0.0
         self.free = float(cores())
         self.last: tuple[int, int, float] | None = None
+        self.recent: list[float] = []
         self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
     def free_cores(self) -> float:
@@ -137,7 +143,8 @@ class _Load:
             others = max(0.0, (busy - last[1]) - (own - last[2]) * self.tick) / (total - last[0])
         else:
             return
-        self.free = cores() * (1.0 - min(1.0, others))
+        self.recent = [*self.recent[1 - self.KEPT:], cores() * (1.0 - min(1.0, others))]
+        self.free = min(self.recent)
 
     @staticmethod
     def _running_now() -> float:
@@ -165,24 +172,30 @@ _HELD = _Held()
 _CORES = cores()
 
 
-def small_method(plan: Plan, steps: Sequence) -> tuple[bool, int]:
-    """Whether every call of the method is small, and the largest call's elements (-1: a delegate)."""
-    largest = 0
+def _elements(values, vi: int) -> int:
+    value = values[vi]
+    if isinstance(value, TensorSpec):
+        return value.numel
+    if isinstance(value, ListValue) and value.kind in (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST):
+        return sum(values[i].numel for i in value.items if i >= 0 and isinstance(values[i], TensorSpec))
+    return 0
+
+
+def small_method(plan: Plan, steps: Sequence) -> tuple[bool, int, int]:
+    """Whether every call of the method is small, and the most elements a call writes and reads in all
+    (-1: a delegate, whose work cannot be judged from its arguments)."""
+    most_written = most = 0
     values = plan.values
     for step in steps:
         if isinstance(step, DelegateStep):
-            return False, -1  # a backend's work cannot be judged from its arguments
+            return False, -1, -1
         if not isinstance(step, KernelStep):
             continue
-        total = 0
-        for vi in step.args:
-            value = values[vi]
-            if isinstance(value, TensorSpec):
-                total += value.numel
-            elif isinstance(value, ListValue) and value.kind in (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST):
-                total += sum(values[i].numel for i in value.items if i >= 0 and isinstance(values[i], TensorSpec))
-        largest = max(largest, total)
-    return largest <= SMALL, largest
+        b = step.binding
+        written = sum(_elements(values, step.args[p]) for p in (*b.writes, *b.mutates))
+        most_written = max(most_written, written)
+        most = max(most, sum(_elements(values, vi) for vi in step.args))
+    return most_written <= SMALL and most <= READ, most_written, most
 
 
 class Threads:
@@ -202,9 +215,10 @@ class Threads:
     def choose(cls, requested: int | None, plan: Plan, steps: Sequence) -> "Threads":
         if requested is not None:
             return cls(requested, "num_threads")
-        small, largest = small_method(plan, steps)
+        small, written, most = small_method(plan, steps)
         if small:
-            return cls(1, f"every operator is small: at most {largest} elements per call", small=True)
+            return cls(1, f"every operator is small: at most {written} elements written and {most} in all per call",
+                       small=True)
         _LOAD.free_cores()  # a first sample, so the first call does not start from nothing
         return cls(None, "torch.get_num_threads(), on the cores other processes leave free")
 
