@@ -22,6 +22,7 @@ import torch
 from pterun.errors import IndexOutOfRange, InvalidArgument, InvalidArgumentType, Unimplemented
 from pterun.executor import Method, MethodMeta, Program, TensorInfo
 from pterun.executor.inputs import is_sequence
+from pterun.executor.threads import check_num_threads
 from pterun.format import Verification
 from pterun.format.source import read_source
 from pterun.runtime import Runtime
@@ -139,16 +140,17 @@ class ExecuTorchProgram:
 class ExecuTorchModule:
     """A program loaded on first use, running methods by name (ExecuTorch's ``Module``)."""
 
-    def __init__(self, source, data, verification: Verification) -> None:
+    def __init__(self, source, data, verification: Verification, num_threads: int | None = None) -> None:
         self._source = source
         self._data = data
         self._verification = verification
+        self._num_threads = num_threads
         self._program: Program | None = None
 
     def _loaded(self) -> Program:
         if self._program is None:
             self._program = Runtime.get().load_program(
-                self._source, verification=self._verification, data_path=self._data
+                self._source, verification=self._verification, data_path=self._data, num_threads=self._num_threads
             )
         return self._program
 
@@ -188,12 +190,14 @@ def _load_for_executorch(
     enable_etdump: bool = False,
     debug_buffer_size: int = 0,
     program_verification: Verification = Verification.InternalConsistency,
+    *,
+    num_threads: int | None = None,
 ) -> ExecuTorchModule:
     # As ExecuTorch's Module, the files are opened now (a missing one fails here, with AccessFailed) and
     # the program is read on first use.
     source = read_source(os.fspath(program_path))
     data = [read_source(os.fspath(path), what="data file") for path in _data_sources(data_path)]
-    return ExecuTorchModule(source, data, _verification(program_verification))
+    return ExecuTorchModule(source, data, _verification(program_verification), check_num_threads(num_threads))
 
 
 def _load_for_executorch_from_buffer(
@@ -202,8 +206,11 @@ def _load_for_executorch_from_buffer(
     enable_etdump: bool = False,
     debug_buffer_size: int = 0,
     program_verification: Verification = Verification.InternalConsistency,
+    *,
+    num_threads: int | None = None,
 ) -> ExecuTorchModule:
-    return ExecuTorchModule(bytes(buffer), _data_sources(data_map_buffer), _verification(program_verification))
+    return ExecuTorchModule(bytes(buffer), _data_sources(data_map_buffer), _verification(program_verification),
+                            check_num_threads(num_threads))
 
 
 def _load_program(
@@ -212,8 +219,10 @@ def _load_program(
     debug_buffer_size: int = 0,
     program_verification: Verification = Verification.Minimal,
     data_path: str | None = None,
+    *,
+    num_threads: int | None = None,
 ) -> ExecuTorchProgram:
-    return _program(os.fspath(path), program_verification, data_path)
+    return _program(os.fspath(path), program_verification, data_path, num_threads)
 
 
 def _load_program_from_buffer(
@@ -222,12 +231,16 @@ def _load_program_from_buffer(
     debug_buffer_size: int = 0,
     program_verification: Verification = Verification.Minimal,
     data_path: str | None = None,
+    *,
+    num_threads: int | None = None,
 ) -> ExecuTorchProgram:
-    return _program(bytes(buffer), program_verification, data_path)
+    return _program(bytes(buffer), program_verification, data_path, num_threads)
 
 
-def _program(source, program_verification: Verification, data_path: str | None) -> ExecuTorchProgram:
-    program = Runtime.get().load_program(source, verification=_verification(program_verification), data_path=data_path)
+def _program(source, program_verification: Verification, data_path: str | None,
+             num_threads: int | None) -> ExecuTorchProgram:
+    program = Runtime.get().load_program(source, verification=_verification(program_verification), data_path=data_path,
+                                         num_threads=num_threads)
     return ExecuTorchProgram(program)
 
 
@@ -268,7 +281,7 @@ def _reset_profile_results() -> None:
 
 
 def _unsafe_reset_threadpool(num_threads: int) -> None:
-    # Kernels run on PyTorch's intra-op thread pool.
+    # Kernels run on PyTorch's intra-op thread pool; methods of a program loaded with num_threads keep theirs.
     torch.set_num_threads(int(num_threads))
 
 

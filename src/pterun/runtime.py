@@ -18,6 +18,7 @@ import torch
 from pterun.backends import BackendRegistry, default_backend_registry
 from pterun.core.device import Device, DeviceType
 from pterun.executor import Method, MethodMeta, Program, Registries
+from pterun.executor.threads import check_num_threads
 from pterun.format import DataFile, ProgramFile, Verification
 from pterun.kernels import KernelRegistry, default_registry
 from pterun.memory import AllocatorRegistry
@@ -96,6 +97,7 @@ class Runtime:
         compile: bool = False,
         allow_tf32: bool = False,
         fuse: bool = True,
+        num_threads: int | None = None,
     ) -> Program:
         """Loads a program; ``data_path`` names .ptd files (paths or bytes) holding tensors it stores outside.
 
@@ -115,8 +117,15 @@ class Runtime:
         Attention and RMSNorm, which the exporter decomposes into chains of
         kernels, run as one fused kernel each (rounding differs slightly;
         docs/precision.md); ``fuse=False`` runs every instruction as the file has it.
+
+        ``num_threads`` is how many intra-op threads each call runs on, set for the
+        calling thread only and put back when the call returns. The default chooses
+        per method: one thread when every operator is small, else the calling
+        thread's ``torch.get_num_threads()``; no call runs more threads than there
+        are free cores (``Method.num_threads``, docs/threads.md).
         """
         del enable_etdump, debug_buffer_size  # ETDump profiling is not supported (see README)
+        num_threads = check_num_threads(num_threads)
         file = ProgramFile(data, Verification(verification))
         if data_path is None:
             sources = []
@@ -135,6 +144,7 @@ class Runtime:
             compile,
             allow_tf32,
             fuse,
+            num_threads,
         )
 
 

@@ -110,7 +110,7 @@ def run(
 @app.command()
 def inspect(
     program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
-    code: bool = typer.Option(False, "--code", help="Also print the Python each method compiles into."),
+    code: bool = typer.Option(False, "--code", help="Also print the Python each method compiles into, and its threads."),
     data: Optional[list[Path]] = typer.Option(None, "--data", "-d"),
 ) -> None:
     """Show a program's methods, inputs, outputs, operators, delegates and memory arenas."""
@@ -124,8 +124,10 @@ def inspect(
             meta = loaded.metadata(name)
             _show_method(meta)
             if code:
+                method = loaded.load_method(name)
+                console.print(f"intra-op threads per call: {method.num_threads} ({esc(method.num_threads_reason)})")
                 # Generated from the file's names: printed as text, control characters made visible.
-                console.print(visible(loaded.load_method(name).source, lines=True), highlight=False, markup=False)
+                console.print(visible(method.source, lines=True), highlight=False, markup=False)
 
 
 def _io_rows(table: Table, meta, which: str) -> None:

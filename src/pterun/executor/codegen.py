@@ -34,9 +34,13 @@ import torch
 
 from pterun.core.layout import strides_for
 from pterun.errors import PteError
+from pterun.executor.callforms import python_binding
 from pterun.executor.source import bind, comment, inline, kernel_name, literal, make_function
 from pterun.executor.steps import DelegateStep, KernelStep, Step, describe
 from pterun.format import FreeCall, JumpFalseCall, MoveCall, Plan
+
+
+FAST_CALLS = True  # call ATen out-variants through torch's Python bindings where they match (callforms.py)
 
 
 @dataclass
@@ -92,6 +96,7 @@ class _Compiler:
     def __init__(self, values: MethodValues, steps: Sequence[Step], plan: Plan) -> None:
         self.values = values
         self.steps = steps
+        self.plan = plan
         self.outputs = plan.outputs
         self.name = plan.name
         self.env: dict[str, object] = {}
@@ -161,9 +166,10 @@ class _Compiler:
     def kernel(self, n: int, step: KernelStep, indent: int) -> None:
         b = step.binding
         args = step.args
-        fn_name = self.bind(kernel_name(step.name), b.fn, n)
         converters = dict(b.convert)
         exprs: dict[int, str] = {}
+        constant: dict[int, object] = {}  # converted at load, by position
+        per_call = False  # a converter runs on every call
         for pos in (*b.positional, *(i for _, i in b.keywords)):
             vi = args[pos]
             self.list_updates(vi, indent, n)
@@ -172,6 +178,7 @@ class _Compiler:
                     conv = f"f{n}_{pos}"
                     self.env[conv] = converters[pos]
                     exprs[pos] = f"{conv}({self.ref(vi)})"
+                    per_call = True
                 else:
                     try:
                         converted = converters[pos](self.values.objects[vi])
@@ -179,8 +186,11 @@ class _Compiler:
                         raise type(exc)(f"method {self.name!r} instruction {n} ({step.name}) argument {pos}: "
                                         f"{exc.message}") from None
                     exprs[pos] = self.converted(converted, n, pos)
+                    constant[pos] = converted
             else:
                 exprs[pos] = self.ref(vi)
+        fast = None if per_call or not FAST_CALLS else python_binding(step, self.plan, self.values.objects, constant)
+        fn_name = self.bind(kernel_name(step.name), fast or b.fn, n)
         for pos in b.writes:
             vi = args[pos]
             for target in self.values.list_items.get(vi, (vi,)):

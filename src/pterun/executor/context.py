@@ -37,6 +37,7 @@ class LoadContext:
     cuda_graphs: bool  # replay CUDA methods as captured graphs (graphs.py)
     allow_tf32: bool  # float32 products and convolutions may use TF32 (precision.py)
     fuse: bool = True  # decomposed chains run as one fused kernel each (fuse.py)
+    num_threads: int | None = None  # intra-op threads per call; None: chosen per method (threads.py)
 
     def device_for(self, device_type: int, device_index: int) -> Device:
         """Where a value the plan tags with this device lives."""

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
+from pterun.core.device import DeviceType
 from pterun.errors import InvalidArgument, InvalidState, NotFound
 from pterun.executor.calls import CallGuard
 from pterun.executor.context import LoadContext
@@ -15,7 +16,11 @@ from pterun.executor.load import load_method
 from pterun.executor.meta import MethodMeta
 from pterun.executor.outputs import prepare
 from pterun.executor.precision import Precision
+from pterun.executor.threads import Threads
 from pterun.format import Plan, TensorSpec
+
+
+_InferenceMode = torch._C._InferenceMode  # torch.inference_mode's guard, without its Python wrapper
 
 
 class Method:
@@ -40,7 +45,9 @@ class Method:
         # Outputs the method does not plan belong to the caller once handed out (see get_outputs).
         self._owned = {pos for pos, vi in enumerate(plan.outputs)
                        if isinstance(plan.values[vi], TensorSpec) and not plan.values[vi].is_memory_planned}
-        self._precision = Precision(tf32=context.allow_tf32)
+        self._precision = Precision(tf32=context.allow_tf32,
+                                    host=context.run_device.type == DeviceType.CPU and not plan.delegates)
+        self._threads = Threads.choose(context.num_threads, plan, loaded.steps)
         self._calls = CallGuard(self._where)
         self.written_inputs = loaded.written_inputs  # inputs the method updates in place
 
@@ -121,7 +128,8 @@ class Method:
         with self._calls.locked("run"):
             self._calls.check_free("run")
             self._calls.stepper = None
-            self._execute_plan()
+            with _InferenceMode(True):
+                self._execute_plan()
 
     def execute(self, inputs: Sequence = (), *, clone_outputs: bool = True, copy_inputs: bool = False) -> list:
         """Sets the inputs, runs, and returns the outputs (copies unless ``clone_outputs=False``).
@@ -136,36 +144,41 @@ class Method:
             if calls.stepper is not None:
                 calls.check_free("execute")
                 calls.stepper = None
-            self._bind_inputs(inputs, copy_inputs)
-            self._execute_plan()
+            # Copying inputs into planned memory costs less under inference mode (no autograd bookkeeping);
+            # outputs are cloned outside it, so the caller's are ordinary tensors.
+            with _InferenceMode(True):
+                self._bind_inputs(inputs, copy_inputs)
+                self._execute_plan()
             return self._collect_outputs(clone_outputs)
 
     __call__ = execute
 
     def _execute_plan(self) -> None:
+        """Runs the method; the caller holds the lock and inference mode."""
         if False in self._input_set:
             raise InvalidArgument(f"{self._where}: input {self._input_set.index(False)} has not been set")
         if self._slots:
             prepare(self._slots, self._allocators, self._args)
+        threads = self._threads.enter()
         calls = self._calls
         calls.start()
         try:
             graph = self._graph
             if graph is None:
-                with self._precision, torch.inference_mode():
+                with self._precision:
                     self._outputs = self._run(*self._args)
             else:
                 key = self._graph_key()
-                with torch.inference_mode():
-                    outputs = graph.replay(self._args, key)
+                outputs = graph.replay(self._args, key)
                 if outputs is None:  # run eagerly or capture, under the call's switches
-                    with self._precision, torch.inference_mode():
+                    with self._precision:
                         outputs = graph(self._args, key)
                 self._outputs = outputs
         except Exception as exc:  # noqa: BLE001 - translated into a PteError naming the instruction
             self._outputs = None
             raise translate(exc, self._loaded.compiled, self._loaded.steps, self._where) from exc
         finally:
+            self._threads.exit(threads)
             calls.busy = False
 
     def _graph_key(self):
@@ -182,6 +195,16 @@ class Method:
         """With ``compile=True``: "compiled", or "not compiled: <why>" (it then runs as plain Python)."""
         compiled = self._loaded.compiled_function
         return compiled.status if compiled is not None else self._loaded.compile_status
+
+    @property
+    def num_threads(self) -> int:
+        """The intra-op threads a call from this thread runs on when no other call is running
+        (docs/threads.md); ``num_threads_reason`` says how the count was chosen."""
+        return self._threads.planned()
+
+    @property
+    def num_threads_reason(self) -> str:
+        return self._threads.reason
 
     @property
     def metadata(self) -> MethodMeta:

@@ -65,6 +65,14 @@ class _Switches:
             self._depth += 1
         local.depth = nested + 1
 
+    def exact_and_idle(self) -> bool:
+        """No call holds the switches and the CPU's are exact: a CPU call finds them as it needs them.
+
+        Nothing then pins them, so no call's exit can put back a setting other than exact while this
+        call runs; the only change it can see is one the process makes meanwhile, as with pinning."""
+        return self._depth == 0 and _get(*_MKLDNN[0]) in _EXACT and _get(*_MKLDNN[1]) in _EXACT and \
+            _get(*_MKLDNN[2]) in _EXACT
+
     def exit(self) -> None:
         local = self._local
         local.depth -= 1
@@ -80,15 +88,25 @@ _SWITCHES = _Switches()
 
 
 class Precision:
-    """A context manager: the precision a program was loaded for, for the duration of a call."""
+    """A context manager: the precision a program was loaded for, for the duration of a call.
 
-    __slots__ = ("tf32", "_guards")
+    ``host``: every kernel of the method runs on the CPU (no delegate, no other device), so only the
+    CPU's switches matter; when they are already exact and no call holds them, a call sets nothing
+    (a tiny program's call is a few microseconds; pinning and restoring costs about three).
+    """
 
-    def __init__(self, *, tf32: bool = False) -> None:
+    __slots__ = ("tf32", "host", "_guards")
+
+    def __init__(self, *, tf32: bool = False, host: bool = False) -> None:
         self.tf32 = tf32
+        self.host = host
         self._guards = threading.local()  # autocast guards, per thread: autocast state is per thread
 
     def __enter__(self) -> None:
+        if self.host and not torch._C._is_any_autocast_enabled() and _SWITCHES.exact_and_idle():
+            self._guards.pinned = False
+            return
+        self._guards.pinned = True
         _SWITCHES.enter(self.tf32)
         if torch._C._is_any_autocast_enabled():
             guard = torch._C._DisableAutocast()
@@ -96,6 +114,8 @@ class Precision:
             self._guards.__dict__.setdefault("stack", []).append(guard)
 
     def __exit__(self, *exc) -> None:
+        if not self._guards.pinned:
+            return
         stack = self._guards.__dict__.get("stack")
         if stack:
             stack.pop().__exit__(*exc)

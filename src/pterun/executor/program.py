@@ -26,6 +26,7 @@ class Program:
     compile: bool = False  # run methods through torch.compile (executor/functional.py)
     allow_tf32: bool = False  # float32 products and convolutions may use TF32 on CUDA (executor/precision.py)
     fuse: bool = True  # decomposed attention and RMSNorm run as one kernel each (executor/fuse.py)
+    num_threads: int | None = None  # intra-op threads per call; None: chosen per method (executor/threads.py)
 
     def __post_init__(self) -> None:
         self._methods: dict[str, Method] = {}
@@ -33,7 +34,7 @@ class Program:
         self.data = ProgramData(self.file, self.data_files, self.registries.allocators)
         self.named_data = self.data.named_data
         self._context = LoadContext(self.registries, self.data, self.device, self.backend_options, self.load_nested,
-                                    self.compile, self.cuda_graphs, self.allow_tf32, self.fuse)
+                                    self.compile, self.cuda_graphs, self.allow_tf32, self.fuse, self.num_threads)
 
     # -- methods -----------------------------------------------------------------
 
@@ -65,4 +66,4 @@ class Program:
         """A program carried inside this one (a delegate blob), run by the same executor on ``device``."""
         # The outer method captures the whole call, nested program included.
         return Program(ProgramFile(bytes(data)), self.registries, device=Device.parse(device), cuda_graphs=False,
-                       allow_tf32=self.allow_tf32, fuse=self.fuse)
+                       allow_tf32=self.allow_tf32, fuse=self.fuse, num_threads=self.num_threads)
