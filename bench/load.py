@@ -1,5 +1,8 @@
 """Load time and memory: load_program + load_method against ExecuTorch's, and RSS growth after load.
 
+Every program of the set is timed as exported for the portable kernels (``X.pte``) and, where exported,
+lowered to XNNPACK (``X.xnnpack.pte``).
+
     python bench/export.py && python bench/load.py [--models a,b]
 """
 
@@ -41,10 +44,13 @@ def main() -> None:
     from executorch.extension.pybindings import portable_lib
 
     console.print(environment())
-    console.print(f"{'model':14s} {'file MB':>8s} {'pterun ms':>10s} {'executorch ms':>14s} {'ratio':>6s} "
+    console.print(f"{'program':22s} {'file MB':>8s} {'pterun ms':>10s} {'executorch ms':>14s} {'ratio':>6s} "
                   f"{'RSS growth MB':>14s} {'arenas MB':>10s}")
-    for name in args.models.split(","):
-        pte = args.dir / f"{name}.pte"
+    programs = [args.dir / f"{name}{variant}.pte" for name in args.models.split(",") for variant in ("", ".xnnpack")]
+    for pte in programs:
+        if not pte.exists():
+            continue
+        name = pte.name.removesuffix(".pte")
         ours, theirs = [], []
         for _ in range(args.repeat):
             gc.collect()
@@ -58,7 +64,7 @@ def main() -> None:
         probe = subprocess.run([sys.executable, "-c", RSS_PROBE, str(pte)], capture_output=True, text=True, check=True)
         growth, arenas = (int(v) for v in probe.stdout.split())
         a, b = statistics.median(ours) * 1e3, statistics.median(theirs) * 1e3
-        console.print(f"{name:14s} {pte.stat().st_size / 2**20:8.1f} {a:10.1f} {b:14.1f} {a / b:6.1f} "
+        console.print(f"{name:22s} {pte.stat().st_size / 2**20:8.1f} {a:10.1f} {b:14.1f} {a / b:6.1f} "
                       f"{growth / 2**20:14.1f} {arenas / 2**20:10.1f}")
 
 

@@ -14,6 +14,7 @@ import enum
 import struct
 
 from pterun.errors import InvalidArgument, InvalidProgram, NotFound, PteError
+from pterun.flatbuf.bulk import Bytes
 from pterun.flatbuf.tables import vector_span
 from pterun.flatbuf.verify import verify_buffer
 from pterun.format._generated import program_generated as fb
@@ -25,6 +26,7 @@ from pterun.format.plan_reader import read_plan
 from pterun.format.source import FileBytes, Source, read_source
 
 MAX_SUPPORTED_VERSION = 0
+_PER_METHOD = frozenset({"pte.ExecutionPlan"})
 
 # What a reader of a corrupt, unverified buffer can raise.
 _READ_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError, AttributeError)
@@ -44,8 +46,10 @@ class ProgramFile:
         header = read_program_header(data)
         self.header = header
         self._program_bytes = data[: header.program_size]
+        self._verifier = None
         if verification == Verification.InternalConsistency:
-            verify_buffer(self._program_bytes, program_layout)
+            # Each method's tables are verified when it is loaded, as they are read (plan()).
+            self._verifier = verify_buffer(self._program_bytes, program_layout, shallow=_PER_METHOD)
         else:
             (root,) = struct.unpack_from("<I", data, 0)
             if not HEADER_OFFSET <= root <= header.program_size - 4:
@@ -142,8 +146,14 @@ class ProgramFile:
             raise InvalidArgument(
                 f"no method named {name!r} in the program; it has {', '.join(map(repr, self.method_names)) or 'none'}"
             ) from None
+        pos = self._root.ExecutionPlan(index)._tab.Pos
+        if self._verifier is not None:
+            try:
+                self._verifier.walk(pos, "pte.ExecutionPlan", depth=2)
+            except PteError as exc:
+                raise type(exc)(f"method {name!r}: {exc.message}") from None
         try:
-            plan = read_plan(self._root.ExecutionPlan(index))
+            plan = read_plan(Bytes(self._program_bytes), pos)
         except PteError:
             raise
         except _READ_ERRORS as exc:
