@@ -64,6 +64,7 @@ class ProgramFile:
         except _READ_ERRORS as exc:
             raise InvalidProgram(f"{self.file.name}: corrupt program ({type(exc).__name__}: {exc})") from None
         self._plans: dict[str, Plan] = {}
+        self._verified: set[str] = set()  # methods whose tables passed the verifier
 
     # -- loading ---------------------------------------------------------------
 
@@ -147,11 +148,12 @@ class ProgramFile:
                 f"no method named {name!r} in the program; it has {', '.join(map(repr, self.method_names)) or 'none'}"
             ) from None
         pos = self._root.ExecutionPlan(index)._tab.Pos
-        if self._verifier is not None:
+        if self._verifier is not None and name not in self._verified:
             try:
                 self._verifier.walk(pos, "pte.ExecutionPlan", depth=2)
             except PteError as exc:
                 raise type(exc)(f"method {name!r}: {exc.message}") from None
+            self._verified.add(name)
         try:
             plan = read_plan(Bytes(self._program_bytes), pos)
         except PteError:
