@@ -18,6 +18,7 @@ import torch
 from pterun.backends import BackendRegistry, default_backend_registry
 from pterun.core.device import Device, DeviceType
 from pterun.executor import Method, MethodMeta, Program, Registries
+from pterun.executor.cache import LoadCache
 from pterun.format import DataFile, ProgramFile, Verification
 from pterun.kernels import KernelRegistry, default_registry
 from pterun.memory import AllocatorRegistry
@@ -95,6 +96,7 @@ class Runtime:
         cuda_graphs: bool = True,
         compile: bool = False,
         allow_tf32: bool = False,
+        cache_dir: "str | os.PathLike | bool | None" = None,
     ) -> Program:
         """Loads a program; ``data_path`` names .ptd files (paths or bytes) holding tensors it stores outside.
 
@@ -110,9 +112,14 @@ class Runtime:
         has set (``torch.set_float32_matmul_precision``, cuDNN's TF32, autocast);
         ``allow_tf32=True`` lets float32 matrix products and convolutions on CUDA
         use TF32 instead (faster, about 1e-3 relative error; docs/precision.md).
+
+        What loading derives and can keep (each method's compiled code, which program bytes passed the
+        verifier) is kept in ``cache_dir``: by default $PTERUN_CACHE_DIR, else $XDG_CACHE_HOME/pterun or
+        ~/.cache/pterun; ``cache_dir=False`` (or PTERUN_CACHE_DIR=off) keeps nothing (docs/cache.md).
         """
         del enable_etdump, debug_buffer_size  # ETDump profiling is not supported (see README)
-        file = ProgramFile(data, Verification(verification))
+        cache = LoadCache.from_option(cache_dir)
+        file = ProgramFile(data, Verification(verification), marks=cache)
         if data_path is None:
             sources = []
         elif isinstance(data_path, (list, tuple)):
@@ -129,6 +136,7 @@ class Runtime:
             cuda_graphs,
             compile,
             allow_tf32,
+            cache,
         )
 
 

@@ -96,7 +96,7 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
          and v.kind in (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)},
         {i: plan.values[i].dim_order for i in dynamic if not is_contiguous_order(plan.values[i].dim_order)},
     )
-    compiled = compile_method(code, steps, plan)
+    compiled = compile_method(code, steps, plan, context.cache)
     run, compiled_function, status, functional_source = compiled.run, None, "off", None
     if context.compile:
         try:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pterun.core.device import Device
+from pterun.executor.cache import LoadCache
 from pterun.executor.context import LoadContext, Registries
 from pterun.executor.data import ProgramData
 from pterun.executor.meta import MethodMeta
@@ -25,6 +26,7 @@ class Program:
     cuda_graphs: bool = True  # replay CUDA methods as captured graphs (executor/graphs.py)
     compile: bool = False  # run methods through torch.compile (executor/functional.py)
     allow_tf32: bool = False  # float32 products and convolutions may use TF32 on CUDA (executor/precision.py)
+    cache: LoadCache | None = None  # compiled code kept between loads (executor/cache.py)
 
     def __post_init__(self) -> None:
         self._methods: dict[str, Method] = {}
@@ -32,7 +34,7 @@ class Program:
         self.data = ProgramData(self.file, self.data_files, self.registries.allocators)
         self.named_data = self.data.named_data
         self._context = LoadContext(self.registries, self.data, self.device, self.backend_options, self.load_nested,
-                                    self.compile, self.cuda_graphs, self.allow_tf32)
+                                    self.compile, self.cuda_graphs, self.allow_tf32, self.cache)
 
     # -- methods -----------------------------------------------------------------
 

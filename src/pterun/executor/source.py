@@ -25,11 +25,15 @@ import re
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 
+from pterun.executor.cache import LoadCache, compile_source
+
 _serial = itertools.count(1)
 
 
-def make_function(kind: str, name: str, body: Sequence[str], env: Mapping[str, object]) -> tuple[Callable, str, str]:
-    """Compiles ``body`` (lines defining ``run`` at one level of indentation, reading the names in ``env``).
+def make_function(kind: str, name: str, body: Sequence[str], env: Mapping[str, object],
+                  cache: LoadCache | None = None) -> tuple[Callable, str, str]:
+    """Compiles ``body`` (lines defining ``run`` at one level of indentation, reading the names in ``env``),
+    or takes the code compiled from the same source from ``cache``.
 
     Returns ``(run, source, filename)``; source line 1 is the header that binds ``env``'s names.
     """
@@ -37,7 +41,7 @@ def make_function(kind: str, name: str, body: Sequence[str], env: Mapping[str, o
     source = "\n".join([f"def __make({', '.join(names)}):", *body, "    return run", ""])
     filename = f"<pterun {kind} {name!r} #{next(_serial)}>"
     scope: dict[str, object] = {}
-    exec(compile(source, filename, "exec"), scope)  # noqa: S102 - generated from a checked plan; names, not text
+    exec(compile_source(source, filename, cache), scope)  # noqa: S102 - generated from a checked plan; names, not text
     run = scope["__make"](*(env[n] for n in names))
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     weakref.finalize(run, linecache.cache.pop, filename, None)
