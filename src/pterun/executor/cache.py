@@ -112,8 +112,9 @@ class LoadCache:
     # -- what is kept ----------------------------------------------------------------------------------
 
     def code(self, source: str, filename: str) -> types.CodeType:
-        """``compile(source, filename, "exec")``, from the cache when it holds that source."""
-        key = self.key("code", source)
+        """``compile(source, filename, "exec")``, from the cache when it holds that source (the file name is
+        part of the key: code keeps the name it was compiled under)."""
+        key = self.key("code", filename, source)
         payload = self.get(key)
         if payload is not None:
             try:
@@ -121,7 +122,7 @@ class LoadCache:
             except (ValueError, EOFError, TypeError):
                 code = None
             if isinstance(code, types.CodeType):
-                return _renamed(code, filename)
+                return code
         code = compile(source, filename, "exec")
         self.put(key, marshal.dumps(code))
         return code
@@ -133,18 +134,8 @@ class LoadCache:
         self.put(key, b"")
 
 
-def compile_source(source: str, filename: str, cache: LoadCache | None) -> types.CodeType:
-    return compile(source, filename, "exec") if cache is None else cache.code(source, filename)
-
-
 def _checksum(payload: bytes) -> bytes:
     return hashlib.blake2b(payload, digest_size=_CHECK).digest()
-
-
-def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
-    """``code`` and the code objects it holds, as if compiled under ``filename`` (each load names its own)."""
-    consts = tuple(_renamed(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts)
-    return code.replace(co_filename=filename, co_consts=consts)
 
 
 def _private_directory(directory: Path) -> bool:

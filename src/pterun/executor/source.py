@@ -2,8 +2,10 @@
 
 The executor writes each method as Python (codegen.py) and, for
 ``compile=True``, as a pure function (functional.py). Each is compiled under a
-file name of its own, "<pterun method 'forward' #12>", whose source is
-registered with :mod:`linecache` for as long as the function lives, so:
+file name of its own, "<pterun method 'forward' #12>" (or, when its code may
+come from the load cache, named after its source: "<pterun method 'forward'
+3f2a...>"), whose source is registered with :mod:`linecache` for as long as a
+function compiled under that name lives, so:
 
 * tracebacks and debuggers show the generated lines (``inspect.getsource``
   works on them);
@@ -17,15 +19,18 @@ registered with :mod:`linecache` for as long as the function lives, so:
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import itertools
 import keyword
 import linecache
 import math
 import re
+import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 
-from pterun.executor.cache import LoadCache, compile_source
+from pterun.executor.cache import LoadCache
 
 _serial = itertools.count(1)
 
@@ -39,15 +44,47 @@ def make_function(kind: str, name: str, body: Sequence[str], env: Mapping[str, o
     """
     names = sorted(env, key=_natural)
     source = "\n".join([f"def __make({', '.join(names)}):", *body, "    return run", ""])
-    filename = f"<pterun {kind} {name!r} #{next(_serial)}>"
     scope: dict[str, object] = {}
-    exec(compile_source(source, filename, cache), scope)  # noqa: S102 - generated from a checked plan; names, not text
+    if cache is None:
+        filename = f"<pterun {kind} {name!r} #{next(_serial)}>"
+        code = compile(source, filename, "exec")
+    else:
+        # Named after its source, so that the code read back from the cache has its own name already.
+        filename = f"<pterun {kind} {name!r} {hashlib.sha256(source.encode()).hexdigest()[:16]}>"
+        code = cache.code(source, filename)
+    exec(code, scope)  # noqa: S102 - generated from a checked plan; names, not text
     run = scope["__make"](*(env[n] for n in names))
-    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-    weakref.finalize(run, linecache.cache.pop, filename, None)
+    _lines.hold(filename, source, run)
     return run, source, filename
 
 
+class _Lines:
+    """linecache entries of generated functions, each kept while a function compiled under its name lives
+    (functions of the same source share a name)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders: dict[str, int] = {}
+
+    def hold(self, filename: str, source: str, run: Callable) -> None:
+        with self._lock:
+            linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+            self._holders[filename] = self._holders.get(filename, 0) + 1
+        weakref.finalize(run, self._release, filename)
+
+    def _release(self, filename: str) -> None:
+        with self._lock:
+            left = self._holders.pop(filename, 1) - 1
+            if left:
+                self._holders[filename] = left
+            else:
+                linecache.cache.pop(filename, None)
+
+
+_lines = _Lines()
+
+
+@functools.lru_cache(maxsize=1 << 16)
 def _natural(name: str) -> list:
     # c2 before c10: numbers compare as numbers (re.split puts them at odd positions, text at even ones).
     return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", name))]
