@@ -12,12 +12,15 @@ fails with ``ValueError`` instead of reading outside it or wrapping around.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
 
+_U32 = struct.Struct("<I").unpack_from
 _SPAN = {w: np.arange(w, dtype=np.int64) for w in (2, 4, 8)}
+_DTYPES = {code: np.dtype(code) for code in ("<u1", "<i1", "<u2", "<i4", "<u4", "<i8", "<u8", "<f8")}
 ABSENT = -1  # the position of an absent table, string or vector
 
 
@@ -27,12 +30,22 @@ class Bytes:
     def __init__(self, buf) -> None:
         self.u8 = np.frombuffer(buf, np.uint8)
         self.size = len(self.u8)
+        self._buf = buf
+
+    def u32(self, pos: int) -> int:
+        """The uint32 at ``pos``."""
+        if not 0 <= pos <= self.size - 4:
+            raise ValueError(f"a 4-byte read at byte {pos} falls outside the {self.size}-byte buffer")
+        return _U32(self._buf, pos)[0]
 
     def gather(self, pos: np.ndarray, dtype: str) -> np.ndarray:
-        """The ``dtype`` (little-endian) at each of ``pos``."""
-        dt = np.dtype(dtype)
+        """The ``dtype`` (little-endian) at each of ``pos`` (int64)."""
+        dt = _DTYPES[dtype]
         width = dt.itemsize
-        if pos.size and (int(pos.min()) < 0 or int(pos.max()) > self.size - width):
+        if not len(pos):
+            return np.empty(0, dt)
+        # One bound for both ends: a negative position is a huge unsigned one.
+        if int(pos.view(np.uint64).max()) > self.size - width:
             raise ValueError(f"a {width}-byte read falls outside the {self.size}-byte buffer")
         if width == 1:
             return self.u8[pos].view(dt)
@@ -66,7 +79,7 @@ class Bytes:
     def string(self, pos: int) -> bytes | None:
         if pos == ABSENT:
             return None
-        (length,) = self.gather(np.array([pos]), "<u4").tolist()
+        length = self.u32(pos)
         if pos + 4 + length > self.size:
             raise ValueError(f"a {length}-byte string at byte {pos} runs past the {self.size}-byte buffer")
         return self.u8[pos + 4 : pos + 4 + length].tobytes()
@@ -111,7 +124,7 @@ class Tables:
         (at,) = self.ref(field).tolist()
         if at == ABSENT:
             return np.zeros(0, np.int64), 0
-        (length,) = self.data.gather(np.array([at]), "<u4").tolist()
+        length = self.data.u32(at)
         if 4 * length > self.data.size:
             raise ValueError(f"a vector of {length} tables at byte {at} does not fit in the buffer")
         slots = at + 4 + 4 * np.arange(length, dtype=np.int64)

@@ -36,6 +36,9 @@ _SCALARS = {
     Kind.DOUBLE: ("pte.Double", "double_val", "<f8", float),
 }
 _CONTIGUOUS = tuple(tuple(range(n)) for n in range(17))
+_NULL = Scalar(Kind.NULL, None)  # frozen: every null value of a plan can be this one
+_KINDS = (Kind.INT, Kind.BOOL, Kind.DOUBLE, Kind.STRING, Kind.TENSOR, *_LISTS)  # all but NULL
+_KIND_CODES = np.array(_KINDS)
 
 
 def check_device(device_type: int, device_index: int, where: str) -> None:
@@ -49,31 +52,27 @@ def read_values(data: Bytes, positions: np.ndarray, where: str) -> tuple[Value, 
     """The values whose EValue tables lie at ``positions``."""
     charge(len(positions))
     ev = Tables(data, layout, "pte.EValue", positions)
-    tags = ev.scalar("val_type", "<u1").tolist()
+    tags = ev.scalar("val_type", "<u1").astype(np.int64)
     members = ev.ref("val")
-    has = (members != ABSENT).tolist()
-    tag_array = np.array(tags, np.int64)
-    made: dict[int, list] = {}  # kind -> its values, in value order
-    for kind in (Kind.INT, Kind.BOOL, Kind.DOUBLE, Kind.STRING, Kind.TENSOR, *_LISTS):
-        at = members[(tag_array == kind) & (members != ABSENT)]
-        if len(at):
-            made[kind] = _read_kind(data, kind, at, where)
-    taken = dict.fromkeys(made, 0)
-    values = []
-    for i, tag in enumerate(tags):
-        if tag == Kind.NULL or tag == 0:
-            values.append(Scalar(Kind.NULL, None))
+    null = (tags == Kind.NULL) | (tags == 0)
+    # The first value of no kind this runtime knows, or of a kind but no data, fails the method.
+    empty = ~null & (members == ABSENT)
+    unknown = ~null & ~empty & ~np.isin(tags, _KIND_CODES)
+    if empty.any() or unknown.any():
+        i = int(np.argmax(empty | unknown))
+        if empty[i]:
+            raise InvalidProgram(f"{where} value {i}: value of kind {tags[i]} has no data")
+        raise InvalidProgram(f"{where} value {i}: unknown value kind {tags[i]}")
+    values: list = [_NULL] * len(tags)
+    for kind in _KINDS:
+        chosen = np.flatnonzero(tags == kind)
+        if not len(chosen):
             continue
-        if not has[i]:
-            raise InvalidProgram(f"{where} value {i}: value of kind {tag} has no data")
-        if tag not in made:
-            raise InvalidProgram(f"{where} value {i}: unknown value kind {tag}")
-        k = taken[tag]
-        taken[tag] = k + 1
-        value = made[tag][k]
-        if type(value) is tuple:  # a tensor, checked in value order
-            value = _tensor(*value, f"{where} value {i}")
-        values.append(value)
+        made = _read_kind(data, kind, members[chosen], where)
+        if kind == Kind.TENSOR:
+            made = [_tensor(*fields, i, where) for fields, i in zip(made, chosen.tolist())]
+        for i, value in zip(chosen.tolist(), made):
+            values[i] = value
     return tuple(values)
 
 
@@ -126,7 +125,8 @@ def _tensor_fields(data: Bytes, at: np.ndarray) -> list[tuple]:
 
 
 def _tensor(scalar_type, sizes, dim_order, dynamism, storage_offset, data_buffer_idx, memory_id, offset, extra,
-            where) -> TensorSpec:
+            index: int, method: str) -> TensorSpec:
+    where = f"{method} value {index}"  # (cheap next to the checks and the spec)
     if scalar_type not in ELEMENT_SIZE:
         raise InvalidProgram(f"{where}: scalar type {scalar_type} is not a type of the format")
     rank = len(sizes)
