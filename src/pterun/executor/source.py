@@ -109,6 +109,7 @@ def literal(value) -> str:
     return ascii(value) if isinstance(value, str) else repr(value)
 
 
+@functools.lru_cache(maxsize=4096)
 def kernel_name(operator: str) -> str:
     """An identifier for an operator's kernel: "aten::addmm.out" -> "addmm_out"; other namespaces keep theirs
     ("quantized_decomposed::quantize_per_tensor.out" -> "quantized_decomposed_quantize_per_tensor_out")."""

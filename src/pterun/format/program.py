@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import struct
+import threading
 from typing import Protocol
 
 from pterun.errors import InvalidArgument, InvalidProgram, NotFound, PteError
@@ -61,6 +62,7 @@ class ProgramFile:
         self._marks = marks
         self._digest: bytes | None = None
         self._verified: set[str] = set()  # methods whose tables passed the verifier
+        self._verifying = threading.Lock()
         if verification == Verification.InternalConsistency:
             # Each method's tables are verified when it is loaded, as they are read (plan()).
             if not self._marked("program"):
@@ -145,15 +147,18 @@ class ProgramFile:
 
     def _verify_method(self, name: str, pos: int) -> None:
         what = f"method {name}"
-        if not self._marked(what):
-            if self._verifier is None:
-                self._verify_root()  # the root was verified before, but its walk sets this one's bounds
-            try:
-                self._verifier.walk(pos, "pte.ExecutionPlan", depth=2)
-            except PteError as exc:
-                raise type(exc)(f"method {name!r}: {exc.message}") from None
-            self._mark(what)
-        self._verified.add(name)
+        with self._verifying:  # one walk per method, however many threads load it
+            if name in self._verified:
+                return
+            if not self._marked(what):
+                if self._verifier is None:
+                    self._verify_root()  # the root was verified before, but its walk sets this one's bounds
+                try:
+                    self._verifier.walk(pos, "pte.ExecutionPlan", depth=2)
+                except PteError as exc:
+                    raise type(exc)(f"method {name!r}: {exc.message}") from None
+                self._mark(what)
+            self._verified.add(name)
 
     def _mark_key(self, what: str) -> str:
         # The exact bytes the verifier walks: the flatbuffer (segments are checked as they are used).

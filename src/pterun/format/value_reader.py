@@ -8,6 +8,8 @@ budget (``budget.py``).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from pterun.errors import InvalidProgram, NotSupported
@@ -79,7 +81,17 @@ def read_values(data: Bytes, positions: np.ndarray, where: str) -> tuple[Value, 
 def _read_kind(data: Bytes, kind: Kind, at: np.ndarray, where: str) -> list:
     if kind in _SCALARS:
         table, field, dtype, convert = _SCALARS[kind]
-        return [Scalar(kind, convert(v)) for v in Tables(data, layout, table, at).scalar(field, dtype).tolist()]
+        # Scalars are frozen: the values of one kind and value (the many 0s, 1s and Falses) share one.
+        # A float's key keeps its sign, so -0.0 is not 0.0; a NaN never equals its key and gets its own.
+        made: dict = {}
+        out = []
+        for v in Tables(data, layout, table, at).scalar(field, dtype).tolist():
+            key = (v, math.copysign(1.0, v)) if kind == Kind.DOUBLE else v
+            scalar = made.get(key)
+            if scalar is None:
+                scalar = made[key] = Scalar(kind, convert(v))
+            out.append(scalar)
+        return out
     if kind == Kind.STRING:
         refs = Tables(data, layout, "pte.String", at).ref("string_val").tolist()
         return [Scalar(kind, string(data.string(r)) or "") for r in refs]
