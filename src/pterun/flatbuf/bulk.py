@@ -18,9 +18,12 @@ from types import ModuleType
 
 import numpy as np
 
-_U32 = struct.Struct("<I").unpack_from
 _SPAN = {w: np.arange(w, dtype=np.int64) for w in (2, 4, 8)}
-_DTYPES = {code: np.dtype(code) for code in ("<u1", "<i1", "<u2", "<i4", "<u4", "<i8", "<u8", "<f8")}
+# NumPy's type codes, and struct's for the same types.
+_CODES = {"<u1": "<B", "<i1": "<b", "<u2": "<H", "<i4": "<i", "<u4": "<I", "<i8": "<q", "<u8": "<Q", "<f8": "<d"}
+_DTYPES = {code: np.dtype(code) for code in _CODES}
+_UNPACK = {code: struct.Struct(packed).unpack_from for code, packed in _CODES.items()}
+_FEW = 4
 ABSENT = -1  # the position of an absent table, string or vector
 
 
@@ -32,18 +35,27 @@ class Bytes:
         self.size = len(self.u8)
         self._buf = buf
 
+    def one(self, pos: int, dtype: str):
+        """The ``dtype`` at ``pos``."""
+        width = _DTYPES[dtype].itemsize
+        if not 0 <= pos <= self.size - width:
+            raise ValueError(f"a {width}-byte read at byte {pos} falls outside the {self.size}-byte buffer")
+        return _UNPACK[dtype](self._buf, pos)[0]
+
     def u32(self, pos: int) -> int:
-        """The uint32 at ``pos``."""
-        if not 0 <= pos <= self.size - 4:
-            raise ValueError(f"a 4-byte read at byte {pos} falls outside the {self.size}-byte buffer")
-        return _U32(self._buf, pos)[0]
+        return self.one(pos, "<u4")
 
     def gather(self, pos: np.ndarray, dtype: str) -> np.ndarray:
         """The ``dtype`` (little-endian) at each of ``pos`` (int64)."""
         dt = _DTYPES[dtype]
         width = dt.itemsize
-        if not len(pos):
-            return np.empty(0, dt)
+        if len(pos) <= _FEW:
+            # A few positions (a plan's own fields, a delegate's): struct is cheaper than NumPy's indexing.
+            unpack, last = _UNPACK[dtype], self.size - width
+            at = pos.tolist()
+            if at and not 0 <= min(at) <= max(at) <= last:
+                raise ValueError(f"a {width}-byte read falls outside the {self.size}-byte buffer")
+            return np.array([unpack(self._buf, p)[0] for p in at], dt)
         # One bound for both ends: a negative position is a huge unsigned one.
         if int(pos.view(np.uint64).max()) > self.size - width:
             raise ValueError(f"a {width}-byte read falls outside the {self.size}-byte buffer")
@@ -61,6 +73,17 @@ class Bytes:
     def vectors(self, pos: np.ndarray, dtype: str, charge: Callable[[int], object]) -> list[list]:
         """Each vector at ``pos`` as a list (an absent one empty); ``charge`` is told how many elements they
         hold in all before any is read."""
+        if len(pos) <= _FEW:
+            at = [p for p in pos.tolist()]
+            lengths = [0 if p == ABSENT else self.one(p, "<u4") for p in at]
+            charge(sum(lengths))
+            code, width = _CODES[dtype], _DTYPES[dtype].itemsize
+            out = []
+            for p, n in zip(at, lengths):
+                if n and p + 4 + n * width > self.size:
+                    raise ValueError(f"a vector of {n} elements at byte {p} runs past the {self.size}-byte buffer")
+                out.append(list(struct.unpack_from(f"<{n}{code[1]}", self._buf, p + 4)) if n else [])
+            return out
         present = pos != ABSENT
         lengths = np.zeros(len(pos), np.int64)
         lengths[present] = self.gather(pos[present], "<u4")
@@ -94,6 +117,11 @@ class Tables:
         self.slots = {field: voffset for field, voffset, *_ in layout.TABLES[name]}
         self.vtable = pos - data.gather(pos, "<i4")
         self.vtable_size = data.gather(self.vtable, "<u2").astype(np.int64)
+        # A few tables (a plan, its chain, a delegate) are read field by field with struct: for them
+        # NumPy's fixed cost per call is most of the time.
+        self._few = None
+        if len(pos) <= _FEW:
+            self._few = list(zip(pos.tolist(), self.vtable.tolist(), self.vtable_size.tolist()))
 
     def __len__(self) -> int:
         return len(self.pos)
@@ -101,6 +129,9 @@ class Tables:
     def offsets(self, field: str) -> np.ndarray:
         """Each table's offset of ``field`` from its start; 0 where absent."""
         slot = self.slots[field]
+        if self._few is not None:
+            return np.array([self.data.one(vt + slot, "<u2") if size >= slot + 2 else 0
+                             for _, vt, size in self._few], np.int64)
         out = np.zeros(len(self.pos), np.int64)
         present = self.vtable_size >= slot + 2
         out[present] = self.data.gather(self.vtable[present] + slot, "<u2")
@@ -108,6 +139,9 @@ class Tables:
 
     def scalar(self, field: str, dtype: str, default=0) -> np.ndarray:
         off = self.offsets(field)
+        if self._few is not None:
+            return np.array([self.data.one(p + o, dtype) if o else default
+                             for (p, _, _), o in zip(self._few, off.tolist())], _DTYPES[dtype])
         out = np.full(len(self.pos), default, np.dtype(dtype).newbyteorder("="))
         present = off != 0
         out[present] = self.data.gather(self.pos[present] + off[present], dtype)
@@ -116,6 +150,9 @@ class Tables:
     def ref(self, field: str) -> np.ndarray:
         """Where each table's ``field`` (a table, vector or string) lies; ABSENT where absent."""
         off = self.offsets(field)
+        if self._few is not None:
+            return np.array([p + o + self.data.one(p + o, "<u4") if o else ABSENT
+                             for (p, _, _), o in zip(self._few, off.tolist())], np.int64)
         at = np.where(off != 0, self.pos + off, ABSENT)
         return self.data.follow(at)
 

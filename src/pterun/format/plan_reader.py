@@ -56,7 +56,10 @@ def _instructions(data: Bytes, positions: np.ndarray, where: str) -> tuple[Instr
     members = ins.ref("instr_args")
     tag_array = np.array(tags, np.int64)
     made = {}
+    present = set(tags)
     for kind, (table, first, second, call) in _INSTRUCTIONS.items():
+        if kind not in present:
+            continue
         at = members[(tag_array == kind) & (members != ABSENT)]
         if not len(at):
             continue

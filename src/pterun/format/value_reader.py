@@ -66,10 +66,11 @@ def read_values(data: Bytes, positions: np.ndarray, where: str) -> tuple[Value, 
             raise InvalidProgram(f"{where} value {i}: value of kind {tags[i]} has no data")
         raise InvalidProgram(f"{where} value {i}: unknown value kind {tags[i]}")
     values: list = [_NULL] * len(tags)
+    present = set(tags.tolist())
     for kind in _KINDS:
-        chosen = np.flatnonzero(tags == kind)
-        if not len(chosen):
+        if kind not in present:
             continue
+        chosen = np.flatnonzero(tags == kind)
         made = _read_kind(data, kind, members[chosen], where)
         if kind == Kind.TENSOR:
             made = [_tensor(*fields, i, where) for fields, i in zip(made, chosen.tolist())]
