@@ -23,7 +23,7 @@ _SPAN = {w: np.arange(w, dtype=np.int64) for w in (2, 4, 8)}
 _CODES = {"<u1": "<B", "<i1": "<b", "<u2": "<H", "<i4": "<i", "<u4": "<I", "<i8": "<q", "<u8": "<Q", "<f8": "<d"}
 _DTYPES = {code: np.dtype(code) for code in _CODES}
 _UNPACK = {code: struct.Struct(packed).unpack_from for code, packed in _CODES.items()}
-_FEW = 4
+_FEW = 4  # up to this many tables or positions, struct rather than NumPy
 ABSENT = -1  # the position of an absent table, string or vector
 
 
@@ -74,7 +74,7 @@ class Bytes:
         """Each vector at ``pos`` as a list (an absent one empty); ``charge`` is told how many elements they
         hold in all before any is read."""
         if len(pos) <= _FEW:
-            at = [p for p in pos.tolist()]
+            at = pos.tolist()
             lengths = [0 if p == ABSENT else self.one(p, "<u4") for p in at]
             charge(sum(lengths))
             code, width = _CODES[dtype], _DTYPES[dtype].itemsize
