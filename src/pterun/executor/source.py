@@ -60,20 +60,35 @@ def make_function(kind: str, name: str, body: Sequence[str], env: Mapping[str, o
 
 class _Lines:
     """linecache entries of generated functions, each kept while a function compiled under its name lives
-    (functions of the same source share a name)."""
+    (functions of the same source share a name).
+
+    A function's death is noted without waiting for the lock: the collector can run its finalizer in the
+    middle of ``hold``, in the thread that holds the lock. What cannot be settled then is settled by the
+    next ``hold``."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._holders: dict[str, int] = {}
+        self._dead: list[str] = []  # names of functions that died, not yet counted off
 
     def hold(self, filename: str, source: str, run: Callable) -> None:
         with self._lock:
+            self._settle()
             linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
             self._holders[filename] = self._holders.get(filename, 0) + 1
         weakref.finalize(run, self._release, filename)
 
     def _release(self, filename: str) -> None:
-        with self._lock:
+        self._dead.append(filename)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._settle()
+            finally:
+                self._lock.release()
+
+    def _settle(self) -> None:
+        while self._dead:
+            filename = self._dead.pop()
             left = self._holders.pop(filename, 1) - 1
             if left:
                 self._holders[filename] = left
