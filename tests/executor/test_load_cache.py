@@ -4,8 +4,10 @@ Every test passes its own cache directory; none reads the environment's."""
 
 from __future__ import annotations
 
+import linecache
 import os
 import stat
+import threading
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ import pterun
 from pterun.errors import InvalidProgram
 from pterun.executor import cache as cache_module
 from pterun.executor.cache import LoadCache
+from pterun.executor.source import _lines
 from pterun.format import program as program_module
 from tests.format import build
 from tests.format.test_lazy_verification import _two_methods_second_corrupt
@@ -126,3 +129,18 @@ def test_a_corrupt_method_is_never_marked_verified(tmp_path):
             program.load_method("broken")
         (y,) = program.load_method("forward").execute([X])
         assert torch.equal(y, EXPECTED)
+
+
+def test_a_function_that_dies_while_its_name_is_being_held_does_not_wait(tmp_path):
+    """The collector may run a generated function's finalizer inside another load's hold of the lock."""
+    method = _run(_program(), tmp_path)
+    filename = method._loaded.compiled.filename
+    with _lines._lock:
+        released = threading.Thread(target=_lines._release, args=("<no such function>",))
+        released.start()
+        released.join(timeout=10)
+        finished = not released.is_alive()
+    released.join()
+    assert finished, "a finalizer waited for the lock"
+    _run(_program(), tmp_path)  # the next load settles what was noted
+    assert filename in linecache.cache  # the method still lives: its lines stay
