@@ -9,7 +9,8 @@ from pterun.errors import ErrorCode, PteError
 from pterun.executor import Method, MethodMeta, Program, TensorInfo
 from pterun.format import Verification
 from pterun.runtime import Runtime
+from pterun.version import VERSION
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = ["ErrorCode", "Method", "MethodMeta", "Program", "PteError", "Runtime", "TensorInfo", "Verification"]

@@ -18,6 +18,7 @@ import torch
 from pterun.backends import BackendRegistry, default_backend_registry
 from pterun.core.device import Device, DeviceType
 from pterun.executor import Method, MethodMeta, Program, Registries
+from pterun.executor.cache import LoadCache
 from pterun.executor.threads import check_num_threads
 from pterun.format import DataFile, ProgramFile, Verification
 from pterun.kernels import KernelRegistry, default_registry
@@ -98,6 +99,7 @@ class Runtime:
         allow_tf32: bool = False,
         fuse: bool = True,
         num_threads: int | None = None,
+        cache_dir: "str | os.PathLike | bool | None" = None,
     ) -> Program:
         """Loads a program; ``data_path`` names .ptd files (paths or bytes) holding tensors it stores outside.
 
@@ -123,10 +125,15 @@ class Runtime:
         per method: one thread when every operator is small, else the calling
         thread's ``torch.get_num_threads()``; no call runs more threads than there
         are free cores (``Method.num_threads``, docs/threads.md).
+
+        What loading derives and can keep (each method's compiled code, which program bytes passed the
+        verifier) is kept in ``cache_dir``: by default $PTERUN_CACHE_DIR, else $XDG_CACHE_HOME/pterun or
+        ~/.cache/pterun; ``cache_dir=False`` (or PTERUN_CACHE_DIR=off) keeps nothing (docs/cache.md).
         """
         del enable_etdump, debug_buffer_size  # ETDump profiling is not supported (see README)
         num_threads = check_num_threads(num_threads)
-        file = ProgramFile(data, Verification(verification))
+        cache = LoadCache.from_option(cache_dir)
+        file = ProgramFile(data, Verification(verification), marks=cache)
         if data_path is None:
             sources = []
         elif isinstance(data_path, (list, tuple)):
@@ -140,11 +147,12 @@ class Runtime:
             data_files,
             None if device is None else Device.parse(device),
             dict(backend_options or {}),
-            cuda_graphs,
-            compile,
-            allow_tf32,
-            fuse,
-            num_threads,
+            cuda_graphs=cuda_graphs,
+            compile=compile,
+            allow_tf32=allow_tf32,
+            fuse=fuse,
+            num_threads=num_threads,
+            cache=cache,
         )
 
 

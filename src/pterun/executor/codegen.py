@@ -34,6 +34,7 @@ import torch
 
 from pterun.core.layout import strides_for
 from pterun.errors import PteError
+from pterun.executor.cache import LoadCache
 from pterun.executor.callforms import python_binding
 from pterun.executor.source import bind, comment, inline, kernel_name, literal, make_function
 from pterun.executor.steps import DelegateStep, KernelStep, Step, describe
@@ -93,8 +94,9 @@ def _truth(cond) -> bool:
 
 
 class _Compiler:
-    def __init__(self, values: MethodValues, steps: Sequence[Step], plan: Plan) -> None:
+    def __init__(self, values: MethodValues, steps: Sequence[Step], plan: Plan, cache: LoadCache | None) -> None:
         self.values = values
+        self.cache = cache
         self.steps = steps
         self.plan = plan
         self.outputs = plan.outputs
@@ -283,10 +285,11 @@ class _Compiler:
         self.emit(4, "raise RuntimeError(f'jumped to instruction {pc}, which starts no block')")
 
     def _build(self) -> CompiledMethod:
-        run, source, filename = make_function("method", self.name, self.lines, self.env)
+        run, source, filename = make_function("method", self.name, self.lines, self.env, self.cache)
         lines = {line + 1: step for line, step in self.line_step.items()}  # +1: the header line
         return CompiledMethod(run, source, lines, filename)
 
 
-def compile_method(values: MethodValues, steps: Sequence[Step], plan: Plan) -> CompiledMethod:
-    return _Compiler(values, steps, plan).compile()
+def compile_method(values: MethodValues, steps: Sequence[Step], plan: Plan,
+                   cache: LoadCache | None = None) -> CompiledMethod:
+    return _Compiler(values, steps, plan, cache).compile()

@@ -14,6 +14,7 @@ from typing import Any
 
 from pterun.backends import BackendRegistry
 from pterun.core.device import Device, DeviceType
+from pterun.executor.cache import LoadCache
 from pterun.executor.data import ProgramData
 from pterun.kernels import KernelRegistry
 from pterun.memory import AllocatorRegistry
@@ -36,6 +37,7 @@ class LoadContext:
     compile: bool  # write methods functionally for torch.compile (functional.py)
     cuda_graphs: bool  # replay CUDA methods as captured graphs (graphs.py)
     allow_tf32: bool  # float32 products and convolutions may use TF32 (precision.py)
+    cache: LoadCache | None  # compiled code kept between loads (cache.py); None: off
     fuse: bool = True  # decomposed chains run as one fused kernel each (fuse.py)
     num_threads: int | None = None  # intra-op threads per call; None: chosen per method (threads.py)
 

@@ -39,6 +39,7 @@ class MethodEffects:
 
     def __init__(self, plan: Plan, steps: Sequence, delegate_writes: Mapping[int, tuple[int, ...]]) -> None:
         self.plan = plan
+        self.steps = tuple(steps)
         self.delegate_writes = delegate_writes  # instruction index -> argument positions it writes
         self.effects = [step_effect(s, delegate_writes.get(n, ())) for n, s in enumerate(steps)]
         self._points_to = self._bindings()
@@ -57,6 +58,8 @@ class MethodEffects:
 
     def after(self, steps: Sequence) -> MethodEffects:
         """The effects of rewritten steps (the same instructions, some folded away or replaced)."""
+        if len(steps) == len(self.steps) and all(a is b for a, b in zip(steps, self.steps)):
+            return self  # nothing was rewritten
         return MethodEffects(self.plan, steps, self.delegate_writes)
 
     def _bindings(self) -> dict[int, set[int]]:

@@ -103,7 +103,7 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     )
     # torch.compile fuses on its own: only the method's own code runs the fused SwiGLU kernel.
     steps_run = fuse_swiglu(plan, steps, effects, context.registries.kernels, context.run_device.type)
-    compiled = compile_method(code, steps_run, plan)
+    compiled = compile_method(code, steps_run, plan, context.cache)
     run, compiled_function, status, functional_source = compiled.run, None, "off", None
     if context.compile:
         try:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pterun.core.device import Device
+from pterun.executor.cache import LoadCache
 from pterun.executor.context import LoadContext, Registries
 from pterun.executor.data import ProgramData
 from pterun.executor.meta import MethodMeta
@@ -27,6 +28,7 @@ class Program:
     allow_tf32: bool = False  # float32 products and convolutions may use TF32 on CUDA (executor/precision.py)
     fuse: bool = True  # decomposed attention and RMSNorm run as one kernel each (executor/fuse.py)
     num_threads: int | None = None  # intra-op threads per call; None: chosen per method (executor/threads.py)
+    cache: LoadCache | None = None  # compiled code kept between loads (executor/cache.py)
 
     def __post_init__(self) -> None:
         self._methods: dict[str, Method] = {}
@@ -34,7 +36,8 @@ class Program:
         self.data = ProgramData(self.file, self.data_files, self.registries.allocators)
         self.named_data = self.data.named_data
         self._context = LoadContext(self.registries, self.data, self.device, self.backend_options, self.load_nested,
-                                    self.compile, self.cuda_graphs, self.allow_tf32, self.fuse, self.num_threads)
+                                    self.compile, self.cuda_graphs, self.allow_tf32, self.cache, self.fuse,
+                                    self.num_threads)
 
     # -- methods -----------------------------------------------------------------
 
@@ -66,4 +69,5 @@ class Program:
         """A program carried inside this one (a delegate blob), run by the same executor on ``device``."""
         # The outer method captures the whole call, nested program included.
         return Program(ProgramFile(bytes(data)), self.registries, device=Device.parse(device), cuda_graphs=False,
-                       allow_tf32=self.allow_tf32, fuse=self.fuse, num_threads=self.num_threads)
+                       allow_tf32=self.allow_tf32, fuse=self.fuse, num_threads=self.num_threads,
+                       cache=self.cache)

@@ -8,7 +8,7 @@ import torch
 
 from pterun.core.dtype import name as dtype_name
 from pterun.core.dtype import storage_dtype
-from pterun.core.layout import strides_for
+from pterun.core.layout import is_contiguous_order, strides_for
 from pterun.errors import InvalidExternalData
 from pterun.format import TensorLayout, TensorSpec
 
@@ -19,6 +19,8 @@ def shaped(raw: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
     if spec.nbytes == 0:
         return torch.empty_strided(spec.sizes, strides_for(spec.sizes, spec.dim_order), dtype=dtype, device=raw.device)
     flat = raw.view(dtype)
+    if is_contiguous_order(spec.dim_order):
+        return flat.view(spec.sizes)  # the same strides as strides_for's, made faster
     return flat.as_strided(spec.sizes, strides_for(spec.sizes, spec.dim_order))
 
 
@@ -26,6 +28,8 @@ def from_bytes(data: memoryview, spec: TensorSpec) -> torch.Tensor:
     """A CPU tensor viewing ``data`` (no copy). Read-only data stays read-only by contract."""
     if spec.nbytes == 0:
         return shaped(torch.empty(0, dtype=torch.uint8), spec)
+    if not data.readonly:  # a path's bytes: mapped copy-on-write
+        return shaped(torch.frombuffer(data, dtype=torch.uint8, count=spec.nbytes), spec)
     with warnings.catch_warnings():
         # torch warns that it cannot mark a tensor over read-only bytes as such;
         # constants are never written, so the view is safe.

@@ -38,18 +38,21 @@ def make_values(context: LoadContext, plan: Plan) -> Values:
     scratch: list = []
     inputs, outputs = set(plan.inputs), set(plan.outputs)
     data = context.data
+    devices: dict[tuple[int, int], Any] = {}
     for i, value in enumerate(plan.values):
-        where = f"method {plan.name!r} value {i}"
         if isinstance(value, TensorSpec):
-            device = context.device_for(value.device_type, value.device_index)
+            tag = (value.device_type, value.device_index)
+            device = devices.get(tag)
+            if device is None:
+                device = devices[tag] = context.device_for(*tag)
             if value.memory_id is not None:
                 tensor = shaped(arenas[value.memory_id].view(value.memory_offset, value.nbytes), value)
-                initial = data.initial_value(value, where)
-                if initial is not None:
+                if value.external or value.data_buffer_idx > 0:
+                    initial = data.initial_value(value, f"method {plan.name!r} value {i}")
                     tensor.view(-1).copy_(initial.view(-1))
                 objects[i] = tensor
             elif value.external or value.data_buffer_idx > 0:
-                objects[i] = data.constant(value, where, device)
+                objects[i] = data.constant(value, f"method {plan.name!r} value {i}", device)
             elif i in inputs or i in outputs:
                 unplanned.append(i)
             else:

@@ -14,6 +14,10 @@ byte of input. A file written without sharing (as ExecuTorch writes them)
 stays far inside both bounds; one that is not is rejected in time linear in
 its size, rather than keeping this walk or any reader after it busy for hours.
 
+Tables of the types in ``shallow`` are checked themselves, but what they point
+to is walked only by ``Verifier.walk``, later, with what is left of the same
+bounds: a program's methods are verified when they are loaded.
+
 The layout tables (the ``_generated/*_layout.py`` beside each schema's reader)
 are derived from each ``.fbs`` file by ``scripts/regen_schema.py``, so one
 verifier serves every schema pterun reads: programs, data files and delegate
@@ -34,20 +38,33 @@ _i32 = struct.Struct("<i").unpack_from
 
 MAX_DEPTH = 64
 DATA_PER_BYTE = 4
+_FOLLOWED = ("table", "union", "vtable")  # the kinds of field a shallow table does not follow
 
 
 class _Failed(Exception):
     pass
 
 
-class _Walk:
-    def __init__(self, buf: memoryview, layout: ModuleType) -> None:
+class Verifier:
+    """A buffer's walk, and what is left of its bounds for the tables it did not follow."""
+
+    def __init__(self, buf: memoryview, layout: ModuleType, error: type[PteError], shallow: frozenset[str]) -> None:
         self.buf = buf
         self.size = len(buf)
+        self.layout = layout
         self.tables = layout.TABLES
         self.unions = layout.UNIONS
+        self.error = error
+        self.shallow = shallow
         self.budget = max(16, self.size // 4)
         self.data_budget = DATA_PER_BYTE * self.size
+
+    def walk(self, pos: int, name: str, depth: int) -> None:
+        """Verifies the table ``name`` at ``pos`` (of nesting ``depth``) and everything below it."""
+        try:
+            self.table(pos, name, depth, follow=True)
+        except _Failed as failed:
+            raise self.error(f"{self.layout.ROOT.split('.')[-1]} verification failed: {failed}") from None
 
     def spend(self, what: str) -> None:
         self.budget -= 1
@@ -91,7 +108,9 @@ class _Walk:
         self.spend_data(length * elem_size, what)
         return length
 
-    def table(self, pos: int, name: str, depth: int) -> None:
+    def table(self, pos: int, name: str, depth: int, follow: bool | None = None) -> None:
+        if follow is None:
+            follow = name not in self.shallow
         if depth > MAX_DEPTH:
             raise _Failed(f"{name} nested deeper than {MAX_DEPTH} tables")
         self.spend("tables")
@@ -113,6 +132,8 @@ class _Walk:
                 continue
             if offset >= t_size:
                 raise _Failed(f"{where} lies outside its table")
+            if not follow and kind in _FOLLOWED:
+                continue
             fpos = pos + offset
             if kind == "scalar":
                 self.need(fpos, arg, arg, where)
@@ -147,10 +168,13 @@ class _Walk:
                     self.table(self.follow(start + 4 + 4 * i, where), arg, depth + 1)
 
 
-def verify_buffer(buf: memoryview, layout: ModuleType, *, error: type[PteError] = InvalidProgram) -> None:
-    """Raises ``error`` unless ``buf`` is a structurally valid buffer of ``layout``'s root table."""
-    walk = _Walk(buf, layout)
+def verify_buffer(buf: memoryview, layout: ModuleType, *, error: type[PteError] = InvalidProgram,
+                  shallow: frozenset[str] = frozenset()) -> Verifier:
+    """Raises ``error`` unless ``buf`` is a structurally valid buffer of ``layout``'s root table; tables of the
+    types in ``shallow`` are checked but not followed (``Verifier.walk`` does that, later)."""
+    verifier = Verifier(buf, layout, error, shallow)
     try:
-        walk.table(walk.follow(0, "root offset"), layout.ROOT, 1)
+        verifier.table(verifier.follow(0, "root offset"), layout.ROOT, 1)
     except _Failed as failed:
         raise error(f"{layout.ROOT.split('.')[-1]} verification failed: {failed}") from None
+    return verifier

@@ -9,7 +9,7 @@ executor can trust them.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Union
 
 from pterun.errors import InvalidProgram, NotSupported
@@ -57,6 +57,11 @@ class TensorSpec:
     external: bool  # data lives in a .ptd file under `fqn`
     device_type: int
     device_index: int
+    # Worked out once: every step of a load that places or compares tensors asks for it.
+    nbytes: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nbytes", self.numel * ELEMENT_SIZE[self.scalar_type])
 
     @property
     def numel(self) -> int:
@@ -64,10 +69,6 @@ class TensorSpec:
         for s in self.sizes:
             n *= s
         return n
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * ELEMENT_SIZE[self.scalar_type]
 
     @property
     def is_constant(self) -> bool:
@@ -157,6 +158,11 @@ class Plan:
         return self.buffer_devices.get(memory_id, (0, 0))
 
 
+# Each list of other values: the kinds its items may refer to.
+_ITEM_KINDS = {Kind.INT_LIST: (Kind.INT,), Kind.TENSOR_LIST: (Kind.TENSOR,),
+               Kind.OPTIONAL_TENSOR_LIST: (Kind.TENSOR, Kind.NULL)}
+
+
 def check_plan(plan: Plan) -> None:
     """Every index in the plan refers to something of the right kind."""
     where = f"method {plan.name!r}"
@@ -176,8 +182,10 @@ def check_plan(plan: Plan) -> None:
     for idx in plan.buffer_devices:
         if not 1 <= idx < len(plan.buffer_sizes):
             raise InvalidProgram(f"{where}: device tag for buffer {idx}; the plan has {len(plan.buffer_sizes)} buffers")
+    kinds = [Kind.TENSOR if isinstance(v, TensorSpec) else v.kind for v in plan.values]
     for vi, v in enumerate(plan.values):
-        if isinstance(v, TensorSpec):
+        kind = kinds[vi]
+        if kind == Kind.TENSOR:
             if v.memory_id is not None:
                 if not 1 <= v.memory_id < len(plan.buffer_sizes):
                     raise InvalidProgram(
@@ -191,14 +199,14 @@ def check_plan(plan: Plan) -> None:
                         f"{where} value {vi}: {v.nbytes} bytes at offset {v.memory_offset} overrun arena "
                         f"{v.memory_id} of {plan.buffer_sizes[v.memory_id]} bytes"
                     )
-        elif isinstance(v, ListValue) and v.kind in (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST):
+        elif kind in _ITEM_KINDS:
+            expected = _ITEM_KINDS[kind]
             for item in v.items:
-                if v.kind == Kind.OPTIONAL_TENSOR_LIST and item == -1:
+                if kind == Kind.OPTIONAL_TENSOR_LIST and item == -1:
                     continue
-                target = value(item, f"list value {vi}")
-                expected = {Kind.INT_LIST: (Kind.INT,), Kind.TENSOR_LIST: (Kind.TENSOR,),
-                            Kind.OPTIONAL_TENSOR_LIST: (Kind.TENSOR, Kind.NULL)}[v.kind]
-                got = Kind.TENSOR if isinstance(target, TensorSpec) else target.kind
+                if not 0 <= item < n:
+                    value(item, f"list value {vi}")  # raises
+                got = kinds[item]
                 if got not in expected:
                     raise InvalidProgram(
                         f"{where} value {vi}: a {v.kind.name} item refers to value {item}, a {got.name}"
@@ -209,13 +217,15 @@ def check_plan(plan: Plan) -> None:
         if isinstance(ins, KernelCall):
             if not 0 <= ins.op_index < len(plan.operators):
                 raise InvalidProgram(f"{where}: {what} calls operator {ins.op_index} of {len(plan.operators)}")
-            for a in ins.args:
-                value(a, what)
+            if ins.args and not (0 <= min(ins.args) and max(ins.args) < n):
+                for a in ins.args:
+                    value(a, what)
         elif isinstance(ins, DelegateCall):
             if not 0 <= ins.delegate_index < len(plan.delegates):
                 raise InvalidProgram(f"{where}: {what} calls delegate {ins.delegate_index} of {len(plan.delegates)}")
-            for a in ins.args:
-                value(a, what)
+            if ins.args and not (0 <= min(ins.args) and max(ins.args) < n):
+                for a in ins.args:
+                    value(a, what)
         elif isinstance(ins, MoveCall):
             value(ins.source, what)
             value(ins.target, what)

@@ -1,209 +1,158 @@
 """Reads one method of a program (an ExecutionPlan) from the flatbuffer into the plain objects of ``plan.py``.
 
-Everything a method needs at load time is read here once: its values, the
-instructions of its chains, its operators and delegates, and its memory plan;
-``check_plan`` then checks every index. Every element read is charged to the
-read budget (``budget.py``).
+Everything a method needs at load time is read here once: its values
+(``value_reader.py``), the instructions of its chains, its operators and
+delegates, and its memory plan; ``check_plan`` then checks every index. Tables
+of one type are read together (``flatbuf/bulk.py``) rather than one generated
+accessor call per field. Every element read is charged to the read budget
+(``budget.py``).
 """
 
 from __future__ import annotations
 
-from pterun.errors import InvalidProgram, NotSupported
-from pterun.flatbuf.tables import union_member
+import numpy as np
+
+from pterun.errors import InvalidProgram
+from pterun.flatbuf.bulk import ABSENT, Bytes, Tables
 from pterun.format._generated import program_generated as fb
-from pterun.format.budget import charge, ints, read_budget, string
+from pterun.format._generated import program_layout as layout
+from pterun.format.budget import charge, read_budget, string
 from pterun.format.plan import (
-    ELEMENT_SIZE, DelegateCall, DelegateSpec, Dynamism, FreeCall, Instruction, JumpFalseCall, KernelCall, Kind,
-    ListValue, MoveCall, Plan, Scalar, TensorSpec, Value, check_plan,
+    DelegateCall, DelegateSpec, FreeCall, Instruction, JumpFalseCall, KernelCall, MoveCall, Plan, check_plan,
 )
+from pterun.format.value_reader import check_device, read_values
 
-_MAX_NBYTES = 1 << 63
-# The format's DeviceType, TensorDataLocation and DataLocation enums.
-_DEVICE_TYPES = (0, 1)
-_TENSOR_LOCATIONS = (fb.TensorDataLocation.SEGMENT, fb.TensorDataLocation.EXTERNAL)
 _DATA_LOCATIONS = (fb.DataLocation.INLINE, fb.DataLocation.SEGMENT)
-
-
-def read_tensor(t: fb.Tensor, where: str) -> TensorSpec:
-    scalar_type = t.ScalarType()
-    if scalar_type not in ELEMENT_SIZE:
-        raise InvalidProgram(f"{where}: scalar type {scalar_type} is not a type of the format")
-    sizes = ints(t.SizesLength(), t.SizesAsNumpy)
-    dim_order = ints(t.DimOrderLength(), t.DimOrderAsNumpy)
-    if any(s < 0 for s in sizes):
-        raise InvalidProgram(f"{where}: sizes {list(sizes)} include a negative size")
-    if sorted(dim_order) != list(range(len(sizes))):
-        raise InvalidProgram(f"{where}: dim_order {list(dim_order)} is not a permutation of {len(sizes)} dims")
-    # A zero size makes numel 0 but not the strides: the extent of every
-    # dimension must fit in 64 bits as well, or a stride of the tensor would not.
-    extent = 1
-    for s in sizes:
-        extent *= max(s, 1)
-    if extent * ELEMENT_SIZE[scalar_type] >= _MAX_NBYTES:
-        raise InvalidProgram(f"{where}: sizes {list(sizes)} overflow a 64-bit byte count")
-    dynamism = t.ShapeDynamism()
-    if dynamism not in (0, 1, 2):
-        raise InvalidProgram(f"{where}: shape dynamism {dynamism} is not one of STATIC, DYNAMIC_BOUND, DYNAMIC_UNBOUND")
-    if t.StorageOffset() != 0:
-        raise NotSupported(f"{where}: storage_offset is {t.StorageOffset()}; only 0 is supported")
-    alloc = t.AllocationInfo()
-    memory_id = None
-    offset = 0
-    if alloc is not None:
-        memory_id = alloc.MemoryId()
-        offset = alloc.MemoryOffsetLow() | (alloc.MemoryOffsetHigh() << 32)
-    extra = t.ExtraTensorInfo()
-    fqn, external, device_type, device_index = None, False, 0, 0
-    if extra is not None:
-        fqn = string(extra.FullyQualifiedName())
-        location = extra.Location()
-        if location not in _TENSOR_LOCATIONS:
-            raise InvalidProgram(f"{where}: data location {location} is not one of SEGMENT, EXTERNAL")
-        external = location == fb.TensorDataLocation.EXTERNAL
-        device_type, device_index = extra.DeviceType(), extra.DeviceIndex()
-        _check_device(device_type, device_index, where)
-        if external and not fqn:
-            raise InvalidProgram(f"{where}: stored externally but has no fully qualified name")
-    return TensorSpec(
-        scalar_type, sizes, dim_order, Dynamism(dynamism), t.DataBufferIdx(), memory_id, offset,
-        fqn, external, device_type, device_index,
-    )
-
-
-def _check_device(device_type: int, device_index: int, where: str) -> None:
-    if device_type not in _DEVICE_TYPES:
-        raise NotSupported(f"{where}: device type {device_type} is not one this runtime knows (0: CPU, 1: CUDA)")
-    if device_index < 0:
-        raise InvalidProgram(f"{where}: device index {device_index} is negative")
-
-
-# Each kind of value but NULL and TENSOR: its table in the format and how its value is read from that table.
-_VALUES = {
-    Kind.INT: (fb.Int, lambda v: Scalar(Kind.INT, v.IntVal())),
-    Kind.BOOL: (fb.Bool, lambda v: Scalar(Kind.BOOL, bool(v.BoolVal()))),
-    Kind.DOUBLE: (fb.Double, lambda v: Scalar(Kind.DOUBLE, v.DoubleVal())),
-    Kind.STRING: (fb.String, lambda v: Scalar(Kind.STRING, string(v.StringVal()) or "")),
-    Kind.INT_LIST: (fb.IntList, lambda v: ListValue(Kind.INT_LIST, _items(v))),
-    Kind.DOUBLE_LIST: (fb.DoubleList, lambda v: ListValue(Kind.DOUBLE_LIST, tuple(map(float, _items(v))))),
-    Kind.BOOL_LIST: (fb.BoolList, lambda v: ListValue(Kind.BOOL_LIST, tuple(map(bool, _items(v))))),
-    Kind.TENSOR_LIST: (fb.TensorList, lambda v: ListValue(Kind.TENSOR_LIST, _items(v))),
-    Kind.OPTIONAL_TENSOR_LIST: (
-        fb.OptionalTensorList, lambda v: ListValue(Kind.OPTIONAL_TENSOR_LIST, _items(v)),
-    ),
-}
-
-
-def _items(v) -> tuple:
-    return tuple(v.ItemsAsNumpy().tolist()) if charge(v.ItemsLength()) else ()
-
-
-def _read_value(ev: fb.EValue, where: str) -> Value:
-    tag = ev.ValType()
-    table = ev.Val()
-    if tag == Kind.NULL or tag == 0:
-        return Scalar(Kind.NULL, None)
-    if table is None:
-        raise InvalidProgram(f"{where}: value of kind {tag} has no data")
-    if tag == Kind.TENSOR:
-        return read_tensor(union_member(table, fb.Tensor), where)
-    if tag not in _VALUES:
-        raise InvalidProgram(f"{where}: unknown value kind {tag}")
-    cls, read = _VALUES[tag]
-    return read(union_member(table, cls))
-
-
-# Each kind of instruction: its table in the format and the instruction read from that table.
+_KINDS = fb.InstructionArguments
+# Each kind of instruction: its table, its two fields (the second a vector of arguments when "args") and the call.
 _INSTRUCTIONS = {
-    fb.InstructionArguments.KernelCall: (
-        fb.KernelCall, lambda k: KernelCall(k.OpIndex(), ints(k.ArgsLength(), k.ArgsAsNumpy)),
-    ),
-    fb.InstructionArguments.DelegateCall: (
-        fb.DelegateCall, lambda d: DelegateCall(d.DelegateIndex(), ints(d.ArgsLength(), d.ArgsAsNumpy)),
-    ),
-    fb.InstructionArguments.MoveCall: (fb.MoveCall, lambda m: MoveCall(m.MoveFrom(), m.MoveTo())),
-    fb.InstructionArguments.JumpFalseCall: (
-        fb.JumpFalseCall, lambda j: JumpFalseCall(j.CondValueIndex(), j.DestinationInstruction()),
-    ),
-    fb.InstructionArguments.FreeCall: (fb.FreeCall, lambda f: FreeCall(f.ValueIndex())),
+    _KINDS.KernelCall: ("pte.KernelCall", "op_index", "args", KernelCall),
+    _KINDS.DelegateCall: ("pte.DelegateCall", "delegate_index", "args", DelegateCall),
+    _KINDS.MoveCall: ("pte.MoveCall", "move_from", "move_to", MoveCall),
+    _KINDS.JumpFalseCall: ("pte.JumpFalseCall", "cond_value_index", "destination_instruction", JumpFalseCall),
+    _KINDS.FreeCall: ("pte.FreeCall", "value_index", None, FreeCall),
 }
 
 
-def _read_instruction(ins: fb.Instruction, where: str) -> Instruction:
-    tag = ins.InstrArgsType()
-    table = ins.InstrArgs()
-    if table is None:
-        raise InvalidProgram(f"{where}: instruction of kind {tag} has no arguments")
-    if tag not in _INSTRUCTIONS:
-        raise InvalidProgram(f"{where}: unknown instruction kind {tag}")
-    cls, read = _INSTRUCTIONS[tag]
-    return read(union_member(table, cls))
+def read_plan(data: Bytes, pos: int) -> Plan:
+    """The execution plan whose table lies at byte ``pos`` of ``data``."""
+    with read_budget(data.size):
+        return _read_plan(data, Tables(data, layout, "pte.ExecutionPlan", np.array([pos], np.int64)))
 
 
-def read_plan(p: fb.ExecutionPlan) -> Plan:
-    with read_budget(len(p._tab.Bytes)):
-        return _read_plan(p)
+def _text(data: Bytes, tables: Tables, field: str) -> list[str | None]:
+    return [string(data.string(r)) for r in tables.ref(field).tolist()]
 
 
-def _read_plan(p: fb.ExecutionPlan) -> Plan:
-    name = string(p.Name())
+def _ints(data: Bytes, tables: Tables, field: str, dtype: str) -> tuple[int, ...]:
+    (items,) = data.vectors(tables.ref(field), dtype, charge)
+    return tuple(items)
+
+
+def _instructions(data: Bytes, positions: np.ndarray, where: str) -> tuple[Instruction, ...]:
+    charge(len(positions))
+    ins = Tables(data, layout, "pte.Instruction", positions)
+    tags = ins.scalar("instr_args_type", "<u1").tolist()
+    members = ins.ref("instr_args")
+    tag_array = np.array(tags, np.int64)
+    made = {}
+    present = set(tags)
+    for kind, (table, first, second, call) in _INSTRUCTIONS.items():
+        if kind not in present:
+            continue
+        at = members[(tag_array == kind) & (members != ABSENT)]
+        if not len(at):
+            continue
+        t = Tables(data, layout, table, at)
+        firsts = t.scalar(first, "<i4").tolist()
+        if second == "args":
+            args = data.vectors(t.ref("args"), "<i4", charge)
+            made[kind] = [call(a, tuple(b)) for a, b in zip(firsts, args)]
+        elif second is not None:
+            made[kind] = [call(a, b) for a, b in zip(firsts, t.scalar(second, "<i4").tolist())]
+        else:
+            made[kind] = [call(a) for a in firsts]
+    taken = dict.fromkeys(made, 0)
+    out = []
+    for i, (tag, member) in enumerate(zip(tags, members.tolist())):
+        if member == ABSENT:
+            raise InvalidProgram(f"{where} instruction {i}: instruction of kind {tag} has no arguments")
+        if tag not in made:
+            raise InvalidProgram(f"{where} instruction {i}: unknown instruction kind {tag}")
+        out.append(made[tag][taken[tag]])
+        taken[tag] += 1
+    return tuple(out)
+
+
+def _delegates(data: Bytes, positions: np.ndarray, where: str) -> tuple[DelegateSpec, ...]:
+    charge(len(positions))
+    d = Tables(data, layout, "pte.BackendDelegate", positions)
+    out = []
+    for i, (backend_id, processed) in enumerate(zip(_text(data, d, "id"), d.ref("processed").tolist())):
+        if not backend_id or processed == ABSENT:
+            raise InvalidProgram(f"{where}: delegate {i} has no backend id or no processed data")
+        one = Tables(data, layout, "pte.BackendDelegate", positions[i : i + 1])
+        spec_pos, count = one.vector_of_tables("compile_specs")
+        charge(count)
+        specs = Tables(data, layout, "pte.CompileSpec", spec_pos)
+        values = data.vectors(specs.ref("value"), "<u1", charge)
+        keys = [k or "" for k in _text(data, specs, "key")]
+        ref = Tables(data, layout, "pte.BackendDelegateDataReference", np.array([processed], np.int64))
+        (location,) = ref.scalar("location", "<i1").tolist()
+        if location not in _DATA_LOCATIONS:
+            raise InvalidProgram(f"{where}: delegate {i} data location {location} is not one of INLINE, SEGMENT")
+        (index,) = ref.scalar("index", "<u4").tolist()
+        out.append(DelegateSpec(backend_id, location == fb.DataLocation.INLINE, index,
+                                tuple(zip(keys, map(bytes, values)))))
+    return tuple(out)
+
+
+def _read_plan(data: Bytes, p: Tables) -> Plan:
+    (name,) = _text(data, p, "name")
     if name is None:
         raise InvalidProgram("an execution plan has no name")
     where = f"method {name!r}"
-    if p.InputsIsNone() or p.OutputsIsNone() or p.NonConstBufferSizesIsNone():
+    if ABSENT in (p.ref("inputs")[0], p.ref("outputs")[0], p.ref("non_const_buffer_sizes")[0]):
         raise InvalidProgram(f"{where}: inputs, outputs or non_const_buffer_sizes is missing")
-    values = tuple(_read_value(p.Values(i), f"{where} value {i}") for i in range(charge(p.ValuesLength())))
-    chains = [p.Chains(i) for i in range(min(p.ChainsLength(), 1))]
+    values = read_values(data, p.vector_of_tables("values")[0], where)
+    chains, count = p.vector_of_tables("chains")
     instructions: tuple[Instruction, ...] = ()
-    if chains:
-        chain = chains[0]
-        instructions = tuple(
-            _read_instruction(chain.Instructions(i), f"{where} instruction {i}")
-            for i in range(charge(chain.InstructionsLength()))
-        )
+    if count:
+        chain = Tables(data, layout, "pte.Chain", chains[:1])
+        instructions = _instructions(data, chain.vector_of_tables("instructions")[0], where)
+    op_pos, count = p.vector_of_tables("operators")
+    charge(count)
+    ops = Tables(data, layout, "pte.Operator", op_pos)
     operators = []
-    for i in range(charge(p.OperatorsLength())):
-        op = p.Operators(i)
-        op_name = string(op.Name())
+    for i, (op_name, overload) in enumerate(zip(_text(data, ops, "name"), _text(data, ops, "overload"))):
         if not op_name:
             raise InvalidProgram(f"{where}: operator {i} has no name")
-        operators.append((op_name, string(op.Overload()) or ""))
-    delegates = []
-    for i in range(charge(p.DelegatesLength())):
-        d = p.Delegates(i)
-        backend_id = string(d.Id())
-        processed = d.Processed()
-        if not backend_id or processed is None:
-            raise InvalidProgram(f"{where}: delegate {i} has no backend id or no processed data")
-        specs = []
-        for j in range(charge(d.CompileSpecsLength())):
-            spec = d.CompileSpecs(j)
-            value = spec.ValueAsNumpy().tobytes() if charge(spec.ValueLength()) else b""
-            specs.append((string(spec.Key()) or "", value))
-        location = processed.Location()
-        if location not in _DATA_LOCATIONS:
-            raise InvalidProgram(f"{where}: delegate {i} data location {location} is not one of INLINE, SEGMENT")
-        delegates.append(
-            DelegateSpec(backend_id, location == fb.DataLocation.INLINE, processed.Index(), tuple(specs))
-        )
-    buffer_sizes = ints(p.NonConstBufferSizesLength(), p.NonConstBufferSizesAsNumpy)
+        operators.append((op_name, overload or ""))
+    delegates = _delegates(data, p.vector_of_tables("delegates")[0], where)
+    buffer_sizes = _ints(data, p, "non_const_buffer_sizes", "<i8")
+    dev_pos, count = p.vector_of_tables("non_const_buffer_device")
+    charge(count)
+    dev = Tables(data, layout, "pte.NonConstBufferDevice", dev_pos)
     devices = {}
-    for i in range(charge(p.NonConstBufferDeviceLength())):
-        dev = p.NonConstBufferDevice(i)
-        _check_device(dev.DeviceType(), dev.DeviceIndex(), f"{where} buffer {dev.BufferIdx()}")
-        devices[dev.BufferIdx()] = (dev.DeviceType(), dev.DeviceIndex())
-    meta = p.ContainerMetaType()
+    for idx, device_type, device_index in zip(dev.scalar("buffer_idx", "<i4").tolist(),
+                                              dev.scalar("device_type", "<i1").tolist(),
+                                              dev.scalar("device_index", "<i1").tolist()):
+        check_device(device_type, device_index, f"{where} buffer {idx}")
+        devices[idx] = (device_type, device_index)
+    meta_pos = p.ref("container_meta_type")
+    meta = Tables(data, layout, "pte.ContainerMetadata", meta_pos) if meta_pos[0] != ABSENT else None
     plan = Plan(
         name=name,
         values=values,
-        inputs=ints(p.InputsLength(), p.InputsAsNumpy),
-        outputs=ints(p.OutputsLength(), p.OutputsAsNumpy),
+        inputs=_ints(data, p, "inputs", "<i4"),
+        outputs=_ints(data, p, "outputs", "<i4"),
         instructions=instructions,
         operators=tuple(operators),
-        delegates=tuple(delegates),
+        delegates=delegates,
         buffer_sizes=buffer_sizes,
         buffer_devices=devices,
-        input_spec=string(meta.EncodedInpStr()) if meta else None,
-        output_spec=string(meta.EncodedOutStr()) if meta else None,
+        input_spec=_text(data, meta, "encoded_inp_str")[0] if meta else None,
+        output_spec=_text(data, meta, "encoded_out_str")[0] if meta else None,
     )
     check_plan(plan)
     return plan

@@ -11,9 +11,13 @@ Data comes back as ``memoryview`` slices of the file: nothing is copied.
 from __future__ import annotations
 
 import enum
+import hashlib
 import struct
+import threading
+from typing import Protocol
 
 from pterun.errors import InvalidArgument, InvalidProgram, NotFound, PteError
+from pterun.flatbuf.bulk import Bytes
 from pterun.flatbuf.tables import vector_span
 from pterun.flatbuf.verify import verify_buffer
 from pterun.format._generated import program_generated as fb
@@ -25,6 +29,7 @@ from pterun.format.plan_reader import read_plan
 from pterun.format.source import FileBytes, Source, read_source
 
 MAX_SUPPORTED_VERSION = 0
+_PER_METHOD = frozenset({"pte.ExecutionPlan"})
 
 # What a reader of a corrupt, unverified buffer can raise.
 _READ_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError, AttributeError)
@@ -37,15 +42,32 @@ class Verification(enum.IntEnum):
     InternalConsistency = 1
 
 
+class VerificationMarks(Protocol):
+    """Where a program's bytes, once verified, are remembered as such (the executor's load cache)."""
+
+    def key(self, *parts: bytes | str) -> str: ...
+    def verified(self, key: str) -> bool: ...
+    def mark_verified(self, key: str) -> None: ...
+
+
 class ProgramFile:
-    def __init__(self, source: Source, verification: Verification = Verification.InternalConsistency) -> None:
+    def __init__(self, source: Source, verification: Verification = Verification.InternalConsistency, *,
+                 marks: VerificationMarks | None = None) -> None:
         self.file: FileBytes = read_source(source)
         data = self.file.data
         header = read_program_header(data)
         self.header = header
         self._program_bytes = data[: header.program_size]
+        self._verifier = None
+        self._marks = marks
+        self._digest: bytes | None = None
+        self._verified: set[str] = set()  # methods whose tables passed the verifier
+        self._verifying = threading.Lock()
         if verification == Verification.InternalConsistency:
-            verify_buffer(self._program_bytes, program_layout)
+            # Each method's tables are verified when it is loaded, as they are read (plan()).
+            if not self._marked("program"):
+                self._verify_root()
+                self._mark("program")
         else:
             (root,) = struct.unpack_from("<I", data, 0)
             if not HEADER_OFFSET <= root <= header.program_size - 4:
@@ -118,6 +140,39 @@ class ProgramFile:
             )
         return self.file.data[start : start + size]
 
+    # -- verification --------------------------------------------------------------
+
+    def _verify_root(self) -> None:
+        self._verifier = verify_buffer(self._program_bytes, program_layout, shallow=_PER_METHOD)
+
+    def _verify_method(self, name: str, pos: int) -> None:
+        what = f"method {name}"
+        with self._verifying:  # one walk per method, however many threads load it
+            if name in self._verified:
+                return
+            if not self._marked(what):
+                if self._verifier is None:
+                    self._verify_root()  # the root was verified before, but its walk sets this one's bounds
+                try:
+                    self._verifier.walk(pos, "pte.ExecutionPlan", depth=2)
+                except PteError as exc:
+                    raise type(exc)(f"method {name!r}: {exc.message}") from None
+                self._mark(what)
+            self._verified.add(name)
+
+    def _mark_key(self, what: str) -> str:
+        # The exact bytes the verifier walks: the flatbuffer (segments are checked as they are used).
+        if self._digest is None:
+            self._digest = hashlib.sha256(self._program_bytes).digest()
+        return self._marks.key("verified", self._digest, what)
+
+    def _marked(self, what: str) -> bool:
+        return self._marks is not None and self._marks.verified(self._mark_key(what))
+
+    def _mark(self, what: str) -> None:
+        if self._marks is not None:
+            self._marks.mark_verified(self._mark_key(what))
+
     # -- access ------------------------------------------------------------------
 
     def segment(self, index: int, *, what: str = "segment") -> memoryview:
@@ -142,8 +197,11 @@ class ProgramFile:
             raise InvalidArgument(
                 f"no method named {name!r} in the program; it has {', '.join(map(repr, self.method_names)) or 'none'}"
             ) from None
+        pos = self._root.ExecutionPlan(index)._tab.Pos
+        if self.verification == Verification.InternalConsistency and name not in self._verified:
+            self._verify_method(name, pos)
         try:
-            plan = read_plan(self._root.ExecutionPlan(index))
+            plan = read_plan(Bytes(self._program_bytes), pos)
         except PteError:
             raise
         except _READ_ERRORS as exc:

@@ -12,6 +12,8 @@ never silently left.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import torch
 
@@ -44,7 +46,7 @@ class _CudaRange:
 class DeviceMemoryBuffer:
     """``nbytes`` bytes on ``device``; ``memory`` is a 1-D uint8 tensor over them."""
 
-    __slots__ = ("memory", "device", "nbytes", "__weakref__")
+    __slots__ = ("memory", "device", "nbytes", "_host", "__weakref__")
 
     def __init__(self, memory: torch.Tensor, device: Device, nbytes: int) -> None:
         if memory.dtype != torch.uint8 or memory.dim() != 1 or memory.numel() < nbytes:
@@ -52,6 +54,7 @@ class DeviceMemoryBuffer:
         self.memory = memory
         self.device = device
         self.nbytes = nbytes
+        self._host = None  # a weak reference to the bytes as one NumPy array, while a view of host memory lives
 
     @property
     def data_ptr(self) -> int:
@@ -63,12 +66,16 @@ class DeviceMemoryBuffer:
             raise ValueError(f"bytes {offset}..{offset + nbytes} lie outside a {self.nbytes}-byte buffer")
         if nbytes == 0:
             return torch.empty(0, dtype=torch.uint8, device=self.memory.device)
-        ptr = self.data_ptr + offset
         # Where the memory really is decides how to view it (a test allocator may serve a device
         # type from host memory).
         if self.memory.device.type == "cpu":
-            return torch.from_numpy(np.asarray(_HostRange(ptr, nbytes, self)))
-        return torch.as_tensor(_CudaRange(ptr, nbytes, self), device=self.memory.device)
+            host = None if self._host is None else self._host()
+            if host is None:
+                host = np.asarray(_HostRange(self.data_ptr, self.nbytes, self))
+                self._host = weakref.ref(host)  # weak: the array holds this buffer
+            # A slice of the array holds the array, which holds this buffer.
+            return torch.from_numpy(host[offset : offset + nbytes])
+        return torch.as_tensor(_CudaRange(self.data_ptr + offset, nbytes, self), device=self.memory.device)
 
     def copy_from_host(self, data: "bytes | memoryview | torch.Tensor", offset: int = 0) -> None:
         src = data if isinstance(data, torch.Tensor) else torch.frombuffer(bytearray(data), dtype=torch.uint8)
