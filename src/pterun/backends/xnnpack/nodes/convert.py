@@ -1,12 +1,17 @@
 """The convert node: quantize, dequantize, and XNNPACK's dynamic (per-row) quantization.
 
-A dynamically quantized value (qdint8) only ever feeds fully connected nodes,
-so it is kept as what they consume: float32 rows of ``q - zero_point``
-(exact integers) and one dequantization scale per row, registered in
-``Builder.dynamic`` rather than stored as int8.
+A dynamically quantized value (qdint8) only feeds fully connected and
+convolution nodes, so it is kept as what they consume, registered in
+``Builder.dynamic`` rather than stored: a ``DynamicQuant`` holding the
+quantized rows and one dequantization scale per row, from which a consumer
+asks for int8 rows and zero points (integer products) or float32 rows of
+``q - zero_point`` (exact integers, for float products). Each form is computed
+once, by the first consumer that asks for it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -16,6 +21,36 @@ from pterun.backends.xnnpack.graph import Datatype, DynamicRows, Node
 from pterun.backends.xnnpack.nodes import qmath
 from pterun.backends.xnnpack.nodes.common import is_float, unsupported
 from pterun.errors import InvalidProgram
+
+
+@dataclass
+class DynamicQuant:
+    """A qdint8 value: ``quantized`` are float32 rows of integers in [-128, 127], ``zero_points`` float32
+    [rows, 1], ``scales`` the dequantization scale of each row [rows, 1]."""
+
+    quantized: str
+    zero_points: str
+    scales: str
+    rows: int
+    _ints: tuple[str, str] | None = None
+    _centered: str | None = None
+
+    def ints(self, b: Builder) -> tuple[str, str]:
+        """int8 rows [rows, length] and int32 zero points [rows]."""
+        if self._ints is None:
+            q, zp = b.env[self.quantized], b.env[self.zero_points]
+            ints, zpi = b.scratch(tuple(q.shape), torch.int8), b.scratch((self.rows,), torch.int32)
+            b.emit(f"{ints}.copy_({self.quantized})")
+            b.emit(f"{zpi}.copy_({b.bind(zp.view(-1), 'zp_flat')})")
+            self._ints = ints, zpi
+        return self._ints
+
+    def centered(self, b: Builder) -> str:
+        """float32 rows of q - zero_point."""
+        if self._centered is None:
+            self._centered = b.scratch(tuple(b.env[self.quantized].shape))
+            b.emit(f"torch.sub({self.quantized}, {self.zero_points}, out={self._centered})")
+        return self._centered
 
 
 def convert(node: Node, b: Builder) -> None:
@@ -96,16 +131,15 @@ def _dynamic_quantize(node: Node, b: Builder, x, y, shape) -> None:
         f"torch.where({cond}, {za}, {zb}, out={zp})",
         f"{zp}.clamp_(-128.0, 127.0)",
         f"torch.round({zp}, out={zp})",
-        # the rows, centered: clamp(rint(x * s) + zp) - zp
+        # the rows: clamp(rint(x * s) + zp)
         f"torch.mul({x2}, {s}, out={q})",
         f"torch.round({q}, out={q})",
         f"{q}.add_({zp})",
         f"{q}.clamp_(-128.0, 127.0)",
-        f"{q}.sub_({zp})",
         f"torch.reciprocal({s}, out={inv})",
     ):
         b.emit(line)
-    b.dynamic[y.id] = (q, inv, rows)
+    b.dynamic[y.id] = DynamicQuant(q, zp, inv, rows)
 
 
 TRANSLATORS = {"XNNConvert": convert}
