@@ -7,6 +7,18 @@ they are. Dynamically quantized rows are corrected by their own zero point
 times the weights' column sums after the product. What follows is XNNPACK's
 float32 arithmetic: requantization (``qmath.emit_requantize``) for 8-bit
 outputs, the row and channel scales and the bias for float ones.
+
+Larger products go to oneDNN's u8 x s8 matrix product with prepacked weights
+(``onednn::qlinear_pointwise``, up to twice as fast as ``_int_mm``'s s8 x s8),
+which adds its float32 conversion of the int32 sum to a float32 buffer
+holding the bias. For an 8-bit output that is still XNNPACK's result: below
+2**23 every number involved is an exact integer, and a channel whose sums
+may reach past it only goes this way when such a sum, times its
+requantization scale, saturates the output either way (checked per channel
+at load from the weights' absolute sums and the scales; else ``_int_mm``).
+For a float output (dynamic rows) the accumulator is rounded to float32 as
+XNNPACK rounds it, its zero-point correction added in float32 (exact below
+2**24, else within a float32 rounding of the accumulator).
 """
 
 from __future__ import annotations
@@ -19,6 +31,7 @@ from pterun.backends.xnnpack.nodes.common import emit_float_clamp, unsupported
 from pterun.errors import InvalidArgument, InvalidProgram
 
 QUANTIZED_WEIGHTS = (Datatype.QCINT8, Datatype.QINT8)
+ONEDNN_MIN_MACS = 1 << 23  # below this, oneDNN's fixed cost per call (~15 us) outweighs its faster product
 WEIGHTS_4BIT = (Datatype.QCINT4, Datatype.QBINT4)
 
 
@@ -51,6 +64,39 @@ def _operand(wnk: torch.Tensor) -> torch.Tensor:
     return wnk.to(torch.int8).contiguous().t()
 
 
+def _onednn(rows: int, k: int, n: int) -> bool:
+    """Whether a product is large enough for oneDNN (and this torch has it)."""
+    return (rows * k * n >= ONEDNN_MIN_MACS and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.onednn, "qlinear_pointwise"))
+
+
+def _requantizes_exactly(worst: torch.Tensor, bias: torch.Tensor, rq: torch.Tensor) -> bool:
+    """Whether float32(sum) + float32(bias) requantizes as float32(sum + bias) in every channel: all exact
+    integers while |sum| < 2**23 (and |bias| too), and beyond that the output saturates either way, as
+    |sum + bias| * scale >= (2**23 - |bias|) * scale, which must then pass twice the widest 8-bit range."""
+    half = qmath.EXACT_F32 // 2
+    bias = bias.abs().double()
+    if bool((bias >= half).any()):
+        return False
+    return bool(((worst.double() < half) | (rq.double() * (half - bias) >= 512)).all())
+
+
+def _emit_onednn(b, xu: str, zero_point: int, packed, n: int, out: str) -> None:
+    """``out`` += float32(sum((xu - zero_point) w)) for uint8 rows ``xu``, by oneDNN into ``out`` itself."""
+    ones, zeros = torch.ones(n), torch.zeros(n, dtype=torch.int64)
+    b.emit(f"torch.ops.onednn.qlinear_pointwise.binary({xu}, 1.0, {b.number(zero_point)}, {b.bind(packed, 'w')}, "
+           f"{b.bind(ones, 'ones')}, {b.bind(zeros, 'zeros')}, {out}, None, 1.0, 0, torch.float32, 1.0, 0, "
+           f"'sum', 1.0, 'none', [], '')")
+
+
+def _unsigned(b, rows_name: str, shape) -> str:
+    """int8 rows as uint8 rows plus 128 (the top bit flipped), in a buffer."""
+    flipped = b.scratch(shape, torch.uint8)
+    source = b.bind(b.env[rows_name].view(torch.uint8), "xu") if rows_name in b.env else f"{rows_name}.view(torch.uint8)"
+    b.emit(f"torch.bitwise_xor({source}, 128, out={flipped})")
+    return flipped
+
+
 def static_q8(node, b, x, w, bias, y, rows: int, k: int, n: int, shape, transposed: bool) -> None:
     """8-bit activations and int8 weights, int32 bias, 8-bit output: XNNPACK's qs8 / qs8_qc8w GEMM."""
     sx, zx = qmath.per_tensor(x, node.where)
@@ -59,22 +105,34 @@ def static_q8(node, b, x, w, bias, y, rows: int, k: int, n: int, shape, transpos
     unsigned = x.datatype == Datatype.QUINT8
     zx_signed = zx - 128 if unsigned else zx  # uint8 rows are multiplied as int8 rows: top bit flipped, minus 128
 
+    lo, hi = qmath.qrange(x)
+
     def prepare():
         wnk = constant_filter(node, w, transposed).to(torch.int64)
-        folded = int_bias(node, bias, n) - zx_signed * wnk.sum(1)
+        ints = int_bias(node, bias, n)
         scales = qmath.requant_scales(sx, qmath.weight_scales(w, n, node.where), so, node.where)
-        return _operand(wnk), folded.to(torch.int32), scales
+        worst = wnk.abs().sum(1) * max(hi - zx, zx - lo)
+        if _onednn(rows, k, n) and _requantizes_exactly(worst, ints, scales):
+            return "onednn", torch.ops.onednn.qlinear_prepack(wnk.to(torch.int8), [rows, k]), ints.float(), scales
+        return "int_mm", _operand(wnk), (ints - zx_signed * wnk.sum(1)).to(torch.int32), scales
 
-    wkn, folded, rq = b.cached("q8i", prepare)
+    how, wkn, bias_t, rq = b.cached("q8i", prepare)
     b.define(y.id, shape)
     x2, o2 = b.view(x.id, (rows, k)), b.view(y.id, (rows, n))
+    if how == "onednn":
+        xu = x2 if unsigned else _unsigned(b, x2, (rows, k))
+        acc = b.scratch((rows, n))
+        b.emit(f"{acc}.copy_({b.bind(bias_t.expand(rows, n), 'bias')})")
+        _emit_onednn(b, xu, zx if unsigned else zx + 128, wkn, n, acc)
+        qmath.emit_requantize(b, acc, b.bind(rq, "rq"), zo, qmin, qmax, o2)
+        return
     if unsigned:
         flipped = b.scratch((rows, k), torch.uint8)
         b.emit(f"torch.bitwise_xor({x2}, 128, out={flipped})")
         x2 = b.bind(b.env[flipped].view(torch.int8), "xs")
     acc = b.scratch((rows, n), torch.int32)
     b.emit(f"torch._int_mm({x2}, {b.bind(wkn, 'w')}, out={acc})")
-    b.emit(f"{acc}.add_({b.bind(folded, 'bias')})")
+    b.emit(f"{acc}.add_({b.bind(bias_t, 'bias')})")
     qmath.emit_requantize(b, acc, b.bind(rq, "rq"), zo, qmin, qmax, o2, work=b.scratch((rows, n)))
 
 
@@ -84,14 +142,26 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed
     def prepare():
         data = constant_filter(node, w, transposed)
         wnk = (unpack_4bit(data, k) if w.datatype in WEIGHTS_4BIT else data).to(torch.int64)
-        return _operand(wnk), wnk.sum(1).to(torch.int32), qmath.weight_scales(w, n, node.where)
+        sums, scales = wnk.sum(1), qmath.weight_scales(w, n, node.where)
+        if _onednn(rows, k, n):
+            packed = torch.ops.onednn.qlinear_prepack(wnk.to(torch.int8), [rows, k])
+            return "onednn", packed, -sums.float(), scales
+        return "int_mm", _operand(wnk), sums.to(torch.int32), scales
 
-    wkn, sums, wscale = b.cached("qd8i", prepare)
+    how, wkn, sums, wscale = b.cached("qd8i", prepare)
     if q.rows != rows:
         raise InvalidArgument(f"XNNPACK {node.where}: {q.rows} quantized rows for {rows} input rows")
     ints, zero_points = q.ints(b)
     o = b.define(y.id, shape)
     o2 = b.view(y.id, (rows, n))
+    if how == "onednn":
+        # -zero_point * column sums first, then the rows' raw products added by oneDNN: exact integers
+        acc = b.scratch((rows, n))
+        b.emit(f"torch.mul({q.zero_points}, {b.bind(sums, 'wsum')}, out={acc})")
+        _emit_onednn(b, _unsigned(b, ints, (rows, k)), 128, wkn, n, acc)
+        qmath.emit_dequantize(b, o2, q.scales, b.bind(wscale, "wscale"), bias, acc=acc)
+        emit_float_clamp(node, b, o)
+        return
     acc = b.scratch((rows, n), torch.int32)
     b.emit(f"torch._int_mm({ints}, {b.bind(wkn, 'w')}, out={acc})")
     b.emit(f"torch.addr({acc}, {zero_points}, {b.bind(sums, 'wsum')}, alpha=-1, out={acc})")

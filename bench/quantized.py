@@ -1,0 +1,105 @@
+"""Quantized programs lowered to XNNPACK: pterun against ExecuTorch's XNNPACK runtime, same .pte, same threads.
+
+    PTERUN_PROGRAM_CACHE=... python bench/quantized.py [--threads 1,2] [--repeat 200] [--programs a,b]
+
+Static int8 (per-channel and per-tensor weights), dynamic int8 and 8da4w (int8 rows quantized at run
+time, 4-bit weights in blocks of 32) programs: the test corpus's small ones and larger ones of the same
+kinds. Both runtimes run in this process on the same inputs, interleaved call by call
+(pterun.cli.timing), at each thread count (torch's intra-op threads for pterun, ExecuTorch's
+threadpool for XNNPACK). The ratio is pterun's median over ExecuTorch's: below 1.0 pterun is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import console, environment, report  # noqa: E402
+
+import pterun  # noqa: E402
+from pterun.cli.timing import Way, measure  # noqa: E402
+from tests.backends.xnnpack.programs import (  # noqa: E402
+    export_8da4w, export_quantized, partitioners, quantized_inputs,
+)
+from tests.support.exporting import ExportSpec, export_program  # noqa: E402
+from tests.support.models.small import ResidualMLP, SwiGLUMLP  # noqa: E402
+from tests.support.quantizing import quantize  # noqa: E402
+
+
+def _large_mlp(scheme: str):
+    def make() -> ExportSpec:
+        torch.manual_seed(0)
+        module = ResidualMLP(512, 2048, 512).eval()
+        data = [(torch.randn(32, 512, generator=torch.Generator().manual_seed(s)),) for s in range(5)]
+        return ExportSpec(quantize(module, data[0], data[1:], scheme), data[0], lower=partitioners)
+
+    return export_program(f"bench-xnnpack-q-mlp512-{scheme}", make), [torch.randn(32, 512)]
+
+
+def _swiglu_8da4w(rows: int):
+    def make() -> ExportSpec:
+        from torchao.quantization import quantize_
+        from torchao.quantization.granularity import PerGroup
+        from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
+
+        torch.manual_seed(0)
+        module = torch.nn.Sequential(SwiGLUMLP(512, 1536), SwiGLUMLP(512, 1536)).eval()
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32))
+        quantize_(module, config)
+        return ExportSpec(module, (torch.randn(rows, 512),), lower=partitioners)
+
+    return export_program(f"bench-xnnpack-8da4w-swiglu512-{rows}", make), [torch.randn(rows, 512)]
+
+
+def _small(model: str, scheme: str):
+    return export_quantized(model, scheme), list(quantized_inputs(model, 0))
+
+
+PROGRAMS = {
+    "convnet per-channel": lambda: _small("convnet", "per-channel"),
+    "mlp per-tensor": lambda: _small("mlp", "per-tensor"),
+    "mlp dynamic": lambda: _small("mlp", "dynamic"),
+    "mlp 8da4w": lambda: (export_8da4w(), [torch.randn(8, 64)]),
+    "mlp512 per-tensor": lambda: _large_mlp("per-tensor"),
+    "mlp512 per-channel": lambda: _large_mlp("per-channel"),
+    "mlp512 dynamic": lambda: _large_mlp("dynamic"),
+    "swiglu512 8da4w x1": lambda: _swiglu_8da4w(1),
+    "swiglu512 8da4w x32": lambda: _swiglu_8da4w(32),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--programs", default=",".join(PROGRAMS))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    from executorch.extension.pybindings import portable_lib
+
+    programs = {name: PROGRAMS[name]() for name in args.programs.split(",")}
+    for threads in (int(t) for t in args.threads.split(",")):
+        torch.set_num_threads(threads)
+        portable_lib._unsafe_reset_threadpool(threads)
+        console.print(environment())
+        rows = {}
+        for name, (exported, inputs) in programs.items():
+            method = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
+            reference = portable_lib._load_for_executorch(str(exported.pte))
+            rows[name] = measure([
+                Way("pterun", lambda: method.execute(inputs, clone_outputs=False)),
+                Way("executorch-xnnpack", lambda: reference.forward(inputs, clone_outputs=False)),
+            ], warmup=args.warmup, repeat=args.repeat)
+        out = args.json.with_suffix(f".t{threads}.json") if args.json else None
+        report(f"quantized XNNPACK programs, {threads} thread(s): median ms per call", rows, "pterun",
+               ["executorch-xnnpack"], out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""Quantized fully connected layers on the CPU multiply integers (torch._int_mm, or oneDNN's u8 x s8 product
+for large layers), and their results are ExecuTorch's XNNPACK results bit for bit where those are integer
+arithmetic: static 8-bit programs, whose outputs are dequantized from 8-bit values.
+
+Each test first asserts its premise: which product the generated code calls, and that no float matrix
+product stands in for it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pterun
+from tests.backends.xnnpack.programs import assert_relative, export_8da4w, export_quantized, quantized_inputs
+from tests.support.oracle import run_reference
+
+_PRODUCT = {"mlp": "torch._int_mm(", "mlp256": "torch.ops.onednn.qlinear_pointwise.binary("}
+
+
+def _method_and_source(pte):
+    method = pterun.Runtime.get().load_program(pte).load_method("forward")
+    return method, "\n".join(handle.source for handle in method.delegate_handles)
+
+
+def _premise(source: str, model: str) -> None:
+    assert source.count(_PRODUCT[model]) == 3, f"the three layers do not call {_PRODUCT[model]}"
+    assert "torch.mm(" not in source and "torch.addmm(" not in source, "a float product stands in"
+
+
+@pytest.mark.parametrize("model", ["mlp", "mlp256"])
+@pytest.mark.parametrize("scheme", ["per-tensor", "per-channel"])
+def test_static_int8_layers_are_bit_exact(model, scheme):
+    exported = export_quantized(model, scheme)
+    method, source = _method_and_source(exported.pte)
+    _premise(source, model)
+    for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0), (4, 100.0)):  # in range, nearly zero, saturating
+        x = quantized_inputs(model, seed, scale)
+        (actual,) = method.execute(list(x))
+        (expected,) = run_reference(exported.pte, list(x))
+        assert torch.equal(actual, expected), f"{model} {scheme} x{scale}: {(actual != expected).sum()} differ"
+
+
+@pytest.mark.parametrize("model", ["mlp", "mlp256"])
+def test_dynamic_int8_layers_multiply_integers(model):
+    """Float outputs: XNNPACK scales with fused multiply-adds, pterun without, so equal to float32 rounding."""
+    exported = export_quantized(model, "dynamic")
+    method, source = _method_and_source(exported.pte)
+    _premise(source, model)
+    for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0)):
+        x = quantized_inputs(model, seed, scale)
+        (actual,) = method.execute(list(x))
+        (expected,) = run_reference(exported.pte, list(x))
+        assert_relative(actual, expected, 1e-6, f"{model} dynamic x{scale}")
+
+
+def test_block_scaled_4bit_weights_stay_float():
+    """8da4w: block scales leave no single integer product, so the layers multiply the exact float rows."""
+    exported = export_8da4w()
+    _, source = _method_and_source(exported.pte)
+    assert "torch.mm(" in source and "_int_mm" not in source
