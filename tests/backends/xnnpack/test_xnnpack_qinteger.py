@@ -59,3 +59,16 @@ def test_block_scaled_4bit_weights_stay_float():
     exported = export_8da4w()
     _, source = _method_and_source(exported.pte)
     assert "torch.mm(" in source and "_int_mm" not in source
+
+
+def test_dynamic_quantization_of_edge_rows():
+    """Rows of zeros, of one value, of subnormals and huge values quantize as XNNPACK quantizes them."""
+    exported = export_quantized("mlp", "dynamic")
+    method, _ = _method_and_source(exported.pte)
+    x = torch.randn(8, 48, generator=torch.Generator().manual_seed(7))
+    x[0], x[1], x[2], x[3], x[4] = 0.0, 3.0, -1e-38, 1e30, -2.0
+    x[5, 5], x[6] = 1e-39, torch.linspace(0.0, 1.0, 48)
+    (actual,) = method.execute([x])
+    (expected,) = run_reference(exported.pte, [x])
+    assert not actual.isnan().any()
+    assert_relative(actual, expected, 1e-6, "edge rows")

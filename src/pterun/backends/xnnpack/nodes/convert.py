@@ -102,33 +102,35 @@ def _dynamic_quantize(node: Node, b: Builder, x, y, shape) -> None:
     b.shapes[y.id] = tuple(shape)  # no buffer: consumers read the rows registered below
     x2 = b.view(x.id, (rows, length))
     col = (rows, 1)
-    mn, mx, d, s = (b.scratch(col) for _ in range(4))
-    t1, t2, za, zb, zp = (b.scratch(col) for _ in range(5))
+    d, s, zp, inv = (b.scratch(col) for _ in range(4))
     cond = b.scratch(col, torch.bool)
-    c255 = b.bind(torch.tensor(255.0, device=b.device), "c255")
     q = b.scratch((rows, length))
-    inv = b.scratch(col)
+    # Both ends of a row side by side ([2, rows, 1]: min, max), so that one op does both ends' arithmetic.
+    ends, scaled, err, cand = (b.scratch((2, rows, 1)) for _ in range(4))
+
+    def pair(lo: float, hi: float) -> str:
+        return b.bind(torch.tensor([lo, hi], device=b.device).view(2, 1, 1), "pair")
+
+    def halves(name: str) -> tuple[str, str]:
+        return b.bind(b.env[name][0], f"{name}_0"), b.bind(b.env[name][1], f"{name}_1")
+
+    mn, mx = halves(ends)
+    c255 = b.bind(torch.tensor(255.0, device=b.device), "c255")
+    inf = float("inf")
     for line in (
-        f"torch.amin({x2}, 1, keepdim=True, out={mn})",
-        f"torch.amax({x2}, 1, keepdim=True, out={mx})",
-        f"{mn}.clamp_(max=0.0)",
-        f"{mx}.clamp_(min=0.0)",
+        f"torch.aminmax({x2}, dim=1, keepdim=True, out=({mn}, {mx}))",
+        f"torch.clamp({ends}, {pair(-inf, 0.0)}, {pair(0.0, inf)}, out={ends})",
         f"torch.sub({mx}, {mn}, out={d})",
         f"torch.div({c255}, {d}, out={s})",
         f"torch.eq({d}, 0.0, out={cond})",
         f"{s}.masked_fill_({cond}, 1.0)",
-        # zero point: from whichever end of the range has the smaller error, clamped and rounded
-        f"torch.mul({mn}, {s}, out={t1})",
-        f"torch.mul({mx}, {s}, out={t2})",
-        f"torch.add({t1}, -128.0, out={za})",
-        f"torch.add({t2}, 127.0, out={zb})",
-        f"{za}.add_({zb})",
-        f"torch.gt({za}, 0.0, out={cond})",
-        f"torch.neg({t1}, out={za})",
-        f"{za}.sub_(128.0)",
-        f"torch.neg({t2}, out={zb})",
-        f"{zb}.add_(127.0)",
-        f"torch.where({cond}, {za}, {zb}, out={zp})",
+        # zero point: from whichever end of the range has the smaller error, clamped and rounded.
+        # (qmin + min*s) + (qmax + max*s) > 0 exactly when qmin + min*s > -(qmax + max*s), in float32 too
+        f"torch.mul({ends}, {s}, out={scaled})",
+        f"torch.addcmul({pair(-128.0, -127.0)}, {scaled}, {pair(1.0, -1.0)}, out={err})",
+        "torch.gt({}, {}, out={})".format(*halves(err), cond),
+        f"torch.sub({pair(-128.0, 127.0)}, {scaled}, out={cand})",
+        "torch.where({}, {}, {}, out={})".format(cond, *halves(cand), zp),
         f"{zp}.clamp_(-128.0, 127.0)",
         f"torch.round({zp}, out={zp})",
         # the rows: clamp(rint(x * s) + zp)
