@@ -1,6 +1,6 @@
-"""Quantized fully connected layers on the CPU multiply integers (torch._int_mm, or oneDNN's u8 x s8 product
-for large layers), and their results are ExecuTorch's XNNPACK results bit for bit where those are integer
-arithmetic: static 8-bit programs, whose outputs are dequantized from 8-bit values.
+"""Quantized fully connected layers and dense convolutions on the CPU multiply integers (torch._int_mm, or
+oneDNN's u8 x s8 product for large layers), and their results are ExecuTorch's XNNPACK results bit for bit
+where those are integer arithmetic: static 8-bit programs, whose outputs are dequantized from 8-bit values.
 
 Each test first asserts its premise: which product the generated code calls, and that no float matrix
 product stands in for it.
@@ -12,7 +12,9 @@ import pytest
 import torch
 
 import pterun
-from tests.backends.xnnpack.programs import assert_relative, export_8da4w, export_quantized, quantized_inputs
+from tests.backends.xnnpack.programs import (
+    assert_relative, export_8da4w, export_quantized, node_kinds, quantized_inputs,
+)
 from tests.support.oracle import run_reference
 
 _PRODUCT = {"mlp": "torch._int_mm(", "mlp256": "torch.ops.onednn.qlinear_pointwise.binary("}
@@ -35,6 +37,23 @@ def test_static_int8_layers_are_bit_exact(model, scheme):
     method, source = _method_and_source(exported.pte)
     _premise(source, model)
     for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0), (4, 100.0)):  # in range, nearly zero, saturating
+        x = quantized_inputs(model, seed, scale)
+        (actual,) = method.execute(list(x))
+        (expected,) = run_reference(exported.pte, list(x))
+        assert torch.equal(actual, expected), f"{model} {scheme} x{scale}: {(actual != expected).sum()} differ"
+
+
+@pytest.mark.parametrize("model", ["convnet", "decoder"])
+@pytest.mark.parametrize("scheme", ["per-tensor", "per-channel"])
+def test_static_int8_convolutions_are_bit_exact(model, scheme):
+    """Dense convolutions (1x1 ones on the pixels, others on gathered windows) multiply integers; depthwise
+    and transposed ones keep the float emulation, exact too."""
+    exported = export_quantized(model, scheme)
+    kinds = node_kinds(exported.pte)
+    method, source = _method_and_source(exported.pte)
+    assert kinds["XNNConv2d"] >= 2 and source.count("torch._int_mm(") == kinds["XNNConv2d"] + kinds["XNNFullyConnected"]
+    assert source.count("torch.convolution(") == kinds["XNNDepthwiseConv2d"] + kinds["XNNConvTranspose2d"]
+    for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0), (4, 100.0)):
         x = quantized_inputs(model, seed, scale)
         (actual,) = method.execute(list(x))
         (expected,) = run_reference(exported.pte, list(x))

@@ -17,7 +17,7 @@ import torch
 
 from pterun.backends.xnnpack.compiler import Builder
 from pterun.backends.xnnpack.graph import INVALID_ID, Datatype, DynamicRows, Node
-from pterun.backends.xnnpack.nodes import packed, qmath
+from pterun.backends.xnnpack.nodes import packed, qconv, qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, is_float, require_float, unsupported
 from pterun.backends.xnnpack.nodes.qlinear import int_bias
 from pterun.errors import InvalidArgument, InvalidProgram
@@ -87,6 +87,8 @@ def convolution(node: Node, b: Builder) -> None:
     if isinstance(x.quant, DynamicRows):
         return _dynamic(node, b, x, f, bias, y, xshape, shape, cout, symmetric)
     quantized = qmath.is_q8(x) and f.datatype in (Datatype.QCINT8, Datatype.QINT8)
+    if quantized and qconv.takes(node, b) and qmath.is_q8(y) and y.datatype == x.datatype:
+        return qconv.static_q8(node, b, x, f, bias, y, xshape, shape)
     if not quantized:
         require_float(node, x, f, y, *([bias] if bias is not None else []))
         pad = (p.padding_top, p.padding_left, p.padding_bottom, p.padding_right)

@@ -99,6 +99,15 @@ def _unsigned(b, rows_name: str, shape) -> str:
 
 def static_q8(node, b, x, w, bias, y, rows: int, k: int, n: int, shape, transposed: bool) -> None:
     """8-bit activations and int8 weights, int32 bias, 8-bit output: XNNPACK's qs8 / qs8_qc8w GEMM."""
+    b.define(y.id, shape)
+    x2, o2 = b.view(x.id, (rows, k)), b.view(y.id, (rows, n))
+    emit_static(node, b, x, w, bias, y, x2, o2, (rows, k, n), lambda: constant_filter(node, w, transposed))
+
+
+def emit_static(node, b, x, w, bias, y, x2: str, o2: str, mkn: tuple[int, int, int], filter_nk) -> None:
+    """Lines computing 8-bit ``o2`` [M, N] from 8-bit rows ``x2`` [M, K] times ``filter_nk()`` (int8 [N, K]),
+    ``x``, ``w``, ``bias`` and ``y`` being the values whose quantization they follow."""
+    rows, k, n = mkn
     sx, zx = qmath.per_tensor(x, node.where)
     so, zo = qmath.per_tensor(y, node.where)
     qmin, qmax = qmath.output_bounds(node, y, node.where)
@@ -108,7 +117,7 @@ def static_q8(node, b, x, w, bias, y, rows: int, k: int, n: int, shape, transpos
     lo, hi = qmath.qrange(x)
 
     def prepare():
-        wnk = constant_filter(node, w, transposed).to(torch.int64)
+        wnk = filter_nk().reshape(n, k).to(torch.int64)
         ints = int_bias(node, bias, n)
         scales = qmath.requant_scales(sx, qmath.weight_scales(w, n, node.where), so, node.where)
         worst = wnk.abs().sum(1) * max(hi - zx, zx - lo)
@@ -117,8 +126,6 @@ def static_q8(node, b, x, w, bias, y, rows: int, k: int, n: int, shape, transpos
         return "int_mm", _operand(wnk), (ints - zx_signed * wnk.sum(1)).to(torch.int32), scales
 
     how, wkn, bias_t, rq = b.cached("q8i", prepare)
-    b.define(y.id, shape)
-    x2, o2 = b.view(x.id, (rows, k)), b.view(y.id, (rows, n))
     if how == "onednn":
         xu = x2 if unsigned else _unsigned(b, x2, (rows, k))
         acc = b.scratch((rows, n))
