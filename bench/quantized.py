@@ -27,7 +27,7 @@ from tests.backends.xnnpack.programs import (  # noqa: E402
     export_8da4w, export_quantized, partitioners, quantized_inputs,
 )
 from tests.support.exporting import ExportSpec, export_program  # noqa: E402
-from tests.support.models.small import ResidualMLP, SwiGLUMLP  # noqa: E402
+from tests.support.models.small import BranchyConvNet, ResidualMLP, SwiGLUMLP  # noqa: E402
 from tests.support.quantizing import quantize  # noqa: E402
 
 
@@ -39,6 +39,15 @@ def _large_mlp(scheme: str):
         return ExportSpec(quantize(module, data[0], data[1:], scheme), data[0], lower=partitioners)
 
     return export_program(f"bench-xnnpack-q-mlp512-{scheme}", make), [torch.randn(32, 512)]
+
+
+def _large_convnet(scheme: str):
+    def make() -> ExportSpec:
+        torch.manual_seed(0)
+        data = [(torch.randn(1, 3, 128, 128, generator=torch.Generator().manual_seed(s)),) for s in range(5)]
+        return ExportSpec(quantize(BranchyConvNet().eval(), data[0], data[1:], scheme), data[0], lower=partitioners)
+
+    return export_program(f"bench-xnnpack-q-convnet128-{scheme}", make), [torch.randn(1, 3, 128, 128)]
 
 
 def _swiglu_8da4w(rows: int):
@@ -65,6 +74,7 @@ PROGRAMS = {
     "mlp per-tensor": lambda: _small("mlp", "per-tensor"),
     "mlp dynamic": lambda: _small("mlp", "dynamic"),
     "mlp 8da4w": lambda: (export_8da4w(), [torch.randn(8, 64)]),
+    "convnet128 per-channel": lambda: _large_convnet("per-channel"),
     "mlp512 per-tensor": lambda: _large_mlp("per-tensor"),
     "mlp512 per-channel": lambda: _large_mlp("per-channel"),
     "mlp512 dynamic": lambda: _large_mlp("dynamic"),

@@ -87,7 +87,7 @@ def convolution(node: Node, b: Builder) -> None:
     if isinstance(x.quant, DynamicRows):
         return _dynamic(node, b, x, f, bias, y, xshape, shape, cout, symmetric)
     quantized = qmath.is_q8(x) and f.datatype in (Datatype.QCINT8, Datatype.QINT8)
-    if quantized and qconv.takes(node, b) and qmath.is_q8(y) and y.datatype == x.datatype:
+    if quantized and qconv.takes(node, b, xshape[3]) and qmath.is_q8(y) and y.datatype == x.datatype:
         return qconv.static_q8(node, b, x, f, bias, y, xshape, shape)
     if not quantized:
         require_float(node, x, f, y, *([bias] if bias is not None else []))

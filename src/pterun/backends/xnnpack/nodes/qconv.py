@@ -14,9 +14,16 @@ from __future__ import annotations
 from pterun.backends.xnnpack.nodes import qlinear
 
 
-def takes(node, b) -> bool:
-    """Whether this module computes ``node``: a dense (one group) XNNConv2d, on the CPU."""
-    return node.kind == "XNNConv2d" and node.p.groups == 1 and b.device.type == "cpu"
+MIN_RUN = 16  # bytes of a window row below which gathering windows costs more than the float convolution
+
+
+def takes(node, b, cin: int) -> bool:
+    """Whether this module computes ``node``: a dense (one group) XNNConv2d on the CPU, whose window rows
+    (kernel width x channels, when contiguous) are long enough to gather quickly."""
+    p = node.p
+    run = cin * (p.kernel_width if p.dilation_width == 1 else 1)
+    pointwise = p.kernel_height == p.kernel_width == 1
+    return node.kind == "XNNConv2d" and p.groups == 1 and b.device.type == "cpu" and (pointwise or run >= MIN_RUN)
 
 
 def static_q8(node, b, x, f, bias, y, xshape, shape) -> None:
@@ -55,6 +62,11 @@ def _windows(node, b, x, xshape, out_hw, pads, rows: int, k: int) -> str:
     strides = (hp * wp * cin, p.subsampling_height * wp * cin, p.subsampling_width * cin,
                p.dilation_height * wp * cin, p.dilation_width * cin, 1)
     cols = b.scratch((rows, k), dtype)
-    target = b.bind(b.env[cols].view(windows), f"{cols}_w")
-    b.emit(f"{target}.copy_({b.bind(source.as_strided(windows, strides), 'windows')})")
+    view, target = source.as_strided(windows, strides), b.env[cols].view(windows)
+    if p.dilation_width == 1:
+        # One copy per kernel row, of runs of kernel width x channels bytes: faster than one copy of short runs.
+        for i in range(p.kernel_height):
+            b.emit(f"{b.bind(target[:, :, :, i], 'cols')}.copy_({b.bind(view[:, :, :, i], 'windows')})")
+    else:
+        b.emit(f"{b.bind(target, 'cols')}.copy_({b.bind(view, 'windows')})")
     return cols
