@@ -12,12 +12,14 @@ import pytest
 import torch
 
 import pterun
+from pterun.backends.xnnpack.graph import Datatype
 from tests.backends.xnnpack.programs import (
     assert_relative, export_8da4w, export_quantized, graphs, node_kinds, quantized_inputs,
 )
 from tests.support.oracle import run_reference
 
-_PRODUCT = {"mlp": "torch._int_mm(", "mlp256": "torch.ops.onednn.qlinear_pointwise.binary("}
+_INT_MM, _ONEDNN = "torch._int_mm(", "torch.ops.onednn.qlinear_pointwise.binary("
+_PRODUCT = {"mlp": _INT_MM, "mlp256": _ONEDNN}
 
 
 def _method_and_source(pte):
@@ -25,8 +27,12 @@ def _method_and_source(pte):
     return method, "\n".join(handle.source for handle in method.delegate_handles)
 
 
-def _premise(source: str, model: str) -> None:
-    assert source.count(_PRODUCT[model]) == 3, f"the three layers do not call {_PRODUCT[model]}"
+def _premise(source: str, model: str, onednn: int | None = None) -> None:
+    """The three layers multiply integers: all with ``_PRODUCT[model]``, or ``onednn`` of them with oneDNN."""
+    if onednn is None:
+        assert source.count(_PRODUCT[model]) == 3, f"the three layers do not call {_PRODUCT[model]}"
+    else:
+        assert (source.count(_ONEDNN), source.count(_INT_MM)) == (onednn, 3 - onednn)
     assert "torch.mm(" not in source and "torch.addmm(" not in source, "a float product stands in"
 
 
@@ -65,10 +71,14 @@ def test_static_int8_convolutions_are_bit_exact(model, scheme):
 
 @pytest.mark.parametrize("model", ["mlp", "mlp256"])
 def test_dynamic_int8_layers_multiply_integers(model):
-    """Float outputs: XNNPACK scales with fused multiply-adds, pterun without, so equal to float32 rounding."""
+    """Float outputs: XNNPACK scales with fused multiply-adds, pterun without, so equal to float32 rounding.
+    oneDNN takes a layer only where its float32 sums stay exact: below 2**24, so 256 * sum |w| < 2**24."""
     exported = export_quantized(model, "dynamic")
     method, source = _method_and_source(exported.pte)
-    _premise(source, model)
+    sums = [v.data.abs().long().sum(1).max().item() for g in graphs(exported.pte) for v in g.values.values()
+            if v.data is not None and v.datatype == Datatype.QCINT8]
+    assert len(sums) == 3
+    _premise(source, model, sum(s * 256 < 1 << 24 for s in sums) if model == "mlp256" else None)
     for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0)):
         x = quantized_inputs(model, seed, scale)
         (actual,) = method.execute(list(x))

@@ -16,9 +16,9 @@ holding the bias. For an 8-bit output that is still XNNPACK's result: below
 may reach past it only goes this way when such a sum, times its
 requantization scale, saturates the output either way (checked per channel
 at load from the weights' absolute sums and the scales; else ``_int_mm``).
-For a float output (dynamic rows) the accumulator is rounded to float32 as
-XNNPACK rounds it, its zero-point correction added in float32 (exact below
-2**24, else within a float32 rounding of the accumulator).
+For a float output (dynamic rows, whose zero points oneDNN cannot take per
+row) the raw sum and the zero-point correction are added in float32, so that
+way is only taken where every sum stays below 2**24.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed
         data = constant_filter(node, w, transposed)
         wnk = (unpack_4bit(data, k) if w.datatype in WEIGHTS_4BIT else data).to(torch.int64)
         sums, scales = wnk.sum(1), qmath.weight_scales(w, n, node.where)
-        if _onednn(rows, k, n):
+        if _onednn(rows, k, n) and float(wnk.abs().sum(1).max()) * 256 < qmath.EXACT_F32:  # |q|, |zp| <= 128
             packed = torch.ops.onednn.qlinear_prepack(wnk.to(torch.int8), [rows, k])
             return "onednn", packed, -sums.float(), scales
         return "int_mm", _operand(wnk), sums.to(torch.int32), scales
