@@ -8,11 +8,13 @@ product stands in for it.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 import pterun
-from pterun.backends.xnnpack.graph import Datatype
+from pterun.backends.xnnpack.graph import Datatype, PerTensor
 from tests.backends.xnnpack.programs import (
     assert_relative, export_8da4w, export_quantized, graphs, node_kinds, quantized_inputs,
 )
@@ -104,3 +106,33 @@ def test_dynamic_quantization_of_edge_rows():
     (expected,) = run_reference(exported.pte, [x])
     assert not actual.isnan().any()
     assert_relative(actual, expected, 1e-6, "edge rows")
+
+
+@pytest.mark.parametrize("model", ["mlp", "mlp256", "convnet"])
+def test_unsigned_activations_shift_by_128(model):
+    """The uint8 way into the products (top bit flipped, zero point minus 128): the per-tensor program with
+    every int8 activation made uint8 and its zero point raised by 128 computes the same floats."""
+    from pterun.backends.xnnpack.backend import XnnpackDelegate
+
+    exported = export_quantized(model, "per-tensor")
+    (graph,) = graphs(exported.pte)
+    shifted = copy.deepcopy(graph)
+    flipped = 0
+    for value in shifted.values.values():
+        if value.datatype == Datatype.QINT8 and value.data is None:
+            value.datatype = Datatype.QUINT8
+            value.quant = PerTensor(value.quant.scale, value.quant.zero_point + 128)
+            flipped += 1
+    assert flipped >= 3
+    x = quantized_inputs(model, 1)[0]
+    outputs = []
+    for g in (graph, shifted):
+        delegate = XnnpackDelegate(g, torch.device("cpu"))
+        if g is shifted:  # uint8 rows go to oneDNN as they are, to _int_mm with their top bit flipped
+            source = delegate.source
+            assert source.count(_INT_MM) + source.count(_ONEDNN) >= 3
+            assert source.count("torch.bitwise_xor(") == source.count(_INT_MM)
+        (out,) = (torch.empty(v.dims) for v in g.outputs)
+        delegate([x, out])
+        outputs.append(out)
+    assert torch.equal(outputs[0], outputs[1])
