@@ -6,16 +6,22 @@ Static int8 (per-channel and per-tensor weights), dynamic int8 and 8da4w (int8 r
 time, 4-bit weights in blocks of 32) programs: the test corpus's small ones and larger ones of the same
 kinds. Both runtimes run in this process on the same inputs, interleaved call by call
 (pterun.cli.timing), at each thread count (torch's intra-op threads for pterun, ExecuTorch's
-threadpool for XNNPACK). The ratio is pterun's median over ExecuTorch's: below 1.0 pterun is faster.
+threadpool for XNNPACK), OpenMP's workers sleeping when idle. The ratio is pterun's median over
+ExecuTorch's: below 1.0 pterun is faster.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-import torch
+# Both runtimes' workers share the cores: OpenMP workers spinning between pterun's calls starve
+# ExecuTorch's threadpool (and the reverse), by orders of magnitude on a busy machine. Before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
