@@ -15,6 +15,7 @@ import torch
 
 import pterun
 from pterun.backends.xnnpack.graph import Datatype, PerTensor
+from pterun.backends.xnnpack.nodes import qlinear
 from tests.backends.xnnpack.programs import (
     assert_relative, export_8da4w, export_quantized, graphs, node_kinds, quantized_inputs,
 )
@@ -74,13 +75,13 @@ def test_static_int8_convolutions_are_bit_exact(model, scheme):
 @pytest.mark.parametrize("model", ["mlp", "mlp256"])
 def test_dynamic_int8_layers_multiply_integers(model):
     """Float outputs: XNNPACK scales with fused multiply-adds, pterun without, so equal to float32 rounding.
-    oneDNN takes a layer only where its float32 sums stay exact: below 2**24, so 256 * sum |w| < 2**24."""
+    oneDNN takes a layer only where the raw sums and corrections it adds are exact: 128 * sum |w| < 2**24."""
     exported = export_quantized(model, "dynamic")
     method, source = _method_and_source(exported.pte)
     sums = [v.data.abs().long().sum(1).max().item() for g in graphs(exported.pte) for v in g.values.values()
             if v.data is not None and v.datatype == Datatype.QCINT8]
     assert len(sums) == 3
-    _premise(source, model, sum(s * 256 < 1 << 24 for s in sums) if model == "mlp256" else None)
+    _premise(source, model, sum(s * 128 < 1 << 24 for s in sums) if model == "mlp256" else None)
     for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0)):
         x = quantized_inputs(model, seed, scale)
         (actual,) = method.execute(list(x))
@@ -136,3 +137,16 @@ def test_unsigned_activations_shift_by_128(model):
         delegate([x, out])
         outputs.append(out)
     assert torch.equal(outputs[0], outputs[1])
+
+
+@pytest.mark.parametrize("scheme", ["per-tensor", "per-channel", "dynamic"])
+def test_onednn_and_int_mm_agree_bit_for_bit(scheme, monkeypatch):
+    """oneDNN's float32 handover is one rounding of the exact sums, as _int_mm's int32 sums converted once."""
+    exported = export_quantized("mlp256", scheme)
+    method, source = _method_and_source(exported.pte)
+    monkeypatch.setattr(qlinear, "ONEDNN_MIN_MACS", 1 << 62)
+    reference, reference_source = _method_and_source(exported.pte)
+    assert _ONEDNN in source and _ONEDNN not in reference_source
+    for seed, scale in ((1, 1.0), (3, 8.0), (4, 100.0)):
+        x = list(quantized_inputs("mlp256", seed, scale))
+        assert torch.equal(method.execute(x)[0], reference.execute(x)[0]), f"{scheme} x{scale}"

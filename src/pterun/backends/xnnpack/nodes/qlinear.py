@@ -11,14 +11,14 @@ outputs, the row and channel scales and the bias for float ones.
 Larger products go to oneDNN's u8 x s8 matrix product with prepacked weights
 (``onednn::qlinear_pointwise``, up to twice as fast as ``_int_mm``'s s8 x s8),
 which adds its float32 conversion of the int32 sum to a float32 buffer
-holding the bias. For an 8-bit output that is still XNNPACK's result: below
-2**23 every number involved is an exact integer, and a channel whose sums
-may reach past it only goes this way when such a sum, times its
-requantization scale, saturates the output either way (checked per channel
-at load from the weights' absolute sums and the scales; else ``_int_mm``).
-For a float output (dynamic rows, whose zero points oneDNN cannot take per
-row) the raw sum and the zero-point correction are added in float32, so that
-way is only taken where every sum stays below 2**24.
+holding the bias (8-bit outputs) or the rows' zero-point corrections (float
+outputs: oneDNN takes one zero point per tensor, not per row). While both
+addends are exact, below 2**24, their float32 sum is the exact sum rounded
+once, which is XNNPACK's int32-to-float conversion of its accumulator. A
+layer whose sums may reach past 2**24 only goes this way when its output is
+8-bit and such a sum, times its requantization scale, saturates the output
+either way (checked per channel at load from the weights' absolute sums and
+the scales); else it stays with ``_int_mm``.
 """
 
 from __future__ import annotations
@@ -71,14 +71,14 @@ def _onednn(rows: int, k: int, n: int) -> bool:
 
 
 def _requantizes_exactly(worst: torch.Tensor, bias: torch.Tensor, rq: torch.Tensor) -> bool:
-    """Whether float32(sum) + float32(bias) requantizes as float32(sum + bias) in every channel: all exact
-    integers while |sum| < 2**23 (and |bias| too), and beyond that the output saturates either way, as
-    |sum + bias| * scale >= (2**23 - |bias|) * scale, which must then pass twice the widest 8-bit range."""
-    half = qmath.EXACT_F32 // 2
+    """Whether float32(sum) + float32(bias) requantizes as float32(sum + bias) in every channel: one rounding
+    of the exact sum while |sum| < 2**24 (and |bias| too), and beyond that the output saturates either way,
+    as |sum + bias| * scale >= (2**24 - |bias|) * scale, which must then pass twice the widest 8-bit range."""
+    limit = qmath.EXACT_F32
     bias = bias.abs().double()
-    if bool((bias >= half).any()):
+    if bool((bias >= limit).any()):
         return False
-    return bool(((worst.double() < half) | (rq.double() * (half - bias) >= 512)).all())
+    return bool(((worst.double() < limit) | (rq.double() * (limit - bias) >= 512)).all())
 
 
 def _emit_onednn(b, xu: str, zero_point: int, packed, n: int, out: str) -> None:
@@ -150,7 +150,7 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed
         data = constant_filter(node, w, transposed)
         wnk = (unpack_4bit(data, k) if w.datatype in WEIGHTS_4BIT else data).to(torch.int64)
         sums, scales = wnk.sum(1), qmath.weight_scales(w, n, node.where)
-        if _onednn(rows, k, n) and float(wnk.abs().sum(1).max()) * 256 < qmath.EXACT_F32:  # |q|, |zp| <= 128
+        if _onednn(rows, k, n) and float(wnk.abs().sum(1).max()) * 128 < qmath.EXACT_F32:  # |q|, |zp| <= 128
             packed = torch.ops.onednn.qlinear_prepack(wnk.to(torch.int8), [rows, k])
             return "onednn", packed, -sums.float(), scales
         return "int_mm", _operand(wnk), sums.to(torch.int32), scales
@@ -162,7 +162,7 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed
     o = b.define(y.id, shape)
     o2 = b.view(y.id, (rows, n))
     if how == "onednn":
-        # -zero_point * column sums first, then the rows' raw products added by oneDNN: exact integers
+        # -zero_point * column sums first, then oneDNN adds the rows' raw sums: two exact addends
         acc = b.scratch((rows, n))
         b.emit(f"torch.mul({q.zero_points}, {b.bind(sums, 'wsum')}, out={acc})")
         _emit_onednn(b, _unsigned(b, ints, (rows, k)), 128, wkn, n, acc)
