@@ -1,10 +1,11 @@
 """Quantized programs lowered to XNNPACK: pterun against ExecuTorch's XNNPACK runtime, same .pte, same threads.
 
-    PTERUN_PROGRAM_CACHE=... python bench/quantized.py [--threads 1,2] [--repeat 200] [--programs a,b]
+    PTERUN_PROGRAM_CACHE=... python bench/quantized.py [--threads 1,2] [--repeat 200] [--programs a,b] [--real [DIR]]
 
 Static int8 (per-channel and per-tensor weights), dynamic int8 and 8da4w (int8 rows quantized at run
 time, 4-bit weights in blocks of 32) programs: the test corpus's small ones and larger ones of the same
-kinds. Both runtimes run in this process on the same inputs, interleaved call by call
+kinds; with --real, also the realistic models' quantized variants bench/export.py --real writes (those
+exported so far). Both runtimes run in this process on the same inputs, interleaved call by call
 (pterun.cli.timing), at each thread count (torch's intra-op threads for pterun, ExecuTorch's
 threadpool for XNNPACK), OpenMP's workers sleeping when idle. The ratio is pterun's median over
 ExecuTorch's: below 1.0 pterun is faster.
@@ -16,6 +17,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 # Both runtimes' workers share the cores: OpenMP workers spinning between pterun's calls starve
 # ExecuTorch's threadpool (and the reverse), by orders of magnitude on a busy machine. Before torch loads.
@@ -25,7 +27,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import console, environment, report  # noqa: E402
+from common import ROOT, console, environment, report  # noqa: E402
 
 import pterun  # noqa: E402
 from pterun.cli.timing import Way, measure  # noqa: E402
@@ -89,6 +91,18 @@ PROGRAMS = {
 }
 
 
+def _exported(directory: Path, name: str, scheme: str):
+    """A quantized variant bench/export.py --real wrote (None when it has not been exported)."""
+    pte = directory / f"{name}.xnnpack-{scheme}.pte"
+    if not pte.exists():
+        return None
+    return SimpleNamespace(pte=pte), torch.load(directory / f"{name}.inputs.pt")
+
+
+REAL = [("mobilenet_v2", "int8"), ("resnet18", "int8"), ("resnet50", "int8"), ("bert_base", "int8-dynamic"),
+        ("llama100m", "int8-dynamic"), ("llama100m", "8da4w"), ("llama100m_decode", "8da4w")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", default="1,2")
@@ -96,10 +110,17 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--programs", default=",".join(PROGRAMS))
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--real", type=Path, nargs="?", const=ROOT / ".cache" / "bench",
+                        help="also the realistic models' quantized variants bench/export.py --real wrote there")
     args = parser.parse_args()
     from executorch.extension.pybindings import portable_lib
 
-    programs = {name: PROGRAMS[name]() for name in args.programs.split(",")}
+    programs = {name: PROGRAMS[name]() for name in args.programs.split(",") if name}
+    if args.real:
+        for name, scheme in REAL:
+            found = _exported(args.real, name, scheme)
+            if found is not None:
+                programs[f"{name} {scheme}"] = found
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
         portable_lib._unsafe_reset_threadpool(threads)
