@@ -106,6 +106,8 @@ QUANT_MODELS = {
     "convnet": (BranchyConvNet, (2, 3, 16, 16)),
     "mlp": (lambda: ResidualMLP(48, 96, 12), (8, 48)),
     "decoder": (ConvDecoder, (1, 3, 12, 12)),
+    # large enough for the CPU's oneDNN products (every layer at least 2**23 multiply-adds)
+    "mlp256": (lambda: ResidualMLP(256, 1024, 256), (32, 256)),
 }
 
 

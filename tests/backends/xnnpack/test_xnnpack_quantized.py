@@ -25,6 +25,7 @@ _NODES = {
     "convnet": {"XNNConvert", "XNNConv2d", "XNNDepthwiseConv2d", "XNNAdd", "XNNMaxPooling2d",
                 "XNNConcatenate2", "XNNMultiply", "XNNGlobalAvgPooling2d", "XNNFullyConnected"},
     "mlp": {"XNNConvert", "XNNFullyConnected", "XNNAdd"},
+    "mlp256": {"XNNConvert", "XNNFullyConnected", "XNNAdd"},
     "decoder": {"XNNConvert", "XNNConv2d", "XNNConvTranspose2d"},
 }
 _TYPES = {

@@ -85,7 +85,7 @@ class Builder:
         self.line_nodes: list[str] = []
         self.shapes: dict[int, Shape] = {}
         self.names: dict[int, str] = {}
-        self.dynamic: dict[int, tuple[str, str, int]] = {}  # qdint8 values: (centered rows, row scales, rows)
+        self.dynamic: dict[int, Any] = {}  # qdint8 values: nodes.convert.DynamicQuant
         self.node: Node | None = None
         self._scratch: dict[int, int] = {}
         self._nchw: dict[int, str] = {}  # returned values: the name of their NCHW tensor

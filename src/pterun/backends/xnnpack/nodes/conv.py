@@ -17,9 +17,9 @@ import torch
 
 from pterun.backends.xnnpack.compiler import Builder
 from pterun.backends.xnnpack.graph import INVALID_ID, Datatype, DynamicRows, Node
-from pterun.backends.xnnpack.nodes import packed, qmath
+from pterun.backends.xnnpack.nodes import packed, qconv, qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, is_float, require_float, unsupported
-from pterun.backends.xnnpack.nodes.linear import _int_bias
+from pterun.backends.xnnpack.nodes.qlinear import int_bias
 from pterun.errors import InvalidArgument, InvalidProgram
 
 _NCHW = (0, 3, 1, 2)
@@ -87,6 +87,8 @@ def convolution(node: Node, b: Builder) -> None:
     if isinstance(x.quant, DynamicRows):
         return _dynamic(node, b, x, f, bias, y, xshape, shape, cout, symmetric)
     quantized = qmath.is_q8(x) and f.datatype in (Datatype.QCINT8, Datatype.QINT8)
+    if quantized and qconv.takes(node, b, xshape[3]) and qmath.is_q8(y) and y.datatype == x.datatype:
+        return qconv.static_q8(node, b, x, f, bias, y, xshape, shape)
     if not quantized:
         require_float(node, x, f, y, *([bias] if bias is not None else []))
         pad = (p.padding_top, p.padding_left, p.padding_bottom, p.padding_right)
@@ -108,7 +110,7 @@ def convolution(node: Node, b: Builder) -> None:
             if transposed:
                 # Each output of a transposed convolution sums over every group's share of the kernel.
                 sums = sums.reshape(-1).repeat(groups)[:cout] if sums.numel() != cout else sums
-            bias_int = _int_bias(node, bias, cout)
+            bias_int = int_bias(node, bias, cout).to(torch.float64)
             dtype = qmath.accumulator_dtype(sums, max(hi - zx, zx - lo), bias_int.abs())
             if b.device.type == "cuda":
                 dtype = torch.float64  # cuDNN may pick float32 algorithms (Winograd, FFT) that round
@@ -155,7 +157,7 @@ def _dynamic(node: Node, b: Builder, x, f, bias, y, xshape, shape, cout: int, sy
     q = b.dynamic.get(x.id)
     if q is None or not symmetric:
         raise unsupported(node, x, f, y)
-    rows, row_scale, count = q
+    count, row_scale = q.rows, q.scales
     n = xshape[0]
     if count == n:
         scale_shape = (n, 1, 1, 1)
@@ -174,6 +176,7 @@ def _dynamic(node: Node, b: Builder, x, f, bias, y, xshape, shape, cout: int, sy
 
     wt, wscale, dtype = b.cached("qd8", prepare)
     o = b.define(y.id, shape)
+    rows = q.centered(b)
     src = b.bind(b.env[rows].view(xshape), "xq") if dtype == torch.float32 else b.scratch(xshape, dtype)
     if dtype != torch.float32:
         b.emit(f"{src}.copy_({rows}.view({b.number(tuple(xshape))}))")

@@ -12,13 +12,12 @@ import torch
 
 from pterun.backends.xnnpack.compiler import Builder, broadcast, numel
 from pterun.backends.xnnpack.graph import INVALID_ID, Blockwise, Datatype, DynamicRows, Node
-from pterun.backends.xnnpack.nodes import packed, qmath
+from pterun.backends.xnnpack.nodes import packed, qlinear, qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, is_float, require_float, unsupported
 from pterun.errors import InvalidArgument, InvalidProgram
 
 FLAG_TRANSPOSE_WEIGHTS = 0x1
-_QUANTIZED_WEIGHTS = (Datatype.QCINT8, Datatype.QINT8)
-_4BIT_WEIGHTS = (Datatype.QCINT4, Datatype.QBINT4)
+_QUANTIZED_WEIGHTS, _4BIT_WEIGHTS = qlinear.QUANTIZED_WEIGHTS, qlinear.WEIGHTS_4BIT
 
 
 def fully_connected(node: Node, b: Builder) -> None:
@@ -66,13 +65,6 @@ def _kn(b: Builder, vid: int, transposed: bool) -> str:
     return f"{name}.t()"
 
 
-def _constant_filter(node: Node, b: Builder, w, transposed: bool):
-    if w.data is None:
-        raise unsupported(node, w)
-    data = w.data if not transposed else w.data.t()
-    return data  # [N, K] integers
-
-
 def _static_q8(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
     """int8 activations and weights, int32 bias, int8 output: XNNPACK's qs8 / qs8_qc8w GEMM."""
     if not qmath.is_q8(y) or x.datatype != y.datatype:
@@ -81,11 +73,13 @@ def _static_q8(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
     so, zo = qmath.per_tensor(y, node.where)
     qmin, qmax = qmath.output_bounds(node, y, node.where)
     lo, hi = qmath.qrange(x)
+    if b.device.type == "cpu":
+        return qlinear.static_q8(node, b, x, w, bias, y, rows, k, n, shape, transposed)
 
     def prepare():
-        wnk = _constant_filter(node, b, w, transposed).to(torch.float64)  # [N, K]
+        wnk = qlinear.constant_filter(node, w, transposed).to(torch.float64)  # [N, K]
         scales = qmath.weight_scales(w, n, node.where)
-        bias_int = _int_bias(node, bias, n)
+        bias_int = qlinear.int_bias(node, bias, n).to(torch.float64)
         dtype = qmath.accumulator_dtype(wnk.abs().sum(1), max(hi - zx, zx - lo), bias_int.abs())
         return (wnk.t().contiguous().to(dtype).to(b.device), bias_int.to(dtype).to(b.device),
                 qmath.requant_scales(sx, scales, so, node.where).to(b.device), dtype)
@@ -107,16 +101,6 @@ def _static_q8(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
     qmath.emit_requantize(b, acc, sname, zo, qmin, qmax, o2)
 
 
-def _int_bias(node, bias, n: int) -> torch.Tensor:
-    if bias is None:
-        return torch.zeros(n, dtype=torch.float64)
-    if bias.data is None or bias.datatype not in (Datatype.QINT32, Datatype.QCINT32, Datatype.INT32):
-        raise unsupported(node, bias)
-    if bias.data.numel() != n:
-        raise InvalidProgram(f"XNNPACK {node.where}: bias has {bias.data.numel()} values for {n} channels")
-    return bias.data.reshape(n).to(torch.float64)
-
-
 def _dynamic(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
     """Rows quantized at run time times int8 weights, float output: XNNPACK's qd8_f32_qc8w GEMM."""
     if w.datatype not in (*_QUANTIZED_WEIGHTS, *_4BIT_WEIGHTS) or not is_float(y) or y.datatype != Datatype.FP32:
@@ -126,7 +110,8 @@ def _dynamic(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
     q = b.dynamic.get(x.id)
     if q is None:
         raise unsupported(node, x)
-    qname, scale_name, q_rows = q
+    if b.device.type == "cpu" and not isinstance(w.quant, Blockwise):
+        return qlinear.dynamic(node, b, q, w, bias, y, rows, k, n, shape, transposed)
 
     def prepare():
         if isinstance(w.quant, Blockwise):
@@ -134,22 +119,23 @@ def _dynamic(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
             # the products are summed in another order than XNNPACK's per-block sums: float rounding only.
             if transposed or w.quant.axis != 0:
                 raise unsupported(node, w)
-            ints = _unpack_4bit(w.data, k).to(torch.float32)
+            ints = qlinear.unpack_4bit(w.data, k).to(torch.float32)
             blocks = w.quant.scales.repeat_interleave(w.quant.block_size, dim=1)[:, :k]
             return (ints * blocks).t().contiguous().to(b.device), torch.ones(n, device=b.device), torch.float32
         if w.datatype in _4BIT_WEIGHTS:
             if transposed:
                 raise unsupported(node, w)
-            wnk = _unpack_4bit(_constant_filter(node, b, w, transposed), k).to(torch.float64)
+            wnk = qlinear.unpack_4bit(qlinear.constant_filter(node, w, transposed), k).to(torch.float64)
         else:
-            wnk = _constant_filter(node, b, w, transposed).to(torch.float64)
+            wnk = qlinear.constant_filter(node, w, transposed).to(torch.float64)
         dtype = qmath.accumulator_dtype(wnk.abs().sum(1), 255, None)
         scales = qmath.weight_scales(w, n, node.where)
         return wnk.t().contiguous().to(dtype).to(b.device), scales.to(b.device), dtype
 
     wkn, wscale, dtype = b.cached("qd8", prepare)
-    if q_rows != rows:
-        raise InvalidArgument(f"XNNPACK {node.where}: {q_rows} quantized rows for {rows} input rows")
+    if q.rows != rows:
+        raise InvalidArgument(f"XNNPACK {node.where}: {q.rows} quantized rows for {rows} input rows")
+    qname, scale_name = q.centered(b), q.scales
     o = b.define(y.id, shape)
     o2 = b.view(y.id, (rows, n))
     wname, wsname = b.bind(wkn, "w"), b.bind(wscale, "wscale")
@@ -162,12 +148,6 @@ def _dynamic(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
         b.emit(f"{o2}.copy_({acc})")
     qmath.emit_dequantize(b, o2, scale_name, wsname, bias)
     emit_float_clamp(node, b, o)
-
-
-def _unpack_4bit(packed: torch.Tensor, k: int) -> torch.Tensor:
-    """[N, ceil(K/2)] bytes, element 2i in the low nibble and 2i+1 in the high one, stored plus 8 -> int [N, K]."""
-    low, high = (packed & 0xF).to(torch.int16), (packed >> 4).to(torch.int16)
-    return torch.stack([low, high], dim=2).reshape(packed.shape[0], -1)[:, :k] - 8
 
 
 def batch_matrix_multiply(node: Node, b: Builder) -> None:

@@ -39,31 +39,61 @@ def max_pooling(node: Node, b: Builder) -> None:
     quantized = qmath.is_q8(x) and qmath.is_q8(y)
     if quantized and x.datatype != y.datatype:
         raise unsupported(node, x, y)
-    if not quantized:
-        require_float(node, x, y)
-        if _returned_max(node, b, x, y, shape, dilation):
-            return
+    if quantized:
+        return _q8_max(node, b, x, y, xshape, shape, dilation)
+    require_float(node, x, y)
+    if _returned_max(node, b, x, y, shape, dilation):
+        return
     o = b.define(y.id, shape)
     n, h, w, c = xshape
-    # Padding never wins a max: pad with -inf (in float, where 8-bit values are exact).
+    # Padding never wins a max: pad with -inf.
     padded = (n, h + p.padding_top + p.padding_bottom, w + p.padding_left + p.padding_right, c)
     src = b.scratch(padded, fill=float("-inf"))
     interior = b.bind(b.env[src][:, p.padding_top:p.padding_top + h, p.padding_left:p.padding_left + w, :], "pin")
     b.emit(f"{interior}.copy_({b.ref(x.id)})")
-    dst = b.scratch(shape) if quantized else o
     idx = b.bind(torch.empty((n, c, shape[1], shape[2]), dtype=torch.int64, device=b.device), "idx")
     b.emit(
         f"torch.ops.aten.max_pool2d_with_indices.out({b.permuted(src, _NCHW)}, "
         f"{b.number([p.pooling_height, p.pooling_width])}, {b.number([p.stride_height, p.stride_width])}, [0, 0], "
         f"{b.number(list(dilation))}, "
-        f"False, out={b.permuted(dst, _NCHW)}, indices={idx})"
+        f"False, out={b.permuted(o, _NCHW)}, indices={idx})"
     )
-    if quantized:
-        qmin, qmax = qmath.output_bounds(node, y, node.where)
-        b.emit(f"torch.clamp({dst}, {b.number(qmin)}, {b.number(qmax)}, out={dst})")
-        b.emit(f"{o}.copy_({dst})")
+    emit_float_clamp(node, b, o)
+
+
+def _q8_max(node: Node, b: Builder, x, y, xshape, shape, dilation) -> None:
+    """8-bit max pooling on the 8-bit values themselves: the maximum of one strided view per window offset."""
+    p = node.p
+    o = b.define(y.id, shape)
+    n, h, w, c = xshape
+    _, oh, ow, _ = shape
+    dtype = b.storage_dtype(x)
+    name = b.ref(x.id)
+    if p.padding_top or p.padding_bottom or p.padding_left or p.padding_right or name not in b.env:
+        # Padding holds the type's least value, which never wins a max.
+        padded = (n, h + p.padding_top + p.padding_bottom, w + p.padding_left + p.padding_right, c)
+        src = b.scratch(padded, dtype, fill=int(torch.iinfo(dtype).min))
+        interior = b.env[src][:, p.padding_top:p.padding_top + h, p.padding_left:p.padding_left + w, :]
+        b.emit(f"{b.bind(interior, 'pin')}.copy_({name})")
+        source = b.env[src]
     else:
-        emit_float_clamp(node, b, o)
+        source = b.env[name]
+    views = []
+    for i in range(p.pooling_height):
+        for j in range(p.pooling_width):
+            top, left = i * dilation[0], j * dilation[1]
+            view = source[:, top:top + p.stride_height * (oh - 1) + 1:p.stride_height,
+                          left:left + p.stride_width * (ow - 1) + 1:p.stride_width, :]
+            views.append(b.bind(view, "win"))
+    if len(views) == 1:
+        b.emit(f"{o}.copy_({views[0]})")
+    else:
+        b.emit(f"torch.maximum({views[0]}, {views[1]}, out={o})")
+        for view in views[2:]:
+            b.emit(f"torch.maximum({o}, {view}, out={o})")
+    qmin, qmax = qmath.output_bounds(node, y, node.where)
+    if (qmin, qmax) != qmath.qrange(y):
+        b.emit(f"{o}.clamp_({b.number(qmin)}, {b.number(qmax)})")
 
 
 def _returned_max(node: Node, b: Builder, x, y, shape, dilation) -> bool:

@@ -100,9 +100,15 @@ def accumulator_dtype(weight_abs_sums: torch.Tensor, input_span: int, bias_abs: 
     return torch.float32 if worst < EXACT_F32 else torch.float64
 
 
-def emit_requantize(b, acc: str, scale: str, zero_point: int, qmin: int, qmax: int, out: str) -> None:
-    """Lines turning float32 accumulator ``acc`` (clobbered) into 8-bit ``out``; ``scale`` is a name."""
-    b.emit(f"{acc}.mul_({scale})")
+def emit_requantize(b, acc: str, scale: str, zero_point: int, qmin: int, qmax: int, out: str,
+                    work: str | None = None) -> None:
+    """Lines turning accumulator ``acc`` into 8-bit ``out``; ``scale`` is a name. A float32 ``acc`` is
+    clobbered; an int32 one is converted into float32 ``work`` by the scale's multiplication."""
+    if work is None:
+        b.emit(f"{acc}.mul_({scale})")
+    else:
+        b.emit(f"torch.mul({acc}, {scale}, out={work})")
+        acc = work
     b.emit(f"{acc}.clamp_({b.number(qmin - zero_point)}, {b.number(qmax - zero_point)})")
     b.emit(f"torch.round({acc}, out={acc})")
     if zero_point:
@@ -110,10 +116,14 @@ def emit_requantize(b, acc: str, scale: str, zero_point: int, qmin: int, qmax: i
     b.emit(f"{out}.copy_({acc})")
 
 
-def emit_dequantize(b, out: str, row_scales: str, weight_scales: str, bias) -> None:
-    """Products of rows quantized at run time and int8 weights, back to floats in ``out``: times each row's
-    scale and each output channel's, plus the float bias (XNNPACK's qd8_f32 kernels)."""
-    b.emit(f"{out}.mul_({row_scales})")
+def emit_dequantize(b, out: str, row_scales: str, weight_scales: str, bias, acc: str | None = None) -> None:
+    """Products of rows quantized at run time and int8 weights (in ``out``, or int32 ``acc``), back to floats
+    in ``out``: times each row's scale and each output channel's, plus the float bias (XNNPACK's qd8_f32
+    kernels)."""
+    if acc is None:
+        b.emit(f"{out}.mul_({row_scales})")
+    else:
+        b.emit(f"torch.mul({acc}, {row_scales}, out={out})")
     b.emit(f"{out}.mul_({weight_scales})")
     if bias is not None:
         b.emit(f"{out}.add_({b.ref(bias.id)})")

@@ -1,0 +1,72 @@
+"""Static 8-bit 2-d convolutions on the CPU as integer matrix products (``qlinear.emit_static``).
+
+Each output pixel is one row of the product: its window of the NHWC input,
+[kernel height, kernel width, channels] in the filter's own order. A 1x1
+convolution with unit strides and no padding reads the input's pixels as
+they are; any other gathers its windows (im2col) with one copy of a strided
+view. Padding holds the input's zero point, as XNNPACK pads, so it adds
+nothing once the zero point is folded into the bias: the int32 sums are
+XNNPACK's, and so, after its requantization, is every output.
+"""
+
+from __future__ import annotations
+
+from pterun.backends.xnnpack.nodes import qlinear
+
+
+MIN_RUN = 16  # bytes of a window row below which gathering windows costs more than the float convolution
+
+
+def takes(node, b, cin: int) -> bool:
+    """Whether this module computes ``node``: a dense (one group) XNNConv2d on the CPU, whose window rows
+    (kernel width x channels, when contiguous) are long enough to gather quickly."""
+    p = node.p
+    run = cin * (p.kernel_width if p.dilation_width == 1 else 1)
+    pointwise = p.kernel_height == p.kernel_width == 1
+    return node.kind == "XNNConv2d" and p.groups == 1 and b.device.type == "cpu" and (pointwise or run >= MIN_RUN)
+
+
+def static_q8(node, b, x, f, bias, y, xshape, shape) -> None:
+    p = node.p
+    n, h, w, cin = xshape
+    _, oh, ow, cout = shape
+    kh, kw = p.kernel_height, p.kernel_width
+    pads = (p.padding_top, p.padding_bottom, p.padding_left, p.padding_right)
+    rows, k = n * oh * ow, kh * kw * cin
+    b.define(y.id, shape)
+    o2 = b.view(y.id, (rows, cout))
+    pointwise = kh == kw == 1 and p.subsampling_height == p.subsampling_width == 1 and not any(pads)
+    if pointwise:
+        x2 = b.view(x.id, (rows, cin))
+    else:
+        x2 = _windows(node, b, x, xshape, (oh, ow), pads, rows, k)
+    qlinear.emit_static(node, b, x, f, bias, y, x2, o2, (rows, k, cout), lambda: f.data)
+
+
+def _windows(node, b, x, xshape, out_hw, pads, rows: int, k: int) -> str:
+    """A [pixels, kh * kw * channels] buffer of every output pixel's input window, filled on each call."""
+    p = node.p
+    n, h, w, cin = xshape
+    top, bottom, left, right = pads
+    dtype = b.storage_dtype(x)
+    name = b.ref(x.id)
+    if any(pads) or name not in b.env:
+        # A buffer of our own, bordered by the zero point: the caller's tensor may have any strides.
+        padded = b.scratch((n, h + top + bottom, w + left + right, cin), dtype, fill=int(x.quant.zero_point))
+        interior = b.bind(b.env[padded][:, top:top + h, left:left + w, :], f"{padded}_in")
+        b.emit(f"{interior}.copy_({name})")
+        source, hp, wp = b.env[padded], h + top + bottom, w + left + right
+    else:
+        source, hp, wp = b.env[name], h, w
+    windows = (n, *out_hw, p.kernel_height, p.kernel_width, cin)
+    strides = (hp * wp * cin, p.subsampling_height * wp * cin, p.subsampling_width * cin,
+               p.dilation_height * wp * cin, p.dilation_width * cin, 1)
+    cols = b.scratch((rows, k), dtype)
+    view, target = source.as_strided(windows, strides), b.env[cols].view(windows)
+    if p.dilation_width == 1:
+        # One copy per kernel row, of runs of kernel width x channels bytes: faster than one copy of short runs.
+        for i in range(p.kernel_height):
+            b.emit(f"{b.bind(target[:, :, :, i], 'cols')}.copy_({b.bind(view[:, :, :, i], 'windows')})")
+    else:
+        b.emit(f"{b.bind(target, 'cols')}.copy_({b.bind(view, 'windows')})")
+    return cols
