@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, console, environment  # noqa: E402
-from models import CPU_SET  # noqa: E402
+from models import CPU_SET, QUANTIZED, REAL_SET, SAME_PROGRAM  # noqa: E402
 
 RSS_PROBE = """
 import gc, sys, pterun, torch
@@ -48,7 +48,8 @@ def _timed(fn) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "bench")
-    parser.add_argument("--models", default=",".join(CPU_SET))
+    parser.add_argument("--models", default=",".join(dict.fromkeys(
+        n for n in (*CPU_SET, *REAL_SET) if n not in SAME_PROGRAM)), help="those exported are timed")
     parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args()
     import pterun
@@ -71,7 +72,8 @@ def main() -> None:
     console.print(f"{'program':22s} {'file MB':>7s} {'ET ms':>7s} {'warm ms':>8s} {'ratio':>6s} {'cold ms':>8s} "
                   f"{'ratio':>6s} {'ET cpu':>7s} {'warm cpu':>8s} {'ratio':>6s} {'cold cpu':>8s} {'ratio':>6s} "
                   f"{'RSS MB':>7s} {'arenas':>7s}")
-    programs = [args.dir / f"{name}{variant}.pte" for name in args.models.split(",") for variant in ("", ".xnnpack")]
+    programs = [args.dir / f"{name}{variant}.pte" for name in args.models.split(",")
+                for variant in ("", ".xnnpack", *(f".xnnpack-{s}" for s in QUANTIZED.get(name, ())))]
     for pte in programs:
         if not pte.exists():
             continue
