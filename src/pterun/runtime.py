@@ -116,9 +116,10 @@ class Runtime:
         ``allow_tf32=True`` lets float32 matrix products and convolutions on CUDA
         use TF32 instead (faster, about 1e-3 relative error; docs/precision.md).
 
-        Attention and RMSNorm, which the exporter decomposes into chains of
-        kernels, run as one fused kernel each (rounding differs slightly;
-        docs/precision.md); ``fuse=False`` runs every instruction as the file has it.
+        Attention, RMSNorm and (where the device has a kernel) a SwiGLU MLP,
+        which the exporter decomposes into chains of kernels, run as one fused
+        kernel each (rounding differs slightly; docs/precision.md);
+        ``fuse=False`` runs every instruction as the file has it.
 
         ``num_threads`` is how many intra-op threads each call runs on, set for the
         calling thread only and put back when the call returns. The default chooses

@@ -8,7 +8,7 @@ import torch
 import pterun
 from pterun.core.device import DeviceType
 from pterun.executor import Registries
-from pterun.executor.swiglu import FUSED
+from pterun.executor.fuse.swiglu import FUSED
 from pterun.kernels import Binding, default_registry, exact_count
 from pterun.runtime import default_allocators, default_backend_registry
 from tests.support.exporting import ExportSpec, export_program
@@ -56,6 +56,17 @@ def test_the_exported_bf16_chain_is_found_and_fused_where_a_kernel_is_registered
     for seed in range(3):
         x = torch.randn(1, 48, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
         assert torch.equal(fused.execute([x])[0], plain.execute([x])[0])
+    line = next(line for line in fused.source.splitlines() if f"# {FUSED}" in line)
+    assert "aten::mm.out x2" in line and "aten::sigmoid.out" in line, "the comment lists the replaced operators"
+
+
+def test_fuse_false_and_the_functional_form_keep_the_steps():
+    pte = _program("swiglu-fusion-bf16", SwiGLUMLP(), torch.bfloat16)
+    runtime = _runtime_with_cpu_kernel()
+    assert FUSED not in _names(runtime.load_program(pte, fuse=False).load_method("forward"))
+    compiled = runtime.load_program(pte, compile=True).load_method("forward")
+    assert FUSED in _names(compiled), "premise: the method's own code runs the fused call"
+    assert "sigmoid" in compiled._loaded.functional_source and "swiglu" not in compiled._loaded.functional_source
 
 
 def test_no_chain_in_float32_or_when_an_intermediate_is_an_output():

@@ -38,7 +38,7 @@ class LoadContext:
     cuda_graphs: bool  # replay CUDA methods as captured graphs (graphs.py)
     allow_tf32: bool  # float32 products and convolutions may use TF32 (precision.py)
     cache: LoadCache | None  # compiled code kept between loads (cache.py); None: off
-    fuse: bool = True  # decomposed chains run as one fused kernel each (fuse.py)
+    fuse: bool = True  # decomposed chains run as one fused kernel each (fuse/)
     num_threads: int | None = None  # intra-op threads per call; None: chosen per method (threads.py)
 
     def device_for(self, device_type: int, device_index: int) -> Device:

@@ -38,7 +38,7 @@ def overlaps(a: TensorSpec, b: TensorSpec) -> bool:
 
 
 class Rewriter:
-    """Which copies of a method's steps could be views, and which views the exporter planned (fuse.py asks
+    """Which copies of a method's steps could be views, and which views the exporter planned (fuse/ asks
     the same of a chain's intermediate values)."""
 
     def __init__(self, plan: Plan, steps: list, objects: list, computed: set[int], effects: MethodEffects,

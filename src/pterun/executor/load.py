@@ -5,8 +5,8 @@
    kernel (steps.py);
 3. checks: every call's arguments are of the kinds its kernel takes
    (arguments.py), and no step writes a constant (effects.py);
-4. copies become views (fold.py), and decomposed chains (attention, RMSNorm)
-   one fused call each (fuse.py);
+4. copies become views (fold.py), and decomposed chains (attention, RMSNorm,
+   SwiGLU where the device has a kernel) one fused call each (fuse/);
 5. the instruction chain compiled into one Python function (codegen.py), and
    with ``compile=True`` also written as a pure function for ``torch.compile``
    (functional.py, compiled.py);
@@ -34,11 +34,10 @@ from pterun.executor.delegates import Delegates
 from pterun.executor.effects import MethodEffects, check_writes, delegate_writes, written_inputs
 from pterun.executor.fold import elide_view_copies, fold_constant_views, with_views
 from pterun.executor.functional import Unsupported, functional_method
-from pterun.executor.fuse import fuse_chains
+from pterun.executor.fuse import fuse_chains, patterns
 from pterun.executor.graphs import CudaGraphRunner
 from pterun.executor.outputs import OutputSlot
 from pterun.executor.steps import build_steps
-from pterun.executor.swiglu import fuse_swiglu
 from pterun.executor.values import Values, make_values
 from pterun.format import Dynamism, Kind, ListValue, Plan, TensorSpec
 
@@ -86,8 +85,12 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     constants |= views.keys()
     params_in = [vi for vi in values.unplanned if vi in plan.inputs]
     steps, made = elide_view_copies(plan, steps, objects, assigned, set(params_in), effects)
+    # steps_run: the method's own code; steps: the functional form, which keeps the chains whose fused call
+    # has no functional form (torch.compile fuses them on its own).
+    steps_run = steps
     if context.fuse:
-        steps = fuse_chains(plan, steps, objects, effects)
+        matchers = patterns(context.registries.kernels, context.run_device.type)
+        steps, steps_run = fuse_chains(plan, steps, objects, effects, matchers)
     computed = assigned | made
 
     # Unplanned inputs alias the caller's tensors; unplanned outputs get buffers, unless an instruction
@@ -101,8 +104,6 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
          and v.kind in (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)},
         {i: plan.values[i].dim_order for i in dynamic if not is_contiguous_order(plan.values[i].dim_order)},
     )
-    # torch.compile fuses on its own: only the method's own code runs the fused SwiGLU kernel.
-    steps_run = fuse_swiglu(plan, steps, effects, context.registries.kernels, context.run_device.type)
     compiled = compile_method(code, steps_run, plan, context.cache)
     run, compiled_function, status, functional_source = compiled.run, None, "off", None
     if context.compile:

@@ -26,7 +26,7 @@ class Program:
     cuda_graphs: bool = True  # replay CUDA methods as captured graphs (executor/graphs.py)
     compile: bool = False  # run methods through torch.compile (executor/functional.py)
     allow_tf32: bool = False  # float32 products and convolutions may use TF32 on CUDA (executor/precision.py)
-    fuse: bool = True  # decomposed attention and RMSNorm run as one kernel each (executor/fuse.py)
+    fuse: bool = True  # decomposed chains run as one kernel each (executor/fuse/)
     num_threads: int | None = None  # intra-op threads per call; None: chosen per method (executor/threads.py)
     cache: LoadCache | None = None  # compiled code kept between loads (executor/cache.py)
 

@@ -27,7 +27,7 @@ class KernelStep:
     name: str  # the operator, as the program names it ("aten::add.out")
     binding: Binding
     args: tuple[int, ...]
-    replaces: tuple[str, ...] = ()  # a fused step (fuse.py): the operators of the chain it runs as one call
+    replaces: tuple[str, ...] = ()  # a fused step (fuse/): the operators of the chain it runs as one call
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ def default_registry() -> KernelRegistry:
     registry.add_provider(aten.aten_provider, aten.aten_names)
     registry.register("aten::mm.out", _cuda_mm, DeviceType.CUDA)
     if importlib.util.find_spec("triton") is not None:
-        # What executor/swiglu.py makes of a SwiGLU MLP's gate, up and SiLU-product steps.
+        # What executor/fuse/swiglu.py makes of a SwiGLU MLP's gate, up and SiLU-product steps.
         registry.register("pterun::swiglu.out", _cuda_swiglu, DeviceType.CUDA)
     for name in float_stats.STATISTICS:
         registry.register(name, float_stats.float_statistics(name), DeviceType.CUDA)

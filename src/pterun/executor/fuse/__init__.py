@@ -1,0 +1,124 @@
+"""Chains the exporter decomposed, run as one kernel again, at load (``load_program(..., fuse=False)``: never).
+
+One module per chain finds it, ending at a step (common.py: which step made
+each value a step reads): attention.py (about twenty kernels, run as
+PyTorch's fused attention), rms_norm.py (six, run as ``torch.rms_norm``),
+swiglu.py (a SwiGLU MLP's two products and SiLU-product, only where the
+kernel registry holds a kernel for the method's device). Each chain found
+whole is replaced by one call, placed where its last step was; the other
+steps are folded away (None). The fused step's comment in the generated code
+lists the operators it replaced. A fused call without a functional form is
+left out of the functional form for ``torch.compile``, which keeps the steps.
+
+A chain is replaced only when nothing outside it can tell: every value it
+computes on the way is read by its own steps only (no method output, no
+other reader, directly, through a view or through a view the exporter planned
+on the same bytes), written and bound by no other step, of static shape; and
+what the fused call reads is written by no other step between the chain's
+first read of it and the fused call. Methods with jumps are left as they are.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from pterun.core.device import DeviceType
+from pterun.executor.effects import MethodEffects
+from pterun.executor.fold import overlaps, Rewriter
+from pterun.executor.fuse import attention, rms_norm, swiglu
+from pterun.executor.fuse.common import Chain, Graph
+from pterun.executor.steps import KernelStep
+from pterun.format import Dynamism, JumpFalseCall, Plan, TensorSpec
+from pterun.kernels import KernelRegistry
+
+
+def patterns(kernels: KernelRegistry, device_type: DeviceType) -> tuple:
+    """The chain patterns for a method run on ``device_type``: each takes the graph and a step, and gives the
+    chain ending there or None."""
+    found = swiglu.matcher(kernels, device_type)
+    return (attention.match, rms_norm.match) + ((found,) if found is not None else ())
+
+
+def fuse_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects, matchers: tuple) -> tuple[list, list]:
+    """``steps`` with every chain found replaced by one fused call: for the functional form (fused calls that
+    have one), and for the method's own code (all). ``effects`` are those of the method's steps before any
+    were folded."""
+    if any(isinstance(s, JumpFalseCall) for s in steps):
+        return steps, steps
+    g = Graph(plan, steps, objects)
+    current = effects.after(steps)
+    rw = Rewriter(plan, steps, objects, set(), current, effects)
+    binders: dict[int, set[int]] = {}
+    for n, e in enumerate(current.effects):
+        for vi in e.binds:
+            binders.setdefault(vi, set()).add(n)
+    chains: list[Chain] = []
+    taken: set[int] = set()
+    for n in range(len(steps)):
+        for match in matchers:
+            chain = match(g, n)
+            if chain is None or taken & chain.steps or not _unobserved(plan, rw, current, binders, chain):
+                continue
+            chains.append(chain)
+            taken |= chain.steps
+            break
+    if not chains:
+        return steps, steps
+    return _replaced(steps, [c for c in chains if c.binding.functional is not None]), _replaced(steps, chains)
+
+
+def _replaced(steps: list, chains: list[Chain]) -> list:
+    result = list(steps)
+    for chain in chains:
+        last = max(chain.steps)
+        replaced = Counter(steps[k].name for k in sorted(chain.steps))
+        for k in chain.steps:
+            result[k] = None
+        result[last] = KernelStep(chain.name, chain.binding, chain.args, replaces=tuple(
+            name if count == 1 else f"{name} x{count}" for name, count in replaced.items()))
+    return result
+
+
+def _unobserved(plan: Plan, rw: Rewriter, effects: MethodEffects, binders: dict[int, set[int]], chain: Chain) -> bool:
+    """Whether nothing outside ``chain`` reads what its steps compute on the way, and what the fused call reads
+    is not written in between (nor, for a kernel that reads it while writing, shares bytes with its out)."""
+    last = max(chain.steps)
+    outputs, inputs = set(plan.outputs), set(plan.inputs)
+    for k in chain.steps - {last}:
+        step = rw.steps[k]
+        made = step.args[-1]
+        spec = plan.values[made]
+        if not isinstance(spec, TensorSpec) or spec.dynamism != Dynamism.STATIC or made in outputs or made in inputs:
+            return False
+        # A mutable buffer or a constant, or memory other steps write too (a step that declares no writes, as a
+        # cast, is taken to write everything it is passed) or bind.
+        if (spec.fqn or spec.data_buffer_idx or not set(effects.writers.get(made, ())) <= chain.steps
+                or not binders.get(made, set()) <= chain.steps):
+            return False
+        if not set(effects.readers.get(made, ())) <= chain.steps:
+            return False
+        if (spec.memory_id is not None
+                and any(rw.reads_through(a, spec, k) and not set(effects.readers.get(a, ())) <= chain.steps
+                        for a in rw.aliases)):
+            return False
+    for vi in chain.inputs:
+        first = min(k for k in chain.steps if vi in rw.steps[k].args)
+        memory = effects.memory(vi)
+        spec = plan.values[vi]
+        for k in range(first + 1, last):
+            if k in chain.steps:
+                continue
+            for m in effects.written[k]:
+                if m in memory or _shared(spec, plan.values[m]):
+                    return False
+    if chain.apart:
+        out, memory = chain.args[-1], effects.memory(*chain.inputs)
+        if effects.memory(out) & memory or any(_shared(plan.values[out], plan.values[m]) for m in memory):
+            return False
+    return True
+
+
+def _shared(a, b) -> bool:
+    """Whether two planned tensors overlap in an arena."""
+    return (isinstance(a, TensorSpec) and isinstance(b, TensorSpec) and a.memory_id is not None
+            and b.memory_id is not None and overlaps(a, b))

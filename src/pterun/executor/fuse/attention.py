@@ -1,0 +1,113 @@
+"""Attention as the exporter decomposes it, run as PyTorch's fused ``scaled_dot_product_attention``."""
+
+from __future__ import annotations
+
+import math
+
+from pterun.executor.fuse.common import Chain, Graph, last_dim, scalar
+from pterun.kernels import Binding, Functional
+from pterun.kernels import fused as kernels
+
+
+def _noop_expand(g: Graph, n: int | None) -> bool:
+    if g.op(n) != "aten::expand_copy.out":
+        return False
+    source = g.spec(g.arg(n, 0))
+    return source is not None and list(g.value(g.arg(n, 1))) == list(source.sizes)
+
+
+def match(g: Graph, n2: int) -> Chain | None:
+    """softmax(q*a @ (k^T*b) [+ mask]) @ v ending at the ``bmm`` at step ``n2``."""
+    if g.op(n2) != "aten::bmm.out":
+        return None
+    pe, ve = g.maker_of(n2, 0), g.maker_of(n2, 1)
+    if not (_noop_expand(g, pe) and _noop_expand(g, ve)):
+        return None
+    chain = [n2, pe, ve]
+    p = g.maker_of(pe, 0)
+    if g.op(p) == "aten::where.self_out":
+        sm, zeros, cond = g.maker_of(p, 2), g.maker_of(p, 1), g.maker_of(p, 0)
+        if (g.op(zeros) != "aten::full_like.out" or g.maker_of(zeros, 0) != sm or scalar(g, g.arg(zeros, 1)) != 0
+                or g.op(sm) != "aten::_softmax.out"):
+            return None
+        safe = _hidden_rows(g, cond, g.maker_of(sm, 0))
+        if safe is None:
+            return None
+        chain += [p, zeros, *safe]
+    elif g.op(p) == "aten::_softmax.out":
+        sm = p
+    else:
+        return None
+    if not last_dim(g, g.arg(sm, 0), g.value(g.arg(sm, 1))) or g.value(g.arg(sm, 2)) is not False:
+        return None
+    chain.append(sm)
+    scores, mask = g.maker_of(sm, 0), None
+    if g.op(scores) == "aten::add.out":
+        if scalar(g, g.arg(scores, 2)) != 1:
+            return None
+        chain.append(scores)
+        mask, scores = g.arg(scores, 1), g.maker_of(scores, 0)
+    if mask is not None and p == sm:
+        return None  # a plain softmax of a row the mask hides entirely is NaN; fused attention's is zeros
+    if g.op(scores) != "aten::bmm.out":
+        return None
+    qe, ke = g.maker_of(scores, 0), g.maker_of(scores, 1)
+    if not (_noop_expand(g, qe) and _noop_expand(g, ke)):
+        return None
+    qs, ks = g.maker_of(qe, 0), g.maker_of(ke, 0)
+    if g.op(qs) != "aten::mul.Scalar_out" or g.op(ks) != "aten::mul.Scalar_out":
+        return None
+    kt = g.maker_of(ks, 0)
+    if g.op(kt) != "aten::permute_copy.out":
+        return None
+    q, k, v, out = g.arg(qs, 0), g.arg(kt, 0), g.arg(ve, 0), g.arg(n2, 2)
+    specs = [g.spec(i) for i in (q, k, v)]
+    if None in specs or g.spec(out) is None or (mask is not None and g.spec(mask) is None):
+        return None
+    qspec, kspec, vspec = specs
+    rank = len(qspec.sizes)
+    swap = [*range(rank - 2), rank - 1, rank - 2]
+    if (list(g.value(g.arg(kt, 1))) != swap or rank < 3 or not all(len(s.sizes) == rank for s in specs)
+            or scalar(g, g.arg(qs, 1)) is None or scalar(g, g.arg(ks, 1)) is None):
+        return None
+    *batch, length, e = qspec.sizes
+    *kbatch, source, ke_ = kspec.sizes
+    *vbatch, vsource, ev = vspec.sizes
+    dtype = qspec.scalar_type
+    if (kbatch != batch or vbatch != batch or ke_ != e or vsource != source
+            or any(s.scalar_type != dtype for s in (*specs, g.spec(out)))
+            or tuple(g.spec(out).sizes) != (math.prod(batch), length, ev)):
+        return None
+    if mask is not None:
+        mspec = g.spec(mask)
+        target = (*batch, length, source)
+        msizes = tuple(mspec.sizes)
+        if (mspec.scalar_type != dtype or len(msizes) > rank
+                or any(m not in (1, t) for m, t in zip(msizes[::-1], target[::-1]))):
+            return None
+    chain += [scores, qe, ke, qs, ks, kt]
+    args = (q, k, v, g.arg(qs, 1), g.arg(ks, 1)) + ((mask,) if mask is not None else ()) + (out,)
+    last = len(args) - 1
+    keywords = ((("mask", last - 1),) if mask is not None else ()) + (("out", last),)
+    binding = Binding(kernels.attention_out, (0, 1, 2, 3, 4), keywords, writes=(last,), strided=True,
+                      functional=Functional(kernels.attention, outputs=(last,)))
+    return Chain("pterun::attention", frozenset(chain), binding, args,
+                 (q, k, v) + ((mask,) if mask is not None else ()))
+
+
+def _hidden_rows(g: Graph, cond: int | None, scores: int | None) -> list[int] | None:
+    """The steps of logical_not(any(logical_not(eq(scores, -inf)), -1, keepdim)): rows the mask hides entirely."""
+    if g.op(cond) != "aten::logical_not.out":
+        return None
+    found = g.maker_of(cond, 0)
+    if g.op(found) != "aten::any.out" or g.value(g.arg(found, 2)) is not True:
+        return None
+    if not last_dim(g, g.arg(found, 0), g.value(g.arg(found, 1))):
+        return None
+    inner = g.maker_of(found, 0)
+    if g.op(inner) != "aten::logical_not.out":
+        return None
+    eq = g.maker_of(inner, 0)
+    if g.op(eq) != "aten::eq.Scalar_out" or g.maker_of(eq, 0) != scores or scalar(g, g.arg(eq, 1)) != -math.inf:
+        return None
+    return [cond, found, inner, eq]

@@ -1,0 +1,98 @@
+"""What every chain pattern reads the steps through: which step made a value, and the chain found."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pterun.executor.fold import overlaps
+from pterun.executor.steps import KernelStep
+from pterun.format import Dynamism, Plan, TensorSpec
+from pterun.kernels import Binding
+
+
+@dataclass(frozen=True)
+class Chain:
+    name: str  # the fused operator, as generated code and errors name it
+    steps: frozenset[int]  # every step of the chain; the last one becomes the fused call
+    binding: Binding  # without a functional form, the functional form for torch.compile keeps the steps
+    args: tuple[int, ...]
+    inputs: tuple[int, ...]  # tensors the fused call reads
+    apart: bool = False  # the kernel reads its inputs while it writes its out (the last argument): no shared bytes
+
+
+class Graph:
+    """Which step made each value a step reads, following views the exporter planned on the same bytes."""
+
+    def __init__(self, plan: Plan, steps: list, objects: list) -> None:
+        self.plan, self.steps, self.objects = plan, steps, objects
+        self.maker: dict[int, int] = {}
+        for n, step in enumerate(steps):
+            if isinstance(step, KernelStep):
+                self.maker[self.made_value(n)] = n
+
+    def op(self, n: int | None) -> str | None:
+        step = self.steps[n] if n is not None else None
+        return step.name if isinstance(step, KernelStep) else None
+
+    def arg(self, n: int, pos: int) -> int:
+        return self.steps[n].args[pos]
+
+    def made_value(self, n: int) -> int:
+        # Every operator matched here is an out-variant: its out argument is last, also when fold.py made it a
+        # view bound as the step's result.
+        return self.steps[n].args[-1]
+
+    def value(self, vi: int):
+        return self.objects[vi]
+
+    def maker_of(self, n: int, pos: int) -> int | None:
+        """The step that made argument ``pos`` of step ``n``: directly, or a tensor on the same bytes."""
+        vi = self.arg(n, pos)
+        if vi in self.maker and self.maker[vi] < n:
+            return self.maker[vi]
+        spec = self.spec(vi)
+        if spec is None or spec.memory_id is None or not contiguous(spec):
+            return None
+        for k in range(n - 1, -1, -1):
+            step = self.steps[k]
+            if not isinstance(step, KernelStep):
+                if step is not None:
+                    return None  # a delegate or a move: what it writes is not followed here
+                continue
+            b = step.binding
+            for p in (*b.writes, *b.mutates):
+                made = self.plan.values[step.args[p]]
+                if not isinstance(made, TensorSpec) or made.memory_id is None or not overlaps(made, spec):
+                    continue
+                same = (step.args[p] == self.made_value(k) and made.dynamism == Dynamism.STATIC
+                        and made.memory_offset == spec.memory_offset and made.nbytes == spec.nbytes
+                        and made.scalar_type == spec.scalar_type and contiguous(made))
+                return k if same else None
+        return None
+
+    def spec(self, vi: int) -> TensorSpec | None:
+        value = self.plan.values[vi]
+        return value if isinstance(value, TensorSpec) and value.dynamism == Dynamism.STATIC else None
+
+
+def contiguous(spec: TensorSpec) -> bool:
+    return tuple(spec.dim_order) == tuple(range(len(spec.sizes)))
+
+
+def scalar(g: Graph, vi: int) -> float | None:
+    value = g.value(vi)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def last_dim(g: Graph, vi: int, dim) -> bool:
+    spec = g.spec(vi)
+    return spec is not None and dim in (-1, len(spec.sizes) - 1)
+
+
+def operand(g: Graph, n: int, op: str) -> tuple[int | None, int | None]:
+    """Of a product at step ``n``: the step that made one factor with ``op``, and the other factor's value."""
+    for pos in (0, 1):
+        made = g.maker_of(n, pos)
+        if g.op(made) == op:
+            return made, g.arg(n, 1 - pos)
+    return None, None

@@ -1,0 +1,85 @@
+"""A SwiGLU MLP's gate and up products and SiLU-product as one call, where the device has a kernel for it.
+
+For one token these products are bound by reading the two weights, and the
+exporter writes them as seven steps, SiLU in half precision as casts around
+a float32 sigmoid and product:
+
+    g = mm(x, Wg^T)    u = mm(x, Wu^T)
+    a = _to_dim_order_copy(g, float32)    s = sigmoid(a)    t = mul(a, s)
+    h = mul(_to_dim_order_copy(t, dtype of g), u)
+
+Where the kernel registry holds ``pterun::swiglu.out`` for the method's
+device (on CUDA with Triton, kernels/triton/gated.py: both weights read in one
+pass), the seven steps become one call ``swiglu(x, Wg^T, Wu^T, out=h)``. The
+kernel rounds as the steps do, so the result is theirs. It reads ``x`` while
+it writes ``h``: the two may share no bytes. The kernel has no functional
+form: with ``compile=True`` TorchInductor fuses the steps on its own.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+
+from pterun.core.device import DeviceType
+from pterun.core.dtype import to_torch
+from pterun.executor.fuse.common import Chain, contiguous, Graph
+from pterun.kernels import Binding, KernelRegistry
+
+FUSED = "pterun::swiglu.out"
+_MM, _MUL, _SIGMOID = "aten::mm.out", "aten::mul.out", "aten::sigmoid.out"
+_CAST = "dim_order_ops::_to_dim_order_copy.out"
+
+
+def matcher(kernels: KernelRegistry, device_type: DeviceType):
+    """The pattern, bound to the registry's kernel for the device; None where the registry holds none."""
+    if not kernels.holds(FUSED, device_type):
+        return None
+    return partial(_match, kernels.lookup(FUSED, device_type)(4))
+
+
+def _match(binding: Binding, g: Graph, n: int) -> Chain | None:
+    """h = cast(cast(g) * sigmoid(cast(g))) * u ending at the ``mul`` at step ``n``, g and u products of x."""
+    if g.op(n) != _MUL:
+        return None
+    cast_down, up = _factors(g, n, _CAST, _MM)
+    mul_silu = g.maker_of(cast_down, 0) if cast_down is not None else None
+    if up is None or g.op(mul_silu) != _MUL:
+        return None
+    sigmoid, cast_up = _factors(g, mul_silu, _SIGMOID, _CAST)
+    if sigmoid is None or g.maker_of(sigmoid, 0) != cast_up:
+        return None
+    gate = g.maker_of(cast_up, 0)
+    if g.op(gate) != _MM or g.arg(gate, 0) != g.arg(up, 0):
+        return None
+    x, wg, wu, h = g.arg(gate, 0), g.arg(gate, 1), g.arg(up, 1), g.arg(n, 2)
+    steps = (gate, up, cast_up, sigmoid, mul_silu, cast_down, n)
+    half = {g.made_value(k) for k in (gate, up, cast_down, n)} | {g.arg(cast_up, 0), g.arg(n, 0), g.arg(n, 1)}
+    wide = ({g.made_value(k) for k in (cast_up, sigmoid, mul_silu)}
+            | {g.arg(sigmoid, 0), g.arg(mul_silu, 0), g.arg(mul_silu, 1), g.arg(cast_down, 0)})
+    if not _types(g, x, half, wide):
+        return None
+    return Chain(FUSED, frozenset(steps), binding, (x, wg, wu, h), (x, wg, wu), apart=True)
+
+
+def _factors(g: Graph, n: int, one: str, other: str) -> tuple[int | None, int | None]:
+    """Of a product at step ``n``: the steps that made its factors, with operators ``one`` and ``other``."""
+    for pos in (0, 1):
+        a, b = g.maker_of(n, pos), g.maker_of(n, 1 - pos)
+        if g.op(a) == one and g.op(b) == other:
+            return a, b
+    return None, None
+
+
+def _types(g: Graph, x: int, half: set[int], wide: set[int]) -> bool:
+    """x and the products in bf16 or fp16, SiLU in float32, every value but x of one shape, all contiguous."""
+    specs = [g.spec(v) for v in (x, *half, *wide)]
+    if None in specs:
+        return False
+    dtype = specs[0].scalar_type
+    sizes = specs[1].sizes
+    return (to_torch(dtype) in (torch.bfloat16, torch.float16)
+            and all(g.spec(v).scalar_type == dtype for v in half)
+            and all(to_torch(g.spec(v).scalar_type) == torch.float32 for v in wide)
+            and all(s.sizes == sizes for s in specs[1:]) and all(contiguous(s) for s in specs))
