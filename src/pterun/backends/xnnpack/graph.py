@@ -355,8 +355,11 @@ _ZERO_POINTS = {Datatype.QINT8: (-128, 127), Datatype.QUINT8: (0, 255)}
 def _check_scales(value: Value, scales: torch.Tensor) -> None:
     """Quantization scales must be positive normal floats (XNNPACK refuses others): NaN, infinite, zero,
     negative or denormal scales would turn every result into a NaN, an infinity or a division by zero."""
-    good = (scales >= FLOAT32_TINY) & (scales < math.inf)
-    if not bool(good.all()):
+    if not scales.numel():
+        return
+    lo, hi = torch.aminmax(scales)  # one pass, no temporaries; a NaN is both (aminmax propagates it)
+    if not FLOAT32_TINY <= float(lo) <= float(hi) < math.inf:
+        good = (scales >= FLOAT32_TINY) & (scales < math.inf)
         bad = float(scales[~good][0])
         raise InvalidProgram(f"XNNPACK value {value.id}: quantization scale {bad} is not a positive normal float")
 

@@ -42,10 +42,21 @@ def constant_filter(node, w, transposed: bool) -> torch.Tensor:
     return w.data if not transposed else w.data.t()
 
 
-def unpack_4bit(packed: torch.Tensor, k: int) -> torch.Tensor:
-    """[N, ceil(K/2)] bytes, element 2i in the low nibble and 2i+1 in the high one, stored plus 8 -> int [N, K]."""
-    low, high = (packed & 0xF).to(torch.int16), (packed >> 4).to(torch.int16)
-    return torch.stack([low, high], dim=2).reshape(packed.shape[0], -1)[:, :k] - 8
+def unpack_4bit(packed: torch.Tensor, k: int, dtype: torch.dtype = torch.int16) -> torch.Tensor:
+    """[N, ceil(K/2)] bytes, element 2i in the low nibble and 2i+1 in the high one, stored plus 8 -> ``dtype``
+    [N, K] (int16, or any dtype that holds -8..7 exactly), written in place of one buffer."""
+    out = torch.empty((*packed.shape, 2), dtype=dtype)
+    out[..., 0] = packed & 0xF
+    out[..., 1] = packed >> 4
+    return out.sub_(8).view(packed.shape[0], -1)[:, :k]
+
+
+def int8_rows(wnk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Integer weights [N, K] (int8, or int16 within int8's range) -> (contiguous int8 [N, K], row sums and row
+    sums of absolute values, both int64 and exact), without an int64 copy of the weights."""
+    # int16 holds the absolute values of 8-bit integers (-128 has none in int8); wider integers stay as wide
+    wide = wnk.to(torch.int16 if wnk.dtype in (torch.int8, torch.uint8, torch.int16) else torch.int64)
+    return wnk.to(torch.int8).contiguous(), wide.sum(1, dtype=torch.int64), wide.abs().sum(1, dtype=torch.int64)
 
 
 def int_bias(node, bias, n: int) -> torch.Tensor:
@@ -117,13 +128,13 @@ def emit_static(node, b, x, w, bias, y, x2: str, o2: str, mkn: tuple[int, int, i
     lo, hi = qmath.qrange(x)
 
     def prepare():
-        wnk = filter_nk().reshape(n, k).to(torch.int64)
+        w8, sums, abs_sums = int8_rows(filter_nk().reshape(n, k))
         ints = int_bias(node, bias, n)
         scales = qmath.requant_scales(sx, qmath.weight_scales(w, n, node.where), so, node.where)
-        worst = wnk.abs().sum(1) * max(hi - zx, zx - lo)
+        worst = abs_sums * max(hi - zx, zx - lo)
         if _onednn(rows, k, n) and _requantizes_exactly(worst, ints, scales):
-            return "onednn", torch.ops.onednn.qlinear_prepack(wnk.to(torch.int8), [rows, k]), ints.float(), scales
-        return "int_mm", _operand(wnk), (ints - zx_signed * wnk.sum(1)).to(torch.int32), scales
+            return "onednn", torch.ops.onednn.qlinear_prepack(w8, [rows, k]), ints.float(), scales
+        return "int_mm", _operand(w8), (ints - zx_signed * sums).to(torch.int32), scales
 
     how, wkn, bias_t, rq = b.cached("q8i", prepare)
     if how == "onednn":
@@ -148,12 +159,12 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed
 
     def prepare():
         data = constant_filter(node, w, transposed)
-        wnk = (unpack_4bit(data, k) if w.datatype in WEIGHTS_4BIT else data).to(torch.int64)
-        sums, scales = wnk.sum(1), qmath.weight_scales(w, n, node.where)
-        if _onednn(rows, k, n) and float(wnk.abs().sum(1).max()) * 128 < qmath.EXACT_F32:  # |q|, |zp| <= 128
-            packed = torch.ops.onednn.qlinear_prepack(wnk.to(torch.int8), [rows, k])
+        w8, sums, abs_sums = int8_rows(unpack_4bit(data, k) if w.datatype in WEIGHTS_4BIT else data)
+        scales = qmath.weight_scales(w, n, node.where)
+        if _onednn(rows, k, n) and float(abs_sums.max()) * 128 < qmath.EXACT_F32:  # |q|, |zp| <= 128
+            packed = torch.ops.onednn.qlinear_prepack(w8, [rows, k])
             return "onednn", packed, -sums.float(), scales
-        return "int_mm", _operand(wnk), sums.to(torch.int32), scales
+        return "int_mm", _operand(w8), sums.to(torch.int32), scales
 
     how, wkn, sums, wscale = b.cached("qd8i", prepare)
     if q.rows != rows:
