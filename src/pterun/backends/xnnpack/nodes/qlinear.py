@@ -44,19 +44,25 @@ def constant_filter(node, w, transposed: bool) -> torch.Tensor:
 
 def unpack_4bit(packed: torch.Tensor, k: int, dtype: torch.dtype = torch.int16) -> torch.Tensor:
     """[N, ceil(K/2)] bytes, element 2i in the low nibble and 2i+1 in the high one, stored plus 8 -> ``dtype``
-    [N, K] (int16, or any dtype that holds -8..7 exactly), written in place of one buffer."""
-    out = torch.empty((*packed.shape, 2), dtype=dtype)
-    out[..., 0] = packed & 0xF
-    out[..., 1] = packed >> 4
-    return out.sub_(8).view(packed.shape[0], -1)[:, :k]
+    [N, K] (int16, or any dtype that holds -8..7 exactly), by one lookup of each byte's pair."""
+    pairs = _NIBBLE_PAIRS.to(dtype)
+    return pairs.index_select(0, packed.reshape(-1).int()).view(packed.shape[0], -1)[:, :k]
+
+
+_NIBBLE_PAIRS = torch.tensor([[(v & 0xF) - 8, (v >> 4) - 8] for v in range(256)], dtype=torch.int16)
 
 
 def int8_rows(wnk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Integer weights [N, K] (int8, or int16 within int8's range) -> (contiguous int8 [N, K], row sums and row
-    sums of absolute values, both int64 and exact), without an int64 copy of the weights."""
-    # int16 holds the absolute values of 8-bit integers (-128 has none in int8); wider integers stay as wide
-    wide = wnk.to(torch.int16 if wnk.dtype in (torch.int8, torch.uint8, torch.int16) else torch.int64)
-    return wnk.to(torch.int8).contiguous(), wide.sum(1, dtype=torch.int64), wide.abs().sum(1, dtype=torch.int64)
+    """Integer weights [N, K] (8-bit, or int16 within int8's range) -> (contiguous int8 [N, K], row sums and row
+    sums of absolute values, both int64), without an int64 copy of the weights."""
+    w8 = wnk.to(torch.int8).contiguous()
+    k = wnk.shape[1]
+    if wnk.dtype in (torch.int8, torch.uint8, torch.int16) and 256 * k < qmath.EXACT_F32:
+        # float32 products with ones summed in any order: every partial sum is an integer below 2**24, exact
+        wf, ones = wnk.float(), torch.ones(k)
+        return w8, torch.mv(wf, ones).long(), torch.mv(wf.abs_(), ones).long()
+    wide = wnk.to(torch.int64)
+    return w8, wide.sum(1), wide.abs().sum(1)
 
 
 def int_bias(node, bias, n: int) -> torch.Tensor:
