@@ -51,6 +51,7 @@ def _init(context: LoadContext, plan: Plan, d) -> tuple:
         runtime_specs=context.backend_options.get(d.backend_id, {}),
         device=context.run_device.torch,
         load_program=context.load_nested,
+        compile_code=context.cache.code if context.cache is not None else None,
     )
     specs = tuple(CompileSpec(k, v) for k, v in d.compile_specs)
     try:

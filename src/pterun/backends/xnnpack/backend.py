@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Callable
+from types import CodeType
 
 import torch
 
@@ -40,7 +42,8 @@ MAX_TRANSLATIONS = 16
 class XnnpackDelegate:
     """One initialized blob: its graph and its translations by input shapes."""
 
-    def __init__(self, graph: Graph, device: torch.device, options: dict | None = None) -> None:
+    def __init__(self, graph: Graph, device: torch.device, options: dict | None = None,
+                 compile_code: Callable[[str, str], CodeType] | None = None) -> None:
         unknown = sorted({n.kind for n in graph.nodes if n.kind not in TRANSLATORS})
         if unknown:
             raise DelegateInvalidCompatibility(
@@ -50,6 +53,7 @@ class XnnpackDelegate:
         self.graph = graph
         self.device = device
         self.options = dict(options or {})
+        self._compile_code = compile_code
         self._cache: dict = {}
         self._inputs = [(v.external_id, v.id) for v in graph.inputs]
         # Arguments that may come channels-last: those of 4-d values.
@@ -65,7 +69,8 @@ class XnnpackDelegate:
 
     def _translate(self, shapes: dict) -> Translation:
         try:
-            return translate(self.graph, self.device, self._cache, shapes, TRANSLATORS, self.options)
+            return translate(self.graph, self.device, self._cache, shapes, TRANSLATORS, self.options,
+                             self._compile_code)
         except PteError:
             raise
         except (RuntimeError, ValueError, TypeError, IndexError, KeyError, OverflowError) as exc:
@@ -168,7 +173,8 @@ class XnnpackBackend(BackendInterface):
              compile_specs: tuple[CompileSpec, ...]) -> XnnpackDelegate:
         blob = split_blob(processed)
         graph = optimize(read_graph(blob, context.named_data))
-        return XnnpackDelegate(graph, torch.device(context.device), dict(context.runtime_specs))
+        return XnnpackDelegate(graph, torch.device(context.device), dict(context.runtime_specs),
+                               context.compile_code)
 
     def execute(self, handle, args: list) -> None:
         if not isinstance(handle, XnnpackDelegate):

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from types import CodeType
 from typing import Any
 
 import torch
@@ -284,7 +285,8 @@ class Builder:
 
 
 def translate(graph: Graph, device: torch.device, cache: dict, input_shapes: dict[int, Shape],
-              translators: dict[str, Callable[[Node, Builder], None]], options: dict | None = None) -> Translation:
+              translators: dict[str, Callable[[Node, Builder], None]], options: dict | None = None,
+              compile_code: Callable[[str, str], CodeType] | None = None) -> Translation:
     b = Builder(graph, device, cache, input_shapes, options)
     for node in graph.nodes:
         b.node = node
@@ -306,7 +308,7 @@ def translate(graph: Graph, device: torch.device, cache: dict, input_shapes: dic
     lines, b.line_nodes = _release_locals(b.lines, b.line_nodes)
     body = head + ["    " + line for line in b.prologue + lines] + ["    return None"]
     source = "\n".join(body) + "\n"
-    code = compile(source, SOURCE_NAME, "exec")
+    code = compile_code(source, SOURCE_NAME) if compile_code else compile(source, SOURCE_NAME, "exec")
     namespace = dict(b.env)
     exec(code, namespace)  # noqa: S102 - our own generated source
     line_nodes = ["entry"] * (len(head) + len(b.prologue)) + b.line_nodes + ["exit"]

@@ -119,13 +119,16 @@ def _dynamic(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
             # the products are summed in another order than XNNPACK's per-block sums: float rounding only.
             if transposed or w.quant.axis != 0:
                 raise unsupported(node, w)
-            ints = qlinear.unpack_4bit(w.data, k).to(torch.float32)
-            blocks = w.quant.scales.repeat_interleave(w.quant.block_size, dim=1)[:, :k]
-            return (ints * blocks).t().contiguous().to(b.device), torch.ones(n, device=b.device), torch.float32
+            ints, size, scales = qlinear.unpack_4bit(w.data, k, torch.float32), w.quant.block_size, w.quant.scales
+            if ints.is_contiguous() and k == size * scales.shape[1]:  # whole blocks: scaled in place
+                ints.view(n, -1, size).mul_(scales.unsqueeze(2))
+            else:
+                ints = ints * scales.repeat_interleave(size, dim=1)[:, :k]
+            return ints.t().contiguous().to(b.device), torch.ones(n, device=b.device), torch.float32
         if w.datatype in _4BIT_WEIGHTS:
             if transposed:
                 raise unsupported(node, w)
-            wnk = qlinear.unpack_4bit(qlinear.constant_filter(node, w, transposed), k).to(torch.float64)
+            wnk = qlinear.unpack_4bit(qlinear.constant_filter(node, w, transposed), k, torch.float64)
         else:
             wnk = qlinear.constant_filter(node, w, transposed).to(torch.float64)
         dtype = qmath.accumulator_dtype(wnk.abs().sum(1), 255, None)

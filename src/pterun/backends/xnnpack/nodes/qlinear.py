@@ -42,10 +42,27 @@ def constant_filter(node, w, transposed: bool) -> torch.Tensor:
     return w.data if not transposed else w.data.t()
 
 
-def unpack_4bit(packed: torch.Tensor, k: int) -> torch.Tensor:
-    """[N, ceil(K/2)] bytes, element 2i in the low nibble and 2i+1 in the high one, stored plus 8 -> int [N, K]."""
-    low, high = (packed & 0xF).to(torch.int16), (packed >> 4).to(torch.int16)
-    return torch.stack([low, high], dim=2).reshape(packed.shape[0], -1)[:, :k] - 8
+def unpack_4bit(packed: torch.Tensor, k: int, dtype: torch.dtype = torch.int16) -> torch.Tensor:
+    """[N, ceil(K/2)] bytes, element 2i in the low nibble and 2i+1 in the high one, stored plus 8 -> ``dtype``
+    [N, K] (int16, or any dtype that holds -8..7 exactly), by one lookup of each byte's pair."""
+    pairs = _NIBBLE_PAIRS.to(dtype)
+    return pairs.index_select(0, packed.reshape(-1).int()).view(packed.shape[0], -1)[:, :k]
+
+
+_NIBBLE_PAIRS = torch.tensor([[(v & 0xF) - 8, (v >> 4) - 8] for v in range(256)], dtype=torch.int16)
+
+
+def int8_rows(wnk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Integer weights [N, K] (8-bit, or int16 within int8's range) -> (contiguous int8 [N, K], row sums and row
+    sums of absolute values, both int64), without an int64 copy of the weights."""
+    w8 = wnk.to(torch.int8).contiguous()
+    k = wnk.shape[1]
+    if wnk.dtype in (torch.int8, torch.uint8, torch.int16) and 256 * k < qmath.EXACT_F32:
+        # float32 products with ones summed in any order: every partial sum is an integer below 2**24, exact
+        wf, ones = wnk.float(), torch.ones(k)
+        return w8, torch.mv(wf, ones).long(), torch.mv(wf.abs_(), ones).long()
+    wide = wnk.to(torch.int64)
+    return w8, wide.sum(1), wide.abs().sum(1)
 
 
 def int_bias(node, bias, n: int) -> torch.Tensor:
@@ -117,13 +134,13 @@ def emit_static(node, b, x, w, bias, y, x2: str, o2: str, mkn: tuple[int, int, i
     lo, hi = qmath.qrange(x)
 
     def prepare():
-        wnk = filter_nk().reshape(n, k).to(torch.int64)
+        w8, sums, abs_sums = int8_rows(filter_nk().reshape(n, k))
         ints = int_bias(node, bias, n)
         scales = qmath.requant_scales(sx, qmath.weight_scales(w, n, node.where), so, node.where)
-        worst = wnk.abs().sum(1) * max(hi - zx, zx - lo)
+        worst = abs_sums * max(hi - zx, zx - lo)
         if _onednn(rows, k, n) and _requantizes_exactly(worst, ints, scales):
-            return "onednn", torch.ops.onednn.qlinear_prepack(wnk.to(torch.int8), [rows, k]), ints.float(), scales
-        return "int_mm", _operand(wnk), (ints - zx_signed * wnk.sum(1)).to(torch.int32), scales
+            return "onednn", torch.ops.onednn.qlinear_prepack(w8, [rows, k]), ints.float(), scales
+        return "int_mm", _operand(w8), (ints - zx_signed * sums).to(torch.int32), scales
 
     how, wkn, bias_t, rq = b.cached("q8i", prepare)
     if how == "onednn":
@@ -148,12 +165,12 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed
 
     def prepare():
         data = constant_filter(node, w, transposed)
-        wnk = (unpack_4bit(data, k) if w.datatype in WEIGHTS_4BIT else data).to(torch.int64)
-        sums, scales = wnk.sum(1), qmath.weight_scales(w, n, node.where)
-        if _onednn(rows, k, n) and float(wnk.abs().sum(1).max()) * 128 < qmath.EXACT_F32:  # |q|, |zp| <= 128
-            packed = torch.ops.onednn.qlinear_prepack(wnk.to(torch.int8), [rows, k])
+        w8, sums, abs_sums = int8_rows(unpack_4bit(data, k) if w.datatype in WEIGHTS_4BIT else data)
+        scales = qmath.weight_scales(w, n, node.where)
+        if _onednn(rows, k, n) and float(abs_sums.max()) * 128 < qmath.EXACT_F32:  # |q|, |zp| <= 128
+            packed = torch.ops.onednn.qlinear_prepack(w8, [rows, k])
             return "onednn", packed, -sums.float(), scales
-        return "int_mm", _operand(wnk), sums.to(torch.int32), scales
+        return "int_mm", _operand(w8), sums.to(torch.int32), scales
 
     how, wkn, sums, wscale = b.cached("qd8i", prepare)
     if q.rows != rows:
