@@ -37,11 +37,15 @@ _TENSOR_LISTS = (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)
 class MethodEffects:
     """Every step's effect, and which steps write and read each piece of memory."""
 
-    def __init__(self, plan: Plan, steps: Sequence, delegate_writes: Mapping[int, tuple[int, ...]]) -> None:
+    def __init__(self, plan: Plan, steps: Sequence, delegate_writes: Mapping[int, tuple[int, ...]],
+                 before: MethodEffects | None = None) -> None:
         self.plan = plan
         self.steps = tuple(steps)
         self.delegate_writes = delegate_writes  # instruction index -> argument positions it writes
-        self.effects = [step_effect(s, delegate_writes.get(n, ())) for n, s in enumerate(steps)]
+        # A step left as it was has the effect it had (``before``: the effects of the steps this rewrites).
+        same = before.steps if before is not None and len(before.steps) == len(self.steps) else ()
+        self.effects = [before.effects[n] if same and same[n] is s else step_effect(s, delegate_writes.get(n, ()))
+                        for n, s in enumerate(steps)]
         self._points_to = self._bindings()
         self.written = [self.memory(*e.writes) for e in self.effects]  # per step: memory it writes
         self.read = [self.memory(*e.reads) for e in self.effects]
@@ -60,7 +64,7 @@ class MethodEffects:
         """The effects of rewritten steps (the same instructions, some folded away or replaced)."""
         if len(steps) == len(self.steps) and all(a is b for a, b in zip(steps, self.steps)):
             return self  # nothing was rewritten
-        return MethodEffects(self.plan, steps, self.delegate_writes)
+        return MethodEffects(self.plan, steps, self.delegate_writes, self)
 
     def _bindings(self) -> dict[int, set[int]]:
         # value -> every value whose object a bind may have given it (its own included), to a fixed point.

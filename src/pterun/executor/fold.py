@@ -24,6 +24,8 @@ jumps keep their copies: their instruction order is not the order they run in.
 
 from __future__ import annotations
 
+import bisect
+
 import torch
 
 from pterun.executor.effects import MethodEffects
@@ -51,7 +53,15 @@ class Rewriter:
         self.aliases = [vi for vi in original.readers if vi not in written
                         and isinstance(plan.values[vi], TensorSpec) and plan.values[vi].memory_id is not None
                         and plan.values[vi].data_buffer_idx == 0]
+        # The same views by arena, ordered by where they start: a question about some bytes looks only at
+        # the views that start before those bytes end (a method has thousands of views and of questions).
+        self._by_arena: dict[int, tuple[list[int], list[tuple[int, int]]]] = {}
+        for vi in sorted(self.aliases, key=lambda v: plan.values[v].memory_offset):
+            starts, entries = self._by_arena.setdefault(plan.values[vi].memory_id, ([], []))
+            starts.append(plan.values[vi].memory_offset)
+            entries.append((vi, plan.values[vi].memory_offset + plan.values[vi].nbytes))
         self.ordered = not any(isinstance(s, JumpFalseCall) for s in steps)  # steps run in the order listed
+        self._whole = [self._whole_writes(step) for step in steps]  # per step: (arena, start, end) it writes whole
         # Values known only at run time (symbolic sizes), directly or inside a list.
         self.moving = set(computed)
         for li, value in enumerate(plan.values):
@@ -74,9 +84,15 @@ class Rewriter:
             return None
         if not all(self.effects.effects[r].strided for r in self.effects.readers.get(out, ())):
             return None
-        if spec.memory_id is not None and any(self.reads_through(a, spec, n) for a in self.aliases):
+        if spec.memory_id is not None and any(self.reads_through(a, spec, n) for a in self.overlapping(spec)):
             return None
         return view, out
+
+    def overlapping(self, spec: TensorSpec) -> list[int]:
+        """The planned views whose bytes overlap ``spec``'s."""
+        starts, entries = self._by_arena.get(spec.memory_id, ((), ()))
+        end = bisect.bisect_left(starts, spec.memory_offset + spec.nbytes)
+        return [vi for vi, stop in entries[:end] if stop > spec.memory_offset]
 
     def reads_through(self, alias: int, spec: TensorSpec, n: int) -> bool:
         """Whether a view the exporter planned may read, through the arena, bytes that step ``n`` writes.
@@ -91,20 +107,27 @@ class Rewriter:
             return True
         start, end = max(a.memory_offset, spec.memory_offset), min(a.memory_offset + a.nbytes,
                                                                    spec.memory_offset + spec.nbytes)
-        return any(r > n and not any(self._rewrites(k, a.memory_id, start, end) for k in range(n + 1, r))
-                   for r in self.effects.readers.get(alias, ()))
+        # Only the first reader after step n matters: a step that rewrites the overlap before it also
+        # comes before every later reader.
+        readers = self.effects.readers.get(alias, ())  # in step order
+        i = bisect.bisect_right(readers, n)
+        if i == len(readers):
+            return False
+        return not any(self._rewrites(k, a.memory_id, start, end) for k in range(n + 1, readers[i]))
 
     def _rewrites(self, k: int, memory_id: int, start: int, end: int) -> bool:
+        return any(m == memory_id and lo <= start and end <= hi for m, lo, hi in self._whole[k])
+
+    def _whole_writes(self, step) -> tuple[tuple[int, int, int], ...]:
         # A kernel's out argument of static shape is written whole; in-place updates may write a part.
-        step = self.steps[k]
         if not isinstance(step, KernelStep):
-            return False
+            return ()
+        found = []
         for p in step.binding.writes:
             w = self.plan.values[step.args[p]]
-            if (isinstance(w, TensorSpec) and w.memory_id == memory_id and w.dynamism == Dynamism.STATIC
-                    and w.memory_offset <= start and end <= w.memory_offset + w.nbytes):
-                return True
-        return False
+            if isinstance(w, TensorSpec) and w.memory_id is not None and w.dynamism == Dynamism.STATIC:
+                found.append((w.memory_id, w.memory_offset, w.memory_offset + w.nbytes))
+        return tuple(found)
 
     def tensor_inputs(self, step: KernelStep) -> list[int]:
         return [step.args[p] for p in self.tensor_positions(step)]

@@ -99,7 +99,7 @@ def _unobserved(plan: Plan, rw: Rewriter, effects: MethodEffects, binders: dict[
             return False
         if (spec.memory_id is not None
                 and any(rw.reads_through(a, spec, k) and not set(effects.readers.get(a, ())) <= chain.steps
-                        for a in rw.aliases)):
+                        for a in rw.overlapping(spec))):
             return False
     for vi in chain.inputs:
         first = min(k for k in chain.steps if vi in rw.steps[k].args)
