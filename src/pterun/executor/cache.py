@@ -35,7 +35,21 @@ ENV = "PTERUN_CACHE_DIR"  # a directory, or "off"
 _MAGIC = b"pterunC1"
 _CHECK = 32  # bytes of BLAKE2b checksum after the magic
 _OFF = ("", "0", "off", "false", "no")
-_VERSIONS = "\0".join([VERSION, sys.version, importlib.util.MAGIC_NUMBER.hex(), torch.__version__]).encode()
+
+
+def _reader_digest() -> str:
+    # What a verification mark vouches for is that these bytes passed *this* reader and verifier: the
+    # format and flatbuffer layers' own source is part of every key, so a changed checker (a development
+    # checkout, or a release that kept its version number) never trusts an older mark.
+    package = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for path in sorted([*package.glob("format/**/*.py"), *package.glob("flatbuf/**/*.py")]):
+        h.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+_VERSIONS = "\0".join([VERSION, sys.version, importlib.util.MAGIC_NUMBER.hex(), torch.__version__,
+                       _reader_digest()]).encode()
 
 
 def default_directory() -> Path | None:
