@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pterun.core.layout import is_contiguous_order
 from pterun.executor.fold import overlaps
 from pterun.executor.steps import KernelStep
 from pterun.format import Dynamism, Plan, TensorSpec
@@ -76,7 +77,7 @@ class Graph:
 
 
 def contiguous(spec: TensorSpec) -> bool:
-    return tuple(spec.dim_order) == tuple(range(len(spec.sizes)))
+    return is_contiguous_order(spec.dim_order)
 
 
 def scalar(g: Graph, vi: int) -> float | None:
