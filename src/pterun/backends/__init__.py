@@ -1,6 +1,6 @@
 """Delegates: the backend interface, the registry keyed by backend id, and the built-in backends."""
 
-from pterun.backends.interface import BackendInitContext, BackendInterface, CompileSpec
+from pterun.backends.interface import BackendInitContext, BackendInterface, CompileSpec, DelegateTracer
 from pterun.backends.registry import BackendRegistry
 
 
@@ -19,4 +19,6 @@ def default_backend_registry() -> BackendRegistry:
     return registry
 
 
-__all__ = ["BackendInitContext", "BackendInterface", "BackendRegistry", "CompileSpec", "default_backend_registry"]
+__all__ = [
+    "BackendInitContext", "BackendInterface", "BackendRegistry", "CompileSpec", "DelegateTracer", "default_backend_registry",
+]

@@ -16,6 +16,11 @@ backend whose delegates are passed constants (weights the partitioner left
 outside the blob) must say which arguments are outputs, or such programs are
 refused.
 
+``profiled`` lets a backend report what happens inside a delegate when the
+program was loaded with profiling on (ETDump): it returns, once at load, an
+execute function that times each node of the blob and hands the tracer its
+outputs. The default (None) runs the delegate as one event.
+
 Errors: raise a :class:`pterun.errors.PteError` subclass. By ExecuTorch's
 convention a blob the backend cannot run is ``DelegateInvalidCompatibility``
 (0x30), an allocation failure ``DelegateMemoryAllocationFailed`` (0x31), and a
@@ -29,7 +34,7 @@ import types
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -62,6 +67,27 @@ class BackendInitContext:
         return self.runtime_specs.get(key, default)
 
 
+class DelegateTracer(Protocol):
+    """What a delegate's profiled execute reports to, for one delegate call of a method.
+
+    ``now()`` is a timestamp on the tracer's clock (the host's, or CUDA events on a GPU): take one
+    before and one after each node. ``node`` records one node: its debug handle where the blob gives
+    its nodes one (ExecuTorch's delegate debug identifier, which ETRecord maps to the exported graph's
+    nodes), else -1 and a ``name``; ``name`` also says what the node is (an operator) for tables;
+    ``outputs`` are the tensors the node computed, logged only when ``logs_values`` (a debug buffer
+    was asked for): leave them out otherwise, so that timing costs no copies. Tensors are logged as
+    they are when ``node`` is called; a backend that reuses a buffer must call ``node`` before it
+    overwrites it.
+    """
+
+    logs_values: bool
+
+    def now(self) -> Any: ...
+
+    def node(self, start: Any, end: Any, *, debug_handle: int = -1, name: str | None = None,
+             outputs: Sequence[torch.Tensor] = ()) -> None: ...
+
+
 class BackendInterface(ABC):
     @abstractmethod
     def is_available(self) -> bool:
@@ -88,6 +114,14 @@ class BackendInterface(ABC):
         programs that pass constants.
         """
         return range(len(args))
+
+    def profiled(self, handle: Any, tracer: DelegateTracer) -> Callable[[list], None] | None:
+        """An execute function for ``handle`` that reports each node it runs to ``tracer``.
+
+        Asked once at method load when profiling is on; the function returned is called instead of
+        ``execute`` and must compute the same values. None (the default): the delegate is one event.
+        """
+        return None
 
     def destroy(self, handle: Any) -> None:  # noqa: B027 - optional hook
         """Releases what ``init`` acquired."""
