@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from importlib import resources
 from pathlib import Path
 from typing import Optional
 
@@ -14,16 +13,11 @@ from rich.table import Table
 
 from pterun import Runtime
 from pterun.cli.inputs import load_inputs, random_inputs
-from pterun.cli.report import UserError, console, esc, reported, state, visible
+from pterun.cli.options import device_option, example_program
+from pterun.cli.report import console, esc, reported, state, visible
 from pterun.core.dtype import name as dtype_name
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run and inspect ExecuTorch programs (.pte).")
-
-EXAMPLE = "llama_tiny.pte"
-
-
-def example_program() -> Path:
-    return Path(str(resources.files("pterun.examples") / EXAMPLE))
 
 
 @app.callback()
@@ -33,24 +27,6 @@ def options(
     ),
 ) -> None:
     state.debug = debug
-
-
-def _device(device: str | None) -> str | None:
-    """The --device option, checked: a device torch knows, and one this machine has."""
-    if device is None:
-        return None
-    try:
-        parsed = torch.device(device)
-    except RuntimeError:
-        raise UserError(f"--device {device!r}: not a device; expected cpu, cuda or cuda:N") from None
-    if parsed.type not in ("cpu", "cuda"):
-        raise UserError(f"--device {device!r}: pterun runs programs on cpu or cuda")
-    if parsed.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError(f"--device {device!r}: no CUDA device is available on this machine")
-        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
-            raise UserError(f"--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return device
 
 
 @app.command()
@@ -70,7 +46,7 @@ def run(
     """Run a method with random inputs (or --inputs) and print its outputs and timings."""
     path = program or example_program()
     with reported():
-        device = _device(device)
+        device = device_option(device)
         start = time.perf_counter()
         loaded = Runtime.get().load_program(path, data_path=data or None, device=device, allow_tf32=allow_tf32)
         m = loaded.load_method(method)
@@ -194,7 +170,7 @@ def bench(
 
         against = "executorch" if importlib.util.find_spec("executorch") and device == "cpu" else ""
     with reported():
-        _device(device)
+        device_option(device)
         loaded = Runtime.get().load_program(path, data_path=data or None, device=None if device == "cpu" else device,
                                             allow_tf32=allow_tf32)
         m = loaded.load_method(method)

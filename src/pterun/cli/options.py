@@ -1,0 +1,34 @@
+"""What the commands share about their options: the bundled example program, and a checked --device."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from pterun.cli.report import UserError
+
+EXAMPLE = "llama_tiny.pte"
+
+
+def example_program() -> Path:
+    return Path(str(resources.files("pterun.examples") / EXAMPLE))
+
+
+def device_option(device: str | None) -> str | None:
+    """The --device option, checked: a device torch knows, and one this machine has."""
+    if device is None:
+        return None
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise UserError(f"--device {device!r}: not a device; expected cpu, cuda or cuda:N") from None
+    if parsed.type not in ("cpu", "cuda"):
+        raise UserError(f"--device {device!r}: pterun runs programs on cpu or cuda")
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"--device {device!r}: no CUDA device is available on this machine")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise UserError(f"--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
