@@ -14,6 +14,7 @@ from rich.table import Table
 from pterun import Runtime
 from pterun.cli.inputs import load_inputs, random_inputs
 from pterun.cli.options import device_option, example_program
+from pterun.cli.profile import profile
 from pterun.cli.report import console, esc, reported, state, visible
 from pterun.core.dtype import name as dtype_name
 
@@ -201,6 +202,9 @@ def bench(
 
 def main() -> None:
     app()
+
+
+app.command()(profile)
 
 
 if __name__ == "__main__":

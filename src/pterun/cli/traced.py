@@ -1,0 +1,53 @@
+"""Loading and running a method with ETDump on, for `pterun profile` and `pterun compare`."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pterun import Runtime
+from pterun.cli.inputs import load_inputs, random_inputs
+from pterun.format import TensorSpec
+from pterun.format.etdump import RunBlock, read_etdump
+
+ALIGNMENT = 64  # where the runtime starts each value it logs in the debug buffer
+
+
+def runtime() -> Runtime:
+    """The runtime the commands load with (tests put one with their own backends here)."""
+    return Runtime.get()
+
+
+@dataclass
+class Inputs:
+    values: list
+    source: str  # where they came from, said to the user: the file, or "random, seed N"
+    seed: int | None = None
+
+
+def method_inputs(method, path: Path | None, device: str, seed: int) -> Inputs:
+    """The inputs in ``path``, else random ones drawn from the method's metadata with ``seed``."""
+    if path is not None:
+        return Inputs(load_inputs(path, device), str(path))
+    return Inputs(random_inputs(method.metadata, device, seed), f"random, seed {seed}", seed)
+
+
+def debug_buffer_estimate(plan, runs: int = 1) -> int:
+    """Room in the debug buffer for every value of ``plan`` logged ``runs`` times, and as much again for
+    the values delegates compute inside (which the plan does not list)."""
+    values = sum(v.nbytes + ALIGNMENT for v in plan.values if isinstance(v, TensorSpec))
+    return 2 * values * runs + (1 << 20)
+
+
+def recorded(program, *, keep_debug: bool = False) -> tuple[list[RunBlock], bytes, bytes | None]:
+    """What ``program`` (loaded with ``enable_etdump=True``) recorded since the last call: its ETDump's blocks,
+    the ETDump's bytes and (``keep_debug``) the debug buffer's; the recording starts afresh."""
+    with tempfile.TemporaryDirectory(prefix="pterun-etdump-") as tmp:
+        dump, debug = Path(tmp) / "run.etdp", Path(tmp) / "run.debug"
+        program.write_etdump_result_to_file(dump, debug if keep_debug else None)
+        if not dump.exists():  # nothing recorded
+            return [], b"", None
+        data = dump.read_bytes()
+        debug_bytes = debug.read_bytes() if keep_debug and debug.exists() else None
+    return read_etdump(data), data, debug_bytes
