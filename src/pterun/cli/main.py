@@ -13,6 +13,7 @@ from rich.table import Table
 
 from pterun import Runtime
 from pterun.cli.inputs import load_inputs, random_inputs
+from pterun.cli.compare import compare
 from pterun.cli.options import device_option, example_program
 from pterun.cli.profile import profile
 from pterun.cli.report import console, esc, reported, state, visible
@@ -205,6 +206,7 @@ def main() -> None:
 
 
 app.command()(profile)
+app.command()(compare)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ def pterun_ways(method, args: list, device: str) -> list[Way]:
     return [Way("pterun", call, cuda)]
 
 
-def _executorch(path: Path, data: list[Path], method: str, args: list) -> Way:
+def executorch_module(path: Path, data: list[Path], method: str, args: list):
+    """ExecuTorch's runtime's module for ``path``, and ``args`` on the host, after one call of ``method``
+    that shows it runs (its outputs are the module's third value)."""
     try:
         from executorch.extension.pybindings import portable_lib
     except ImportError:
@@ -34,9 +36,14 @@ def _executorch(path: Path, data: list[Path], method: str, args: list) -> Way:
     host_args = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
     try:
         module = portable_lib._load_for_executorch(str(path), str(data[0]) if data else None)
-        module.run_method(method, host_args, clone_outputs=False)  # fails here, not in the middle of timing
+        outputs = module.run_method(method, host_args, clone_outputs=True)
     except RuntimeError as exc:
         raise UserError(f"--against executorch: ExecuTorch's runtime cannot run it ({first_line(exc)})") from None
+    return module, host_args, list(outputs)
+
+
+def _executorch(path: Path, data: list[Path], method: str, args: list) -> Way:
+    module, host_args, _ = executorch_module(path, data, method, args)  # fails here, not in the middle of timing
     return Way("executorch", lambda: module.run_method(method, host_args, clone_outputs=False))
 
 
