@@ -199,3 +199,22 @@ def test_without_executorch_the_reference_says_what_to_install(module, args, fra
     args = [str(recorded.etrecord) if a == "ETRECORD" else a for a in args]
     monkeypatch.setitem(sys.modules, module, None)  # what an import finds when the package is not there
     _one_error_line(runner.invoke(app, ["compare", str(recorded.pte), *args]), fragment)
+
+
+def test_a_debug_buffer_too_small_is_grown_until_every_value_fits(monkeypatch):
+    recorded = programs.recorded_mlp()
+    loads = []
+
+    def counting_runtime():
+        loads.append(1)
+        return pterun.Runtime.get()
+
+    monkeypatch.setattr(traced, "runtime", counting_runtime)
+    monkeypatch.setattr(traced, "debug_buffer_estimate", lambda plan: 64)
+    report = _compare_json(str(recorded.pte), "--etrecord", str(recorded.etrecord))
+    assert len(loads) > 1  # the premise: the first buffer was too small
+    assert len(report["operators"]) == 7 and report["first_operator_over"] is None
+
+    monkeypatch.setattr(traced, "debug_buffer_estimate", lambda plan: 1)
+    result = runner.invoke(app, ["compare", str(recorded.pte), "--etrecord", str(recorded.etrecord)])
+    _one_error_line(result, "do not fit in a debug buffer")

@@ -11,7 +11,9 @@ import typer
 from rich.table import Table
 from torch.utils._pytree import tree_leaves
 
+from pterun import MethodMeta
 from pterun.cli import traced
+from pterun.cli.inputs import load_inputs, random_inputs
 from pterun.cli.numerics import Gap, first_over, fmt, gap
 from pterun.cli.options import device_option, example_program
 from pterun.cli.report import UserError, console, esc, reported
@@ -19,6 +21,7 @@ from pterun.errors import MemoryAllocationFailed
 from pterun.format import ProgramFile
 
 AGAINST = ("executorch", "etrecord")
+GROWTHS = 5  # tries with a debug buffer 4 times larger each time, when delegates compute more than estimated
 
 
 def compare(
@@ -63,7 +66,7 @@ def compare(
                 raise UserError(f"--etrecord: ExecuTorch's Inspector reads method {FORWARD!r} only, not {method!r}")
             record = Record(etrecord)
         plan = ProgramFile(path).plan(method)
-        values, source = _inputs(plan, record, path, method, data, inputs, where, seed)
+        values, source = _inputs(plan, record, inputs, where, seed)
         outputs, pairs = _run_pterun(path, data, method, device, values, record, plan)
         if against == "executorch":
             from pterun.cli.reference import executorch_outputs
@@ -89,15 +92,13 @@ def _copy(value):
     return value.clone() if isinstance(value, torch.Tensor) else value
 
 
-def _inputs(plan, record, path: Path, method: str, data, inputs: Path | None, where: str, seed: int):
-    if inputs is None and record is not None and record.inputs is not None:
-        return [x.to(where) if isinstance(x, torch.Tensor) else x for x in record.inputs], \
-            "the ETRecord's representative inputs"
-    from pterun.cli.inputs import load_inputs, random_inputs
-    from pterun.executor.meta import MethodMeta
-
+def _inputs(plan, record, inputs: Path | None, where: str, seed: int) -> tuple[list, str]:
+    """The inputs and where they came from: --inputs, else the ETRecord's, else random ones."""
     if inputs is not None:
         values, source = load_inputs(inputs, where), str(inputs)
+    elif record is not None and record.inputs is not None:
+        values = [x.to(where) if isinstance(x, torch.Tensor) else x for x in record.inputs]
+        source = "the ETRecord's representative inputs"
     else:
         values, source = random_inputs(MethodMeta(plan), where, seed), f"random, seed {seed}"
     if record is not None:
@@ -108,8 +109,8 @@ def _inputs(plan, record, path: Path, method: str, data, inputs: Path | None, wh
 def _run_pterun(path: Path, data, method: str, device, values: list, record, plan):
     """The method's outputs on pterun (on the host), and with an ETRecord every operator's value paired with
     the reference graph's."""
-    size = traced.debug_buffer_estimate(plan) if record is not None else 0
-    for _ in range(3):
+    first = traced.debug_buffer_estimate(plan) if record is not None else 0
+    for size in (first * 4**i for i in range(GROWTHS)):
         loaded = traced.runtime().load_program(path, data_path=data or None, device=device,
                                                enable_etdump=record is not None, debug_buffer_size=size)
         m = loaded.load_method(method)
@@ -118,8 +119,7 @@ def _run_pterun(path: Path, data, method: str, device, values: list, record, pla
         except MemoryAllocationFailed:
             if record is None:
                 raise
-            size *= 4  # the debug buffer was too small for what delegates compute inside
-            continue
+            continue  # the debug buffer was too small for what delegates compute inside
         if record is None:
             return outputs, []
         _, dump, debug = traced.recorded(loaded, keep_debug=True)

@@ -58,8 +58,8 @@ def profile(
     if as_json:
         print(json.dumps(_as_json(result, rows, path, method, where, warmup, args)))
         return
-    _table(result, rows, title=f"{esc(path.name)} :: {esc(method)} on {esc(where)} "
-                               f"({iterations} runs after {warmup} warm-up; inputs {esc(args.source)})")
+    _table(result, rows, title=f"{esc(path.name)} :: {esc(method)} on {esc(where)}",
+           caption=f"{iterations} runs after {warmup} warm-up; inputs {esc(args.source)}")
     if trace is not None:
         console.print(f"trace: {esc(trace)} (open it in ui.perfetto.dev or chrome://tracing)")
 
@@ -93,9 +93,9 @@ def _as_json(result: Profile, rows, path: Path, method: str, where: str, warmup:
     }
 
 
-def _table(result: Profile, rows, *, title: str) -> None:
+def _table(result: Profile, rows, *, title: str, caption: str) -> None:
     per_run = result.method_ns / result.runs if result.runs else 0
-    table = Table(title=title, show_footer=True)
+    table = Table(title=title, caption=caption, show_footer=True)
     table.add_column("operator", footer="method (Method::execute)")
     table.add_column("count", justify="right", footer=str(result.runs))
     table.add_column("total ms", justify="right", footer=f"{result.method_ns / 1e6:.3f}")

@@ -70,14 +70,15 @@ class Record:
 
     @property
     def inputs(self) -> list | None:
-        """The representative inputs the ETRecord holds (a flat list of values), if any."""
+        """The representative inputs the ETRecord holds (the first set, where a bundled program gave several),
+        as a flat list of values; None when it holds none."""
         held = self.etrecord._representative_inputs
         if not held:
             return None
-        return list(tree_leaves(held[0] if len(held) == 1 and isinstance(held[0], (list, tuple)) else held))
+        return list(tree_leaves(held[0] if isinstance(held[0], (list, tuple)) else held))
 
     def use_inputs(self, inputs: list) -> None:
-        """Runs the reference graph on ``inputs`` from now on."""
+        """Runs the reference graph on ``inputs`` (the values pterun runs on) from now on."""
         self.etrecord.update_representative_inputs([x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs])
 
     def outputs(self, inputs: list) -> list:
