@@ -24,7 +24,8 @@ from pterun.backends.xnnpack.graph import Datatype, Graph, Node, PerTensor
 from pterun.backends.xnnpack.optimize import outputs_of
 from pterun.backends.xnnpack.profile import NO_DEBUG_HANDLE, labels, members
 from pterun.errors import DelegateInvalidHandle
-from tests.backends.xnnpack.programs import export_quantized, graphs, partitioners, quantized_inputs
+from tests.backends.xnnpack.programs import QUANT_MODELS, export_quantized, graphs, partitioners, quantized_inputs
+from tests.backends.xnnpack.test_xnnpack_layout import ChannelsLastBetweenDelegates
 from tests.backends.xnnpack.test_xnnpack_packed import Packed
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.models.small import BranchyConvNet
@@ -189,6 +190,24 @@ def test_other_shapes_are_profiled_too():
     assert outputs[2].shape == (3, 128, 8, 8) and torch.equal(report.outputs[0], outputs[2])
 
 
+def test_channels_last_argument_values_are_logged_as_the_exported_graph_has_them():
+    """A delegate whose input the exported graph passes channels-last (its graph value is NHWC) and
+    permutes: the permute's value is logged with the exported graph's shape and contents."""
+    exported = export_program("xnnpack-channels-last-between-delegates", lambda: ExportSpec(
+        ChannelsLastBetweenDelegates(), (torch.randn(1, 3, 4, 5),), lower=partitioners))
+    blob = graphs(exported.pte)[1]
+    handle = _delegate(exported.pte, 1)
+    assert handle.graph.inputs[0].dims == (1, 4, 5, 3)  # the premise: NHWC in the graph
+    x = torch.randn(1, 3, 4, 5, generator=torch.Generator().manual_seed(3))
+    y = (x + 1).contiguous(memory_format=torch.channels_last)
+    (output,), reports = _profile(handle, [y, torch.tensor([2.0])], logs_values=True)
+    _check_reports(handle, blob, reports, logs_values=True)
+    assert torch.equal(output, ChannelsLastBetweenDelegates()(x))
+    (permute,) = [r for r in reports if r.debug_handle != -1 and r.name.startswith("XNNStaticTranspose")]
+    assert torch.equal(permute.outputs[0], y.permute(0, 2, 3, 1))
+    assert torch.equal(reports[-1].outputs[0], output)
+
+
 # -- quantized: BranchyConvNet with 8-bit values inside the delegate --------------------------------------
 
 
@@ -239,3 +258,26 @@ def test_nodes_without_a_debug_handle_are_named():
 def test_profiled_refuses_a_handle_it_did_not_make():
     with pytest.raises(DelegateInvalidHandle):
         XnnpackBackend().profiled(object(), Tracer(False))
+
+
+def test_dynamically_quantized_rows_are_logged_as_integers():
+    """Activations quantized per row at run time: the Convert's value is logged as its int8 rows (each row's
+    range reaches one end of [-128, 127]); the fully connected nodes' float values match the float model."""
+    exported = export_quantized("mlp", "dynamic")
+    (blob,) = graphs(exported.pte)
+    assert "qdint8" in {v.type_name for v in blob.values.values()}
+    handle = _delegate(exported.pte)
+    (x,) = quantized_inputs("mlp", 1)
+    (output,), reports = _profile(handle, [x], logs_values=True)
+    _check_reports(handle, blob, reports, logs_values=True)
+    logged = _by_name(reports)
+    q = logged["XNNConvert #1"]
+    assert q.dtype == torch.int8 and q.shape == x.shape
+    assert bool(((q.amax(1) == 127) | (q.amin(1) == -128)).all())
+    assert torch.equal(reports[-1].outputs[0], output)
+    torch.manual_seed(0)
+    m = QUANT_MODELS["mlp"][0]().eval()
+    with torch.no_grad():
+        h = torch.relu(m.fc1(x))
+        _assert_close(logged["XNNFullyConnected #1"], h, 0.05, "fc1")
+        _assert_close(logged["XNNAdd #1"], h + torch.relu(m.fc2(h)), 0.05, "residual add")

@@ -13,8 +13,8 @@ Each report stands for one node of the graph as it runs, after ``optimize.py``:
   for nodes it made itself (the transposes XNNPACK's channels-last pass
   inserts) and an absent field reads 0; both are reported as -1 (no handle).
   Several nodes may carry one handle (a batched matrix product is written as
-  reshapes around it). The exporter folds batch norms and activations into the
-  convolution or linear layer before them before it serializes: such a node
+  reshapes around it). Before it serializes, the exporter folds batch norms and
+  activations into the convolution or linear layer they follow: such a node
   carries the convolution's handle and computes the last folded operator's
   value (a comparison against the edge graph must compare it with that one).
 * ``name``: the node's type and its number among the blob's nodes of that type,
@@ -55,6 +55,8 @@ _NHWC_NODES = {
     "XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d", "XNNMaxPooling2d", "XNNAvgPooling2d",
     "XNNArgMaxPooling2d", "XNNGlobalAvgPooling2d", "XNNStaticResizeBilinear2D", "XNNPReLU",
 }
+# Node types the pass gives NCHW inputs.
+_NCHW_NODES = {"XNNStaticReshape", "XNNFullyConnected"}
 _TO_NHWC, _TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 
 
@@ -80,23 +82,32 @@ def labels(graph: Graph) -> dict[int, tuple[int, str]]:
 def nhwc_values(graph: Graph) -> set[int]:
     """The 4-d values the graph holds NHWC while the exported graph has them NCHW.
 
-    Follows XNNPACK's channels-last pass: the outputs of the nodes it runs NHWC, and of the transposes it
-    inserts (no debug handle) to NHWC, are NHWC; other nodes keep the layout of their inputs. An external
-    input is NHWC when such a node or an inserted transpose back to NCHW reads it directly (the exported
-    argument was channels-last)."""
-    dims = {v.id: v.dims for v in graph.values.values()}
-    constants = {v.id for v in graph.values.values() if v.data is not None}
+    Follows XNNPACK's channels-last pass: the nodes it runs NHWC (convolutions, pooling, ...) read and
+    write NHWC values; the transposes it inserts (no debug handle) go from one layout to the other; a
+    reshape or a fully connected node reads NCHW values; every other node reads and writes values of
+    one layout, whichever it is (an argument the exported graph passed channels-last is NHWC)."""
+    dims = {v.id: v.dims for v in graph.values.values() if len(v.dims) == 4 and v.data is None}
+    parent: dict[int, int] = {}
+
+    def root(v: int) -> int:
+        while parent.get(v, v) != v:
+            v = parent[v]
+        return v
+
     nhwc: set[int] = set()
     for node in graph.nodes:
-        if node.kind in _NHWC_NODES or _inserted_transpose(node, _TO_NCHW):
-            nhwc.update(v for v in inputs_of(node) if v in dims and graph.values[v].is_input and len(dims[v]) == 4)
-    for node in graph.nodes:
-        if _inserted_transpose(node, _TO_NCHW):
-            continue
-        sources = [v for v in inputs_of(node) if v not in constants]
-        if node.kind in _NHWC_NODES or _inserted_transpose(node, _TO_NHWC) or any(v in nhwc for v in sources):
-            nhwc.update(v for v in outputs_of(node) if len(dims.get(v, ())) == 4)
-    return nhwc
+        ins, outs = [v for v in inputs_of(node) if v in dims], [v for v in outputs_of(node) if v in dims]
+        if node.kind in _NHWC_NODES:
+            nhwc.update(ins + outs)
+        elif _inserted_transpose(node, _TO_NHWC):
+            nhwc.update(outs)
+        elif _inserted_transpose(node, _TO_NCHW):
+            nhwc.update(ins)
+        elif node.kind not in _NCHW_NODES:
+            for v in ins[1:] + outs:
+                parent[root(v)] = root(ins[0]) if ins else root(outs[0])
+    tagged = {root(v) for v in nhwc}
+    return {v for v in dims if root(v) in tagged}
 
 
 def _inserted_transpose(node: Node, perm: tuple[int, ...]) -> bool:
@@ -128,8 +139,12 @@ class NodeHooks:
 
     def _logged(self, node: Node, vid: int, b: Builder) -> str:
         """The expression logging value ``vid``, written by ``node``."""
-        name = b.nchw(vid) if vid in self.nhwc else b.ref(vid)
         value = b.value(vid)
+        rows = b.dynamic.get(vid)
+        if rows is not None:  # its integers are float32 rows, the product's operand (nodes/convert.py)
+            name = b.reshaped(rows.quantized, b.shape(vid))
+            return f"{b.permuted(name, _TO_NCHW) if vid in self.nhwc else name}.to(torch.int8)"
+        name = b.nchw(vid) if vid in self.nhwc else b.ref(vid)
         if (isinstance(value.quant, PerTensor) and value.datatype in (Datatype.QINT8, Datatype.QUINT8)
                 and node.kind != "XNNConvert"):
             b.env["_dequantize"] = _dequantize
