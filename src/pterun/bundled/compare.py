@@ -53,7 +53,7 @@ def compare(index: int, expected: torch.Tensor, expected_code: int, actual, rtol
     e, a = _bits(expected), _bits(actual)
     bad = e != a
     count = int(bad.sum())
-    max_abs = float((expected.double() - actual.double()).abs().max()) if expected.is_floating_point() else None
+    max_abs = None if expected.dtype == torch.bool else float((expected.double() - actual.double()).abs().max())
     if not count:
         return OutputCheck(index, True, max_abs, numel=numel)
     flat = int(bad.flatten().nonzero()[0])
