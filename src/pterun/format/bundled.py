@@ -130,7 +130,10 @@ def _suite(table, index: int) -> TestSuite:
     raw = table.MethodName()
     if raw is None:
         raise InvalidProgram(f"test suite {index} has no method name")
-    name = raw.decode()
+    try:
+        name = raw.decode()
+    except UnicodeDecodeError:
+        raise InvalidProgram(f"test suite {index}: its method name {bytes(raw)!r} is not UTF-8") from None
     cases = []
     for c in range(table.TestCasesLength()):
         case = table.TestCases(c)
