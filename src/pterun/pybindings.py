@@ -174,6 +174,11 @@ class ExecuTorchModule:
         return self._run("forward", _convert_inputs(inputs, "forward", "__call__", one_tensor=True), clone_outputs)
 
     def plan_execute(self, method_name: str, clone_outputs: bool = True) -> list[Any]:
+        """Runs the method with the inputs it was last given (``InvalidArgument`` when it has none yet).
+
+        ExecuTorch's method keeps pointers to the caller's unplanned inputs after ``forward`` returns, so
+        its ``plan_execute`` may read freed memory; pterun's keeps the tensors themselves (docs/bundled.md).
+        """
         method = self._loaded().load_method(method_name)
         method.run()
         return method.get_outputs(clone_outputs)

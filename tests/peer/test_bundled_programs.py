@@ -182,3 +182,19 @@ def test_executorch_end_to_end_test_of_bundled_programs_passes_on_pterun(monkeyp
     result = upstream.unittest.TextTestRunner(verbosity=0).run(
         upstream.unittest.defaultTestLoader.loadTestsFromTestCase(upstream.BundledProgramE2ETest))
     assert result.testsRun == 1 and result.wasSuccessful(), result.errors + result.failures
+
+
+def test_cases_without_usable_expected_outputs_fail_as_in_executorch(executorch, two):
+    exported, model, cases, _ = two
+    inputs, outputs = cases["forward"][0]
+    data = bundling.bundle(exported.pte, {"forward": [(inputs, []), (inputs, outputs)]})
+    assert BundledFile(data).suites["forward"].test_cases[0].expected_outputs == ()
+    ours = pybindings._load_bundled_program_from_buffer(data)
+    error = _both_fail(ours, executorch._load_bundled_program_from_buffer(data), "forward", 0)
+    assert error.code == ErrorCode.NotSupported and "no expected outputs" in error.message
+    # Fewer expected outputs than the method has: ExecuTorch reads past the list; pterun says so.
+    short = bundling.bundle(exported.pte, {"forward": [(inputs, outputs[:2])]})
+    with pytest.raises(PteError, match="has 2 expected outputs; the method has 3") as error:
+        pybindings._load_bundled_program_from_buffer(short).verify_result_with_bundled_expected_output("forward", 0)
+    assert error.value.code == ErrorCode.InvalidProgram
+    assert len(ours.verify_result_with_bundled_expected_output("forward", 1)) == 3
