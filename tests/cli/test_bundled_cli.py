@@ -86,3 +86,15 @@ def test_an_unknown_method_is_one_error_line(bundles):
 def _write(path, data: bytes):
     path.write_bytes(data)
     return path
+
+
+def test_weights_in_a_data_file_come_from_data(tmp_path):
+    exported, model = bundling.two_methods(external_constants=True)
+    assert exported.ptd, "the exporter put the weights in a .ptd"
+    inputs = bundling.two_methods_inputs(2, seed=6)
+    path = tmp_path / "external.bpte"
+    path.write_bytes(bundling.bundle(exported.pte, {n: bundling.eager_cases(model, n, inputs[n]) for n in inputs}))
+    result = runner.invoke(app, ["test", str(path), "--data", str(exported.ptd[0])])
+    assert result.exit_code == 0 and "4 passed, 0 failed" in result.output, result.output
+    without = runner.invoke(app, ["test", str(path)])
+    assert without.exit_code == 1 and "FAIL" in without.output, without.output

@@ -18,6 +18,7 @@ from pterun.cli.report import UserError, console, esc, reported
 def run_tests(
     bundle: Path = typer.Argument(..., help="The bundled program (.bpte)."),
     method: Optional[list[str]] = typer.Option(None, "--method", "-m", help="Only this method's test cases."),
+    data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help=".ptd file(s) with external tensors."),
     rtol: float = typer.Option(DEFAULT_RTOL, "--rtol", min=0.0, help="Relative tolerance, as ExecuTorch's."),
     atol: float = typer.Option(DEFAULT_ATOL, "--atol", min=0.0, help="Absolute tolerance, as ExecuTorch's."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
@@ -25,7 +26,7 @@ def run_tests(
     """Run every bundled test case of every method; exit status 1 when any fails."""
     results: list[CaseResult] = []
     with reported():
-        loaded = BundledProgram(bundle)
+        loaded = BundledProgram(bundle, data_path=data or None)
         names = list(loaded.method_names)
         for name in method or ():
             if name not in names:

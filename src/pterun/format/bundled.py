@@ -12,7 +12,7 @@ that holds one is ``NotSupported``, as in ExecuTorch.
 
 from __future__ import annotations
 
-import struct
+import math
 from dataclasses import dataclass
 
 from pterun.errors import InvalidProgram, NotSupported, PteError
@@ -22,11 +22,10 @@ from pterun.format._generated import bundled_program_generated as fb
 from pterun.format._generated import bundled_program_layout
 from pterun.format.header import HEADER_OFFSET, IDENTIFIER_OFFSET, PROGRAM_IDENTIFIER
 from pterun.format.plan import ELEMENT_SIZE
+from pterun.format.program import _READ_ERRORS
 from pterun.format.source import FileBytes, Source, read_source
 
 BUNDLED_IDENTIFIER = bundled_program_layout.IDENT.encode()
-
-_READ_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError, AttributeError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,13 +34,6 @@ class BundledTensor:
     sizes: tuple[int, ...]
     dim_order: tuple[int, ...]
     data: memoryview  # exactly the tensor's bytes, a view of the file
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for s in self.sizes:
-            n *= s
-        return n
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,9 +164,7 @@ def _tensor(t, where: str) -> BundledTensor:
     scalar_type = t.ScalarType()
     if scalar_type not in ELEMENT_SIZE:
         raise InvalidProgram(f"{where}: scalar type {scalar_type} is not one a tensor can have")
-    nbytes = ELEMENT_SIZE[scalar_type]
-    for s in sizes:
-        nbytes *= s
+    nbytes = ELEMENT_SIZE[scalar_type] * math.prod(sizes)
     start, length = vector_span(t, 8)
     if length < nbytes:
         raise InvalidProgram(f"{where}: sizes {list(sizes)} need {nbytes} bytes; its data holds {length}")
