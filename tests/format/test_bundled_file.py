@@ -156,6 +156,8 @@ def test_flipped_bytes_never_fail_with_anything_but_typed_errors(sample):
     # A fixed budget of random corruptions: reading, loading the program and running a test case either
     # work or raise a PteError; and a good bundle still runs afterwards.
     data = sample[2]
+    assert len(pybindings._load_bundled_program_from_buffer(data).verify_result_with_bundled_expected_output(
+        "decode", 0)) == 1
     rng = random.Random(12)
     outcomes = {"read": 0, "rejected": 0}
     for _ in range(300):

@@ -87,6 +87,7 @@ def test_the_kinds_of_value_a_bundle_holds_are_all_exercised(sample, two):
 
 def test_wrong_test_case_index_and_method_name_fail_as_in_executorch(executorch, sample):
     data = sample[1]
+    assert len(BundledFile(data).suites["decode"].test_cases) == 5
     ours = pybindings._load_bundled_program_from_buffer(data)
     theirs = executorch._load_bundled_program_from_buffer(data)
     error = _both_fail(ours, theirs, "decode", 5)
