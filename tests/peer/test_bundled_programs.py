@@ -199,3 +199,17 @@ def test_cases_without_usable_expected_outputs_fail_as_in_executorch(executorch,
         pybindings._load_bundled_program_from_buffer(short).verify_result_with_bundled_expected_output("forward", 0)
     assert error.value.code == ErrorCode.InvalidProgram
     assert len(ours.verify_result_with_bundled_expected_output("forward", 1)) == 3
+
+
+def test_etdump_switches_reach_the_module_as_with_the_other_loaders(executorch, two, tmp_path):
+    _, _, cases, data = two
+    inputs, _ = cases["forward"][0]
+    for runtime in (pybindings, executorch):
+        bundle = runtime._load_bundled_program_from_buffer(data)
+        assert not runtime._load_for_executorch_from_bundled_program(bundle).has_etdump()
+        module = runtime._load_for_executorch_from_bundled_program(bundle, None, True, 1 << 16)
+        assert module.has_etdump()
+        module.forward(list(inputs))
+        path = tmp_path / f"{runtime.__name__}.etdp"
+        module.write_etdump_result_to_file(str(path), str(tmp_path / f"{runtime.__name__}.bin"))
+        assert path.stat().st_size > 0
