@@ -23,8 +23,9 @@ import torch
 from pterun.bundled.compare import OutputCheck, compare
 from pterun.core.dtype import storage_dtype
 from pterun.core.layout import strides_for
-from pterun.errors import IndexOutOfRange, InvalidArgument, InvalidArgumentType, InvalidProgram, NotFound, NotSupported
-from pterun.errors import PteError
+from pterun.errors import (
+    IndexOutOfRange, InvalidArgument, InvalidArgumentType, InvalidProgram, NotFound, NotSupported, PteError,
+)
 from pterun.executor import Method, Program
 from pterun.format.bundled import BundledFile, BundledTensor, TestCase, UnknownValue, kind_of
 from pterun.format.source import FileBytes, Source
