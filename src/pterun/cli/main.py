@@ -1,4 +1,5 @@
-"""`pterun run`, `pterun inspect`, `pterun bench`: run a program's method, show what a program holds, time it."""
+"""`pterun run`, `pterun inspect`, `pterun bench`, `pterun test`: run a program's method, show what a program
+holds, time it, run a bundled program's test cases."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import typer
 from rich.table import Table
 
 from pterun import Runtime
+from pterun.cli.bundled import run_tests
 from pterun.cli.inputs import load_inputs, random_inputs
 from pterun.cli.compare import compare
 from pterun.cli.options import device_option, example_program
@@ -199,6 +201,9 @@ def bench(
             row.append(f"{t.host_median:.3f}")
         table.add_row(*row)
     console.print(table)
+
+
+app.command("test")(run_tests)
 
 
 def main() -> None:
