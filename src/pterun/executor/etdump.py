@@ -144,24 +144,29 @@ class ProgramTrace:
             self.blocks[-1].events += [ProfileEvent("Method::init", init_start, end, instruction=0),
                                        ProfileEvent("Program::load_method", start, end, instruction=0)]
 
-    def log(self, value) -> LoggedValue | None:
+    def log(self, value, *, dense: bool = False) -> LoggedValue | None:
         """``value`` as a debug event logs it, its tensors copied into the debug buffer; None when it is not
-        a value ExecuTorch logs or does not fit (``overflow`` then says how many bytes were missing)."""
+        a value ExecuTorch logs or does not fit (``overflow`` then says how many bytes were missing).
+
+        A tensor's bytes keep its memory's order (a channels-last tensor's strides say so), as ExecuTorch's
+        runtime logs them; ``dense`` writes them in the order of its sizes instead, which is how ExecuTorch's
+        Inspector reads every tensor (it ignores strides)."""
         if isinstance(value, torch.Tensor):
-            return self._tensor(value)
+            return self._tensor(value, dense)
         if isinstance(value, (bool, int, float)):
             return value
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
-            entries = tuple(self._tensor(v) for v in value)
+            entries = tuple(self._tensor(v, dense) for v in value)
             return None if None in entries else entries
         return None
 
-    def _tensor(self, t: torch.Tensor) -> TensorEntry | None:
+    def _tensor(self, t: torch.Tensor, dense: bool = False) -> TensorEntry | None:
         code = _CODE_OF.get(t.dtype)
         if code is None:
             return None
         sizes = tuple(t.shape)
-        if t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last):
+        if (not dense and t.dim() == 4 and not t.is_contiguous()
+                and t.is_contiguous(memory_format=torch.channels_last)):
             strides = strides_for(sizes, CHANNELS_LAST_4D)
         else:
             strides = strides_for(sizes, range(t.dim()))
@@ -317,6 +322,8 @@ class DelegateEvents:
                                    **ids))
         if self.logs_values:
             for value in outputs:
-                logged = self.method.program.log(value)
+                # Dense: the Inspector compares a node's value with the exported graph's reading its bytes in
+                # the order of its sizes, and a delegate may hand over views of values it keeps in another layout.
+                logged = self.method.program.log(value, dense=True)
                 if logged is not None:
                     events.append(DebugEvent(logged, chain=0, instruction=self.instruction, **ids))
