@@ -46,8 +46,32 @@ class RecordedProgram:
     inputs: tuple
 
 
+class SmallCnn(torch.nn.Module):
+    """Convolutions whose ReLU XNNPACK's exporter fuses into them, a pooling, a linear layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.b(torch.relu(self.a(x))))
+        return self.head(h.mean(dim=(2, 3)))
+
+
 def recorded_mlp(partitioners=None, key: str = "cli-mlp-etrecord") -> RecordedProgram:
     """The MLP exported with an ETRecord that holds its example inputs as representative inputs."""
+    return _recorded(Mlp, _mlp_inputs, partitioners, key)
+
+
+def recorded_xnnpack_cnn() -> RecordedProgram:
+    """The small CNN lowered to XNNPACK, with an ETRecord."""
+    return _recorded(SmallCnn, lambda: (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(5)),),
+                     xnnpack_partitioners, "cli-cnn-xnnpack-etrecord")
+
+
+def _recorded(module, make_inputs, partitioners, key: str) -> RecordedProgram:
     directory = cache_root() / key
     pte, etrecord, inputs = directory / "program.pte", directory / "etrecord.bin", directory / "inputs.pt"
     with _LOCK:
@@ -56,9 +80,9 @@ def recorded_mlp(partitioners=None, key: str = "cli-mlp-etrecord") -> RecordedPr
             from torch.export import export
 
             torch.manual_seed(0)
-            example = _mlp_inputs()
+            example = make_inputs()
             with torch.no_grad():
-                exported = export(Mlp().eval(), example, strict=False)
+                exported = export(module().eval(), example, strict=False)
             kwargs = {"partitioner": partitioners()} if partitioners else {}
             program = to_edge_transform_and_lower(exported, generate_etrecord=True, **kwargs).to_executorch()
             record = program.get_etrecord()

@@ -218,3 +218,19 @@ def test_a_debug_buffer_too_small_is_grown_until_every_value_fits(monkeypatch):
     monkeypatch.setattr(traced, "debug_buffer_estimate", lambda plan: 1)
     result = runner.invoke(app, ["compare", str(recorded.pte), "--etrecord", str(recorded.etrecord)])
     _one_error_line(result, "do not fit in a debug buffer")
+
+
+def test_inside_xnnpack_delegates_every_node_has_a_row_within_tolerance():
+    recorded = programs.recorded_xnnpack_cnn()
+    plan = pterun.format.ProgramFile(recorded.pte).plan("forward")
+    # The premise: the convolutions and the linear layer in two delegates, the mean between them a kernel.
+    assert [d.backend_id for d in plan.delegates] == ["XnnpackBackend"] * 2 and len(plan.instructions) == 3
+    report = _compare_json(str(recorded.pte), "--etrecord", str(recorded.etrecord))
+    rows = report["operators"]
+    # Each convolution's node stands for its ReLU too, which the exporter fused into it.
+    assert [r["operator"] for r in rows] == [["conv2d", "relu"], ["conv2d_1", "relu_1"], ["mean"], ["linear"]]
+    assert [r["delegate"] for r in rows] == ["XnnpackBackend", "XnnpackBackend", None, "XnnpackBackend"]
+    assert [r["runtime"] for r in rows] == ["XNNConv2d #1", "XNNConv2d #2", "native_call_mean.out",
+                                            "XNNFullyConnected #1"]
+    assert report["first_operator_over"] is None, rows
+    assert all(r["relative"] < 1e-5 for r in rows)

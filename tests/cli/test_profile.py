@@ -132,3 +132,28 @@ def test_etdump_keeps_the_profiled_runs_for_the_inspector(tmp_path):
     assert result.exit_code == 0, result.output
     blocks = read_etdump((tmp_path / "p.etdp").read_bytes())
     assert [b.name for b in blocks] == ["Execute", "Execute"]  # the load and the warm-up runs left out
+
+
+def test_xnnpack_nodes_are_rows_under_their_delegate_and_spans_inside_its_calls(tmp_path):
+    recorded = programs.recorded_xnnpack_cnn()
+    plan = ProgramFile(recorded.pte).plan("forward")
+    assert [d.backend_id for d in plan.delegates] == ["XnnpackBackend"] * 2  # the premise
+    runs = 3
+    report = _profile_json(str(recorded.pte), "-n", str(runs), "--warmup", "0", "--trace", str(tmp_path / "t.json"))
+    rows = report["rows"]
+    names = [r["name"] for r in rows]
+    delegate = names.index("XnnpackBackend")
+    assert rows[delegate]["count"] == runs * 2
+    nodes = [r for r in rows if r["kind"] == "node"]
+    assert nodes == rows[delegate + 1: delegate + 1 + len(nodes)]  # right under their delegate
+    assert all(r["delegate"] == "XnnpackBackend" for r in nodes)
+    counts = {r["name"]: r["count"] for r in nodes}
+    assert counts["XNNConv2d"] == runs * 2 and counts["XNNFullyConnected"] == runs
+
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    calls = {(e["args"]["run"], e["args"]["instruction"]): e for e in events if e.get("cat") == "DELEGATE_CALL"}
+    spans = [e for e in events if e.get("cat") == "delegate node"]
+    assert len(spans) == sum(counts.values())
+    for node in spans:
+        call = calls[(node["args"]["run"], node["args"]["instruction"])]
+        assert call["ts"] <= node["ts"] and node["ts"] + node["dur"] <= call["ts"] + call["dur"] + 1e-3

@@ -9,7 +9,10 @@ instead of reducing them to one number, so that each gets max abs, relative erro
 Nodes inside a delegate: where the ETRecord maps a delegate's identifiers to debug handles (ExecuTorch's
 demo backend does) the Inspector pairs them itself. XNNPACK's ETRecord maps none; pterun's XNNPACK
 backend reports each node with its ``XNode.debug_handle``, which the exporter copied from the exported
-graph's node, so a node whose identifier the ETRecord does not map is paired by that handle.
+graph's node, so a node whose identifier the ETRecord does not map is paired by that handle. The exporter
+fuses an activation into the node before it (a convolution's ReLU becomes its output range) and keeps the
+node's handle: the node's value is the activation's. So a node's handles run on through the graph's nodes
+that follow it alone with the same shape and that no event reports, and it is compared with the last.
 """
 
 from __future__ import annotations
@@ -92,6 +95,13 @@ class Record:
         with torch.no_grad():
             return list(tree_leaves(program.module()(*host)))
 
+    def _edge_graph(self):
+        """The edge dialect graph, whose nodes carry the debug handles a delegate's nodes report."""
+        program = self.etrecord.edge_dialect_program
+        if isinstance(program, dict):
+            program = program.get(FORWARD)
+        return program.graph
+
     def pairs(self, etdump: bytes, debug_buffer: bytes) -> list[Pair]:
         """Every operator of the reference graph the runtime logged a value for, in graph order."""
         from executorch.devtools import Inspector
@@ -104,7 +114,7 @@ class Record:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 inspector = Inspector(etdump_path=str(dump), etrecord=self.etrecord, debug_buffer_path=str(debug))
-        nodes = _pair_nodes_by_handle(inspector)
+        nodes = _pair_nodes_by_handle(inspector, self._edge_graph())
         capture = _capture()
         try:
             with warnings.catch_warnings():
@@ -123,25 +133,53 @@ class Record:
         return sorted(pairs, key=lambda p: (min(p.handles), len(p.handles)))
 
 
-def _pair_nodes_by_handle(inspector) -> dict[tuple[int, ...], tuple[str, str]]:
-    """Gives each delegate node the ETRecord maps to no debug handle its own identifier as its handle (see
-    the module's docstring); returns, by handle, each delegate node's name and its delegate's backend."""
+def _pair_nodes_by_handle(inspector, graph) -> dict[tuple[int, ...], tuple[str, str]]:
+    """Gives each delegate node the ETRecord maps to no debug handle its own identifier as its handle, and the
+    handles of the activations the exporter fused into it (see the module's docstring); returns, by handles,
+    each delegate node's name and its delegate's backend."""
+    events = [event for block in inspector.event_blocks for event in block.events]
+    unmapped = [e for e in events if e.is_delegated_op and not e.debug_handles
+                and isinstance(e.delegate_debug_identifier, int)]
+    for event in unmapped:
+        event.debug_handles = (event.delegate_debug_identifier,)
+        event.op_types = event.op_types or [str(event.delegate_debug_identifier)]
+    reported = {h for e in events if e.debug_data and e.debug_handles is not None and e.name != "DELEGATE_CALL"
+                for h in _handles(e.debug_handles)}
+    for event in unmapped:
+        event.debug_handles = _through_fused(event.debug_handles, graph, reported)
     nodes = {}
-    for block in inspector.event_blocks:
-        for event in block.events:
-            if not event.is_delegated_op:
-                continue
-            if not event.debug_handles and isinstance(event.delegate_debug_identifier, int):
-                event.debug_handles = (event.delegate_debug_identifier,)
-                event.op_types = event.op_types or [str(event.delegate_debug_identifier)]
-            handles = event.debug_handles
-            if handles is None:
-                continue
-            handles = (handles,) if isinstance(handles, int) else tuple(handles)
+    for event in events:
+        if event.is_delegated_op and event.debug_handles is not None:
             raw = event.raw_delegate_debug_metadatas
             name = raw[0].decode("utf-8", "replace") if raw and isinstance(raw[0], bytes) else event.name
-            nodes[handles] = (name, event.delegate_backend_name or "delegate")
+            nodes[_handles(event.debug_handles)] = (name, event.delegate_backend_name or "delegate")
     return nodes
+
+
+def _handles(handles) -> tuple[int, ...]:
+    return (handles,) if isinstance(handles, int) else tuple(handles)
+
+
+def _through_fused(handles: tuple[int, ...], graph, reported: set[int]) -> tuple[int, ...]:
+    """``handles`` and those of the graph's nodes that follow the last one alone, keep its shape and that no
+    event reports: an activation the exporter fused into the node, whose value the node computes."""
+    by_handle = {n.meta["debug_handle"]: n for n in graph.nodes
+                 if n.op == "call_function" and isinstance(n.meta.get("debug_handle"), int)}
+    out = list(handles)
+    node = by_handle.get(out[-1])
+    while node is not None and len(node.users) == 1:
+        user = next(iter(node.users))
+        handle = user.meta.get("debug_handle")
+        if by_handle.get(handle) is not user or handle in reported or not _same_shape(node, user):
+            break
+        out.append(handle)
+        node = user
+    return tuple(out)
+
+
+def _same_shape(a, b) -> bool:
+    va, vb = a.meta.get("val"), b.meta.get("val")
+    return isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor) and va.shape == vb.shape
 
 
 def _capture():
