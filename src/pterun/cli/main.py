@@ -204,14 +204,12 @@ def bench(
 
 
 app.command("test")(run_tests)
+app.command()(profile)
+app.command()(compare)
 
 
 def main() -> None:
     app()
-
-
-app.command()(profile)
-app.command()(compare)
 
 
 if __name__ == "__main__":
