@@ -144,7 +144,7 @@ def _describe(value) -> tuple[str, str]:
 def _cells(g: Gap) -> list[str]:
     if g.problem:
         return ["-", "-", "-"]
-    return [fmt(g.max_abs), fmt(g.relative), fmt(g.snr_db, 4)]
+    return [fmt(g.max_abs), fmt(g.relative), fmt(g.snr_db, ".1f")]
 
 
 def _mark(g: Gap, i: int, first: int | None, threshold: float) -> tuple[str, str | None]:
@@ -182,13 +182,15 @@ def _outputs_table(outputs: list, gaps: list[Gap], threshold: float, title: str)
 
 
 def _operators_table(pairs, gaps: list[Gap], threshold: float, title: str) -> None:
-    table = Table(title=title)
-    for column in ("#", "operator", "runtime", "debug handles", "max abs", "relative", "SNR dB", ""):
+    delegates = sorted({p.delegate for p in pairs if p.delegate is not None})
+    caption = f"└ a node inside a delegate ({esc(', '.join(delegates))})" if delegates else None
+    table = Table(title=title, caption=caption)
+    for column in ("#", "operator", "runtime", "handles", "max abs", "relative", "SNR dB", ""):
         table.add_column(column, justify="right" if column in ("#", "max abs", "relative", "SNR dB") else "left")
     first = first_over(gaps, threshold)
     for i, (p, g) in enumerate(zip(pairs, gaps)):
-        name = p.runtime_name.removeprefix("native_call_")
-        runtime = esc(name) if p.delegate is None else f"└ {esc(name)} ({esc(p.delegate)})"
+        name = esc(p.runtime_name.removeprefix("native_call_"))
+        runtime = name if p.delegate is None else f"└ {name}"
         mark, style = _mark(g, i, first, threshold)
         table.add_row(str(i), esc(_names(p.reference_names)), runtime, _handles(p.handles), *_cells(g), mark,
                       style=style)

@@ -89,9 +89,10 @@ def first_over(gaps: list[Gap], threshold: float) -> int | None:
     return next((i for i, g in enumerate(gaps) if g.over(threshold)), None)
 
 
-def fmt(x: float, digits: int = 3) -> str:
+def fmt(x: float, spec: str = ".3g") -> str:
+    """``x`` for a table: "-" for nan, inf and -inf as words."""
     if math.isnan(x):
         return "-"
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
-    return f"{x:.{digits}g}"
+    return format(x, spec)
