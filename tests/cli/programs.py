@@ -71,6 +71,20 @@ def recorded_xnnpack_cnn() -> RecordedProgram:
                      xnnpack_partitioners, "cli-cnn-xnnpack-etrecord")
 
 
+def recorded_xnnpack_cnn_q8() -> RecordedProgram:
+    """The small CNN quantized to 8 bits per channel (PT2E, XNNPACK's quantizer), lowered to XNNPACK."""
+
+    def quantized():
+        from tests.support.quantizing import quantize
+
+        generator = torch.Generator().manual_seed(6)
+        calibration = [(torch.randn(1, 3, 16, 16, generator=generator),) for _ in range(4)]
+        return quantize(SmallCnn().eval(), calibration[0], calibration, "per-channel")
+
+    return _recorded(quantized, lambda: (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(5)),),
+                     xnnpack_partitioners, "cli-cnn-xnnpack-q8-etrecord")
+
+
 def _recorded(module, make_inputs, partitioners, key: str) -> RecordedProgram:
     directory = cache_root() / key
     pte, etrecord, inputs = directory / "program.pte", directory / "etrecord.bin", directory / "inputs.pt"

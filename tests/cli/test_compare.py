@@ -234,3 +234,20 @@ def test_inside_xnnpack_delegates_every_node_has_a_row_within_tolerance():
                                             "XNNFullyConnected #1"]
     assert report["first_operator_over"] is None, rows
     assert all(r["relative"] < 1e-5 for r in rows)
+
+
+def test_a_quantized_node_is_compared_with_the_quantize_dequantize_after_it():
+    recorded = programs.recorded_xnnpack_cnn_q8()
+    report = _compare_json(str(recorded.pte), "--etrecord", str(recorded.etrecord), "--threshold", "0.02")
+    rows = {r["runtime"]: r for r in report["operators"]}
+    assert "XNNConvert #1" in rows and "XNNConv2d #1" in rows  # the premise: the input quantized in the delegate
+    # The input's quantize, logged as its integers, against the graph's integers: exact.
+    convert = rows["XNNConvert #1"]
+    assert len(convert["operator"]) == 1 and convert["operator"][0].startswith("quantize_per_tensor")
+    assert convert["max_abs"] == 0
+    # A convolution's 8-bit output, logged dequantized, against its ReLU, quantize and dequantize.
+    conv = rows["XNNConv2d #1"]
+    assert conv["operator"][:2] == ["conv2d", "relu"] and len(conv["operator"]) == 4
+    assert conv["operator"][2].startswith("quantize") and conv["operator"][3].startswith("dequantize")
+    assert conv["relative"] < 0.02 and conv["snr_db"] > 30  # a rounding step at most, not another value
+    assert report["first_operator_over"] is None

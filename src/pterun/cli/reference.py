@@ -11,8 +11,9 @@ demo backend does) the Inspector pairs them itself. XNNPACK's ETRecord maps none
 backend reports each node with its ``XNode.debug_handle``, which the exporter copied from the exported
 graph's node, so a node whose identifier the ETRecord does not map is paired by that handle. The exporter
 fuses an activation into the node before it (a convolution's ReLU becomes its output range) and keeps the
-node's handle: the node's value is the activation's. So a node's handles run on through the graph's nodes
-that follow it alone with the same shape and that no event reports, and it is compared with the last.
+node's handle: the node's value is the activation's. In a quantized graph a node's 8-bit output stands for
+the quantize-dequantize pair after it (pterun logs it dequantized). So a node's handles run on through such
+nodes that no event reports, and it is compared with the last.
 """
 
 from __future__ import annotations
@@ -146,7 +147,9 @@ def _pair_nodes_by_handle(inspector, graph) -> dict[tuple[int, ...], tuple[str, 
     reported = {h for e in events if e.debug_data and e.debug_handles is not None and e.name != "DELEGATE_CALL"
                 for h in _handles(e.debug_handles)}
     for event in unmapped:
-        event.debug_handles = _through_fused(event.debug_handles, graph, reported)
+        data = event.debug_data or []
+        logged_float = bool(data) and isinstance(data[0], torch.Tensor) and data[0].is_floating_point()
+        event.debug_handles = _through_fused(event.debug_handles, graph, reported, logged_float)
     nodes = {}
     for event in events:
         if event.is_delegated_op and event.debug_handles is not None:
@@ -160,26 +163,39 @@ def _handles(handles) -> tuple[int, ...]:
     return (handles,) if isinstance(handles, int) else tuple(handles)
 
 
-def _through_fused(handles: tuple[int, ...], graph, reported: set[int]) -> tuple[int, ...]:
-    """``handles`` and those of the graph's nodes that follow the last one alone, keep its shape and that no
-    event reports: an activation the exporter fused into the node, whose value the node computes."""
+# Operators XNNPACK's exporter folds into the node before them (as its output range).
+_ACTIVATIONS = ("relu", "hardtanh", "clamp")
+
+
+def _through_fused(handles: tuple[int, ...], graph, reported: set[int], logged_float: bool) -> tuple[int, ...]:
+    """``handles`` and those of the graph's nodes after the last one whose value the node computes, none of
+    which any event reports, each the only user of the one before: activations the exporter fused into it,
+    and a quantize-dequantize pair when the node's value was logged dequantized (``logged_float``)."""
     by_handle = {n.meta["debug_handle"]: n for n in graph.nodes
                  if n.op == "call_function" and isinstance(n.meta.get("debug_handle"), int)}
-    out = list(handles)
-    node = by_handle.get(out[-1])
-    while node is not None and len(node.users) == 1:
+
+    def follower(node):
+        """The unreported node that alone reads ``node``, with its handle; None when there is none."""
+        if node is None or len(node.users) != 1:
+            return None
         user = next(iter(node.users))
         handle = user.meta.get("debug_handle")
-        if by_handle.get(handle) is not user or handle in reported or not _same_shape(node, user):
+        return user if by_handle.get(handle) is user and handle not in reported else None
+
+    out = list(handles)
+    node = by_handle.get(out[-1])
+    while (user := follower(node)) is not None:
+        name = str(user.target)
+        if any(a in name for a in _ACTIVATIONS):
+            chain = [user]
+        elif logged_float and "quantize_per" in name and "dequantize" not in name and (
+                (after := follower(user)) is not None and "dequantize_per" in str(after.target)):
+            chain = [user, after]
+        else:
             break
-        out.append(handle)
-        node = user
+        out += [n.meta["debug_handle"] for n in chain]
+        node = chain[-1]
     return tuple(out)
-
-
-def _same_shape(a, b) -> bool:
-    va, vb = a.meta.get("val"), b.meta.get("val")
-    return isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor) and va.shape == vb.shape
 
 
 def _capture():
