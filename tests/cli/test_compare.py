@@ -104,7 +104,7 @@ def test_the_first_operator_over_the_threshold_is_the_first_that_drifts(monkeypa
     assert report["first_output_over"] is not None
 
     result = runner.invoke(app, ["compare", str(recorded.pte), "--etrecord", str(recorded.etrecord)], env=WIDE)
-    marked = [line for line in result.output.splitlines() if "first over" in line]
+    marked = [line for line in result.output.splitlines() if "◀ first" in line]
     assert len(marked) == 2 and " relu " in marked[1]  # one among the outputs, one among the operators
 
 

@@ -152,7 +152,7 @@ def _mark(g: Gap, i: int, first: int | None, threshold: float) -> tuple[str, str
     if not g.judged:
         return "?", "dim"
     if i == first:
-        return "◀ first over", "bold red"
+        return "◀ first", "bold red"
     if g.over(threshold):
         return "over", "red"
     return "ok", None
@@ -165,7 +165,8 @@ def _problems(gaps: list[Gap], what: str) -> None:
 
 
 def _names(names: list[str]) -> str:
-    return ", ".join(names) if len(names) <= 3 else f"{names[0]} … {names[-1]} ({len(names)} nodes)"
+    """A row's graph nodes: the first, and how many more (--json lists them all)."""
+    return names[0] + (f" +{len(names) - 1}" if len(names) > 1 else "") if names else "?"
 
 
 def _outputs_table(outputs: list, gaps: list[Gap], threshold: float, title: str) -> None:
@@ -186,7 +187,8 @@ def _operators_table(pairs, gaps: list[Gap], threshold: float, title: str) -> No
     caption = f"└ a node inside a delegate ({esc(', '.join(delegates))})" if delegates else None
     table = Table(title=title, caption=caption)
     for column in ("#", "operator", "runtime", "handles", "max abs", "relative", "SNR dB", ""):
-        table.add_column(column, justify="right" if column in ("#", "max abs", "relative", "SNR dB") else "left")
+        table.add_column(column, justify="right" if column in ("#", "max abs", "relative", "SNR dB") else "left",
+                         no_wrap=column not in ("operator", "runtime"))
     first = first_over(gaps, threshold)
     for i, (p, g) in enumerate(zip(pairs, gaps)):
         name = esc(p.runtime_name.removeprefix("native_call_"))
@@ -204,7 +206,7 @@ def _operators_table(pairs, gaps: list[Gap], threshold: float, title: str) -> No
 
 
 def _handles(handles: tuple[int, ...]) -> str:
-    if len(handles) > 3 and handles == tuple(range(handles[0], handles[-1] + 1)):
+    if len(handles) > 2 and handles == tuple(range(handles[0], handles[-1] + 1)):
         return f"{handles[0]}–{handles[-1]}"
     return ", ".join(map(str, handles))
 
