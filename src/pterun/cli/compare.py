@@ -13,7 +13,6 @@ from torch.utils._pytree import tree_leaves
 
 from pterun import MethodMeta
 from pterun.cli import traced
-from pterun.cli.inputs import load_inputs, random_inputs
 from pterun.cli.numerics import Gap, first_over, fmt, gap
 from pterun.cli.options import device_option, example_program
 from pterun.cli.report import UserError, console, esc, reported
@@ -94,13 +93,12 @@ def _copy(value):
 
 def _inputs(plan, record, inputs: Path | None, where: str, seed: int) -> tuple[list, str]:
     """The inputs and where they came from: --inputs, else the ETRecord's, else random ones."""
-    if inputs is not None:
-        values, source = load_inputs(inputs, where), str(inputs)
-    elif record is not None and record.inputs is not None:
+    if inputs is None and record is not None and record.inputs is not None:
         values = [x.to(where) if isinstance(x, torch.Tensor) else x for x in record.inputs]
         source = "the ETRecord's representative inputs"
     else:
-        values, source = random_inputs(MethodMeta(plan), where, seed), f"random, seed {seed}"
+        chosen = traced.method_inputs(MethodMeta(plan), inputs, where, seed)
+        values, source = chosen.values, chosen.source
     if record is not None:
         record.use_inputs(values)
     return values, source

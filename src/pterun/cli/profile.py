@@ -42,7 +42,7 @@ def profile(
         where = device or "cpu"
         loaded = traced.runtime().load_program(path, data_path=data or None, device=device, enable_etdump=True)
         m = loaded.load_method(method)
-        args = traced.method_inputs(m, inputs, where, seed)
+        args = traced.method_inputs(m.metadata, inputs, where, seed)
         _run(m, args.values, warmup, iterations, loaded, where)
         blocks, dump, _ = traced.recorded(loaded)
         result = profile_rows(blocks, m.plan)

@@ -19,8 +19,8 @@ nodes that no event reports, and it is compared with the last.
 from __future__ import annotations
 
 import tempfile
-from collections import Counter
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -8,10 +8,9 @@ from pathlib import Path
 
 from pterun import Runtime
 from pterun.cli.inputs import load_inputs, random_inputs
+from pterun.executor.etdump import ALIGNMENT
 from pterun.format import TensorSpec
 from pterun.format.etdump import RunBlock, read_etdump
-
-ALIGNMENT = 64  # where the runtime starts each value it logs in the debug buffer
 
 
 def runtime() -> Runtime:
@@ -23,21 +22,20 @@ def runtime() -> Runtime:
 class Inputs:
     values: list
     source: str  # where they came from, said to the user: the file, or "random, seed N"
-    seed: int | None = None
 
 
-def method_inputs(method, path: Path | None, device: str, seed: int) -> Inputs:
-    """The inputs in ``path``, else random ones drawn from the method's metadata with ``seed``."""
+def method_inputs(meta, path: Path | None, device: str, seed: int) -> Inputs:
+    """The inputs in ``path``, else random ones drawn from the method's metadata ``meta`` with ``seed``."""
     if path is not None:
         return Inputs(load_inputs(path, device), str(path))
-    return Inputs(random_inputs(method.metadata, device, seed), f"random, seed {seed}", seed)
+    return Inputs(random_inputs(meta, device, seed), f"random, seed {seed}")
 
 
-def debug_buffer_estimate(plan, runs: int = 1) -> int:
-    """Room in the debug buffer for every value of ``plan`` logged ``runs`` times, and as much again for
-    the values delegates compute inside (which the plan does not list)."""
+def debug_buffer_estimate(plan) -> int:
+    """Room in the debug buffer for every value of ``plan`` logged once, and as much again for the values
+    delegates compute inside (which the plan does not list)."""
     values = sum(v.nbytes + ALIGNMENT for v in plan.values if isinstance(v, TensorSpec))
-    return 2 * values * runs + (1 << 20)
+    return 2 * values + (1 << 20)
 
 
 def recorded(program, *, keep_debug: bool = False) -> tuple[list[RunBlock], bytes, bytes | None]:
