@@ -105,3 +105,21 @@ def recorded(name: str) -> RecordedProgram:
         return PROGRAMS[name]()
 
     return export_recorded(name, make)
+
+
+def xnnpack_nodes(pte) -> tuple[list[int], int]:
+    """The debug handles of the nodes of the forward method's one XNNPACK blob, in order, and the instruction
+    that calls it."""
+    from pterun.backends.xnnpack.blob import split_blob
+    from pterun.backends.xnnpack.graph import read_graph
+    from pterun.format import ProgramFile
+
+    program = ProgramFile(pte)
+    plan = program.plan("forward")
+    assert [d.backend_id for d in plan.delegates] == ["XnnpackBackend"], "premise: one XNNPACK delegate"
+    delegate = plan.delegates[0]
+    assert not delegate.inline, "premise: the blob is a segment"
+    graph = read_graph(split_blob(program.segment(delegate.index)), program.named_data)
+    calls = [i for i, instruction in enumerate(plan.instructions) if type(instruction).__name__ == "DelegateCall"]
+    assert len(calls) == 1, f"premise: one delegate call; the plan has {plan.instructions}"
+    return [node.debug_handle for node in graph.nodes], calls[0]

@@ -10,10 +10,12 @@ operators and runtime events paired by debug handle). Gaps are held to the corpu
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from tests.devtools.programs import recorded
+from tests.devtools.programs import recorded, xnnpack_nodes
 from tests.support import inspecting
 from tests.support.inspecting import (
     FRAMEWORK_EVENTS, gap_bound, gap_rows, inspector, numeric_gap, reshaping_mse, rows, run_with_etdump, timed,
@@ -23,18 +25,25 @@ NOT_DELEGATED = ("mlp", "convnet", "gpt2", "llama", "dynamic", "mutable")
 # transformers' models: the Inspector's pairing needs the reshaping comparator (see reshaping_mse).
 RESHAPED = {"gpt2", "llama"}
 
-_RUNS: dict[tuple[str, str], tuple] = {}
+@dataclass
+class Run:
+    inspected: object  # the Inspector, with the program's ETRecord
+    etdump: Path
+    debug: Path
 
 
-def _run(name: str, side: str, tmp_path_factory):
-    """The Inspector over ``name`` run once on ``side`` ("executorch" or "pterun"), kept for the session."""
+_RUNS: dict[tuple[str, str], Run] = {}
+
+
+def _run(name: str, side: str, tmp_path_factory) -> Run:
+    """``name`` run once on ``side`` ("executorch" or "pterun") and inspected, kept for the session."""
     key = (name, side)
     if key not in _RUNS:
         program = recorded(name)
         runtime = inspecting.executorch_runtime() if side == "executorch" else inspecting.pterun_runtime()
         out = tmp_path_factory.mktemp(f"{name}-{side}")
         etdump, debug, _ = run_with_etdump(runtime, program, program.flat_inputs, out)
-        _RUNS[key] = (inspector(etdump, program.etrecord, debug), program)
+        _RUNS[key] = Run(inspector(etdump, program.etrecord, debug), etdump, debug)
     return _RUNS[key]
 
 
@@ -48,11 +57,11 @@ def _diff(expected: list, found: list) -> str:
 
 @pytest.mark.parametrize("name", NOT_DELEGATED)
 def test_event_tables_agree(name, tmp_path_factory):
-    reference, _ = _run(name, "executorch", tmp_path_factory)
+    reference = _run(name, "executorch", tmp_path_factory).inspected
     expected = rows(reference)
     assert {r.block for r in expected} == {"Default", "Execute"}, "premise: load and execute blocks"
     assert sum(1 for r in expected if r.debug) >= 4, "premise: ExecuTorch logged intermediate outputs"
-    inspected, _ = _run(name, "pterun", tmp_path_factory)
+    inspected = _run(name, "pterun", tmp_path_factory).inspected
     found = rows(inspected)
     assert found == expected, _diff(expected, found)
     assert timed(inspected) == [], "events without a timing"
@@ -64,7 +73,7 @@ def test_event_tables_agree(name, tmp_path_factory):
 @pytest.mark.parametrize("name", NOT_DELEGATED)
 def test_numeric_gaps_agree(name, tmp_path_factory):
     comparator = (lambda: reshaping_mse()) if name in RESHAPED else (lambda: None)
-    reference, _ = _run(name, "executorch", tmp_path_factory)
+    reference = _run(name, "executorch", tmp_path_factory).inspected
     expected = numeric_gap(reference, comparator())
     assert len(expected) >= 3, "premise: ExecuTorch's gap table has rows"
     compared = 0
@@ -74,7 +83,7 @@ def test_numeric_gaps_agree(name, tmp_path_factory):
             assert row.gap[0] <= gap_bound(row.aot_intermediate_output), (
                 f"premise: ExecuTorch's gap at {row.aot_ops} is {row.gap[0]:.3g}")
     assert compared >= 3, "premise: gaps to compare"
-    inspected, _ = _run(name, "pterun", tmp_path_factory)
+    inspected = _run(name, "pterun", tmp_path_factory).inspected
     found = numeric_gap(inspected, comparator())
     assert gap_rows(found) == gap_rows(expected)
     for row, ours in zip(expected.itertuples(), found.itertuples()):
@@ -82,3 +91,66 @@ def test_numeric_gaps_agree(name, tmp_path_factory):
         if not math.isnan(row.gap[0]):
             bound = gap_bound(row.aot_intermediate_output)
             assert ours.gap[0] <= bound, f"{row.aot_ops}: gap {ours.gap[0]:.3g} over {bound:.3g}"
+
+
+def test_xnnpack_nodes_are_events_inside_the_delegate_call(tmp_path_factory):
+    """ExecuTorch's XNNPACK reports its own operators by name; pterun reports each node of the blob by its
+    debug handle, timed inside the DELEGATE_CALL that ran it. Every other event is ExecuTorch's."""
+    handles, instruction = xnnpack_nodes(recorded("xnnpack").pte)
+    reference = rows(_run("xnnpack", "executorch", tmp_path_factory).inspected)
+    assert [r.name for r in reference if not r.delegated and r.block == "Execute"] == [
+        "DELEGATE_CALL", "Method::execute"], "premise: the whole program is one delegate call"
+    assert any(r.delegated and isinstance(r.identifier, str) for r in reference), "premise: XNNPACK's events"
+    run = _run("xnnpack", "pterun", tmp_path_factory)
+    found = rows(run.inspected)
+    assert [r for r in found if not r.delegated] == [r for r in reference if not r.delegated]
+    nodes = [r for r in found if r.delegated]
+    assert [r.identifier for r in nodes] == handles, "one event per node, by its debug handle"
+    assert {r.instruction for r in nodes} == {instruction}
+    assert timed(run.inspected) == []
+    call, inside = _delegate_events(run.etdump, instruction)
+    assert len(inside) == len(handles)
+    for event in inside:
+        assert call.start_time <= event.start_time <= event.end_time <= call.end_time, (
+            f"node {event.delegate_debug_id_int} at {event.start_time}..{event.end_time}, "
+            f"outside the call's {call.start_time}..{call.end_time}")
+
+
+def test_xnnpack_gap_table_has_a_row_per_node(tmp_path_factory):
+    """With a delegate map that names each node's own handle (ExecuTorch 1.5.1's ETRecord leaves XNNPACK's
+    empty), the gap table has a row per node where ExecuTorch has one for the whole delegate.
+
+    The map's keys are strings, as an ETRecord read from a file has them, in ascending order: the Inspector
+    looks a delegate's identifier up as given, then as a string, then takes the last key that is a substring
+    of it, which for decimal handles in ascending order is the handle itself.
+    """
+    from executorch.devtools.etrecord import parse_etrecord
+
+    program = recorded("xnnpack")
+    handles, instruction = xnnpack_nodes(program.pte)
+    reference = _run("xnnpack", "executorch", tmp_path_factory)
+    expected = numeric_gap(reference.inspected)
+    assert [tuple(r.aot_debug_handle) for r in expected.itertuples()] == [tuple(handles)], (
+        "premise: ExecuTorch's XNNPACK logs no intermediate outputs: one row for the delegate")
+    record = parse_etrecord(str(program.etrecord))
+    delegate = record._delegate_map["forward"][str(instruction)]
+    assert delegate == {"name": "XnnpackBackend", "delegate_map": {}}, "premise: the ETRecord ExecuTorch writes"
+    delegate["delegate_map"] = {str(handle): [handle] for handle in sorted(handles)}
+    run = _run("xnnpack", "pterun", tmp_path_factory)
+    found = numeric_gap(inspector(run.etdump, record, run.debug))
+    assert sorted(tuple(r.aot_debug_handle) for r in found.itertuples()) == [(h,) for h in sorted(handles)]
+    for row in found.itertuples():
+        assert row.gap[0] <= gap_bound(row.aot_intermediate_output), f"{row.aot_ops}: gap {row.gap[0]:.3g}"
+
+
+def _delegate_events(etdump: Path, instruction: int):
+    """The DELEGATE_CALL at ``instruction`` and the delegate's own profiling events, from the ETDump."""
+    from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
+
+    events = [e.profile_event for run in deserialize_from_etdump_flatcc(etdump.read_bytes()).run_data
+              if run.name == "Execute" for e in run.events if e.profile_event is not None]
+    calls = [e for e in events if e.name == "DELEGATE_CALL" and e.instruction_id == instruction]
+    assert len(calls) == 1, f"{len(calls)} DELEGATE_CALL events at instruction {instruction}"
+    inside = [e for e in events if e.instruction_id == instruction and (
+        e.delegate_debug_id_int != -1 or e.delegate_debug_id_str)]
+    return calls[0], inside

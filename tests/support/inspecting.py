@@ -110,12 +110,14 @@ def run_with_etdump(runtime, program: RecordedProgram | Path, inputs: list, out:
     return etdump, (debug if debug_buffer_size else None), outputs
 
 
-def inspector(etdump: Path, etrecord: Path | None = None, debug: Path | None = None):
+def inspector(etdump: Path, etrecord=None, debug: Path | None = None):
+    """ExecuTorch's Inspector; ``etrecord`` a path or a parsed ETRecord (whose maps are keyed by strings, as the
+    Inspector looks them up: one fresh from the exporter is keyed by integers and would match no event)."""
     from executorch.devtools import Inspector
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a missing debug buffer, tensors over read-only bytes
-        return Inspector(etdump_path=str(etdump), etrecord=str(etrecord) if etrecord else None,
+        return Inspector(etdump_path=str(etdump), etrecord=str(etrecord) if isinstance(etrecord, Path) else etrecord,
                          debug_buffer_path=str(debug) if debug else None)
 
 
