@@ -3,12 +3,12 @@
     from pterun import pybindings as portable_lib   # instead of executorch's
 
 Same functions, classes, argument names and defaults, backed by pterun. The
-differences are deliberate and listed in the README: bundled programs and
-ETDump profiling are not supported (their entry points raise
-``Unimplemented``), methods loaded through ``_load_program`` each get their
-own planned memory instead of sharing one set of arenas (so two methods
-cannot overwrite each other's state), and list outputs come back as Python
-lists instead of failing.
+differences are deliberate and listed in the README: methods loaded through
+``_load_program`` each get their own planned memory instead of sharing one set
+of arenas (so two methods cannot overwrite each other's state), list outputs
+come back as Python lists instead of failing, and a debug buffer too small for
+a run's values raises ``MemoryAllocationFailed`` instead of aborting the
+process (docs/profiling.md).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from pterun.errors import IndexOutOfRange, InvalidArgument, InvalidArgumentType, Unimplemented
+from pterun.errors import IndexOutOfRange, InvalidArgument, InvalidArgumentType, InvalidState, Unimplemented
 from pterun.executor import Method, MethodMeta, Program, TensorInfo
 from pterun.executor.inputs import is_sequence
 from pterun.executor.threads import check_num_threads
@@ -131,26 +131,30 @@ class ExecuTorchProgram:
         return self._program.metadata(method_name)
 
     def has_etdump(self) -> bool:
-        return False
+        return self._program.has_etdump()
 
     def write_etdump_result_to_file(self, path: str, debug_buffer_path: str | None = None) -> None:
-        raise Unimplemented("ETDump profiling is not supported by pterun")
+        self._program.write_etdump_result_to_file(path, debug_buffer_path)
 
 
 class ExecuTorchModule:
     """A program loaded on first use, running methods by name (ExecuTorch's ``Module``)."""
 
-    def __init__(self, source, data, verification: Verification, num_threads: int | None = None) -> None:
+    def __init__(self, source, data, verification: Verification, num_threads: int | None = None,
+                 enable_etdump: bool = False, debug_buffer_size: int = 0) -> None:
         self._source = source
         self._data = data
         self._verification = verification
         self._num_threads = num_threads
+        self._etdump = (bool(enable_etdump), _debug_buffer_size(debug_buffer_size))
         self._program: Program | None = None
 
     def _loaded(self) -> Program:
         if self._program is None:
+            enable_etdump, debug_buffer_size = self._etdump
             self._program = Runtime.get().load_program(
-                self._source, verification=self._verification, data_path=self._data, num_threads=self._num_threads
+                self._source, verification=self._verification, data_path=self._data, num_threads=self._num_threads,
+                enable_etdump=enable_etdump, debug_buffer_size=debug_buffer_size,
             )
         return self._program
 
@@ -178,10 +182,15 @@ class ExecuTorchModule:
         return list(self._loaded().file.method_names)
 
     def has_etdump(self) -> bool:
-        return False
+        return self._etdump[0]
 
     def write_etdump_result_to_file(self, path: str, debug_buffer_path: str | None = None) -> None:
-        raise Unimplemented("ETDump profiling is not supported by pterun")
+        """Writes what loading and running recorded since the last write (ExecuTorch's Module does the same);
+        nothing before the program was first used."""
+        if not self._etdump[0]:
+            raise InvalidState("no ETDump: the module was not loaded with enable_etdump=True")
+        if self._program is not None:
+            self._program.write_etdump_result_to_file(path, debug_buffer_path)
 
 
 def _load_for_executorch(
@@ -197,7 +206,8 @@ def _load_for_executorch(
     # the program is read on first use.
     source = read_source(os.fspath(program_path))
     data = [read_source(os.fspath(path), what="data file") for path in _data_sources(data_path)]
-    return ExecuTorchModule(source, data, _verification(program_verification), check_num_threads(num_threads))
+    return ExecuTorchModule(source, data, _verification(program_verification), check_num_threads(num_threads),
+                            enable_etdump, debug_buffer_size)
 
 
 def _load_for_executorch_from_buffer(
@@ -210,7 +220,7 @@ def _load_for_executorch_from_buffer(
     num_threads: int | None = None,
 ) -> ExecuTorchModule:
     return ExecuTorchModule(bytes(buffer), _data_sources(data_map_buffer), _verification(program_verification),
-                            check_num_threads(num_threads))
+                            check_num_threads(num_threads), enable_etdump, debug_buffer_size)
 
 
 def _load_program(
@@ -222,7 +232,7 @@ def _load_program(
     *,
     num_threads: int | None = None,
 ) -> ExecuTorchProgram:
-    return _program(os.fspath(path), program_verification, data_path, num_threads)
+    return _program(os.fspath(path), program_verification, data_path, num_threads, enable_etdump, debug_buffer_size)
 
 
 def _load_program_from_buffer(
@@ -234,14 +244,22 @@ def _load_program_from_buffer(
     *,
     num_threads: int | None = None,
 ) -> ExecuTorchProgram:
-    return _program(bytes(buffer), program_verification, data_path, num_threads)
+    return _program(bytes(buffer), program_verification, data_path, num_threads, enable_etdump, debug_buffer_size)
 
 
-def _program(source, program_verification: Verification, data_path: str | None,
-             num_threads: int | None) -> ExecuTorchProgram:
+def _program(source, program_verification: Verification, data_path: str | None, num_threads: int | None,
+             enable_etdump: bool, debug_buffer_size: int) -> ExecuTorchProgram:
     program = Runtime.get().load_program(source, verification=_verification(program_verification), data_path=data_path,
-                                         num_threads=num_threads)
+                                         num_threads=num_threads, enable_etdump=bool(enable_etdump),
+                                         debug_buffer_size=_debug_buffer_size(debug_buffer_size))
     return ExecuTorchProgram(program)
+
+
+def _debug_buffer_size(size) -> int:
+    # pybind11 converts the argument to size_t: a negative size or a non-integer is a TypeError there.
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise InvalidArgumentType(f"debug_buffer_size must be a non-negative int, got {size!r}")
+    return size
 
 
 def _load_for_executorch_from_bundled_program(*args, **kwargs) -> ExecuTorchModule:

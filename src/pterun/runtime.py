@@ -19,6 +19,7 @@ from pterun.backends import BackendRegistry, default_backend_registry
 from pterun.core.device import Device, DeviceType
 from pterun.executor import Method, MethodMeta, Program, Registries
 from pterun.executor.cache import LoadCache
+from pterun.executor.etdump import ProgramTrace
 from pterun.executor.threads import check_num_threads
 from pterun.format import DataFile, ProgramFile, Verification
 from pterun.kernels import KernelRegistry, default_registry
@@ -127,11 +128,17 @@ class Runtime:
         thread's ``torch.get_num_threads()``; no call runs more threads than there
         are free cores (``Method.num_threads``, docs/threads.md).
 
+        ``enable_etdump=True`` records what each load and run does, as ExecuTorch's runtime records it, for
+        ``Program.write_etdump_result_to_file`` to write as an ETDump that ExecuTorch's Inspector reads: a
+        span per instruction and per node inside pterun's XNNPACK and WebGPU delegates, and with
+        ``debug_buffer_size`` bytes for them, the values each one computed. Such a program runs every
+        instruction as the file has it (no fused chains, no CUDA graph, no ``compile``); without it
+        nothing is recorded and nothing costs anything (docs/profiling.md).
+
         What loading derives and can keep (each method's compiled code, which program bytes passed the
         verifier) is kept in ``cache_dir``: by default $PTERUN_CACHE_DIR, else $XDG_CACHE_HOME/pterun or
         ~/.cache/pterun; ``cache_dir=False`` (or PTERUN_CACHE_DIR=off) keeps nothing (docs/cache.md).
         """
-        del enable_etdump, debug_buffer_size  # ETDump profiling is not supported (see README)
         num_threads = check_num_threads(num_threads)
         cache = LoadCache.from_option(cache_dir)
         file = ProgramFile(data, Verification(verification), marks=cache)
@@ -154,6 +161,7 @@ class Runtime:
             fuse=fuse,
             num_threads=num_threads,
             cache=cache,
+            trace=ProgramTrace(int(debug_buffer_size)) if enable_etdump else None,
         )
 
 

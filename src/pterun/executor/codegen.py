@@ -18,6 +18,12 @@ source (``pterun inspect --code``) reads without the program beside it.
 Chains with jumps (control flow) become a small state machine over their
 basic blocks.
 
+A program loaded with profiling on (ETDump) gets a second form of the same
+function instead, compiled with a :class:`~pterun.executor.etdump.MethodTrace`:
+each instruction's lines are bracketed by timestamps and followed by a call
+that records its events (and logs the values it wrote); the plain form has
+none of this.
+
 The generated source is kept (``CompiledMethod.source``) and every line maps
 back to its instruction, so an error raised inside names the instruction and
 operator that failed. Names from the file reach the source only as
@@ -36,6 +42,7 @@ from pterun.core.layout import strides_for
 from pterun.errors import PteError
 from pterun.executor.cache import LoadCache
 from pterun.executor.callforms import python_binding
+from pterun.executor.etdump import MethodTrace
 from pterun.executor.source import bind, comment, inline, kernel_name, literal, make_function
 from pterun.executor.steps import DelegateStep, KernelStep, Step, describe
 from pterun.format import FreeCall, JumpFalseCall, MoveCall, Plan
@@ -94,8 +101,11 @@ def _truth(cond) -> bool:
 
 
 class _Compiler:
-    def __init__(self, values: MethodValues, steps: Sequence[Step], plan: Plan, cache: LoadCache | None) -> None:
+    def __init__(self, values: MethodValues, steps: Sequence[Step], plan: Plan, cache: LoadCache | None,
+                 trace: MethodTrace | None = None, originals: Sequence[Step] = ()) -> None:
         self.values = values
+        self.trace = trace
+        self.originals = originals
         self.cache = cache
         self.steps = steps
         self.plan = plan
@@ -156,7 +166,10 @@ class _Compiler:
 
     def emit(self, indent: int, text: str, step: int | None = None) -> None:
         if step is not None:
-            text = f"{text}  # {comment(describe(self.steps[step]))}"
+            what = describe(self.steps[step])
+            if self.steps[step] is None and self.originals:
+                what = f"{describe(self.originals[step])}, a view made at load"
+            text = f"{text}  # {comment(what)}"
         self.lines.append("    " * indent + text)
         if step is not None:
             self.line_step[len(self.lines)] = step
@@ -230,6 +243,21 @@ class _Compiler:
                 self.emit(indent, f"{self.target(a)} = {list_name}[{j}]", n)
 
     def step(self, n: int, indent: int) -> None:
+        if self.trace is None:
+            self._step(n, indent)
+            return
+        self.emit(indent, "_s = _now()", n)
+        self._step(n, indent)
+        self.traced(n, indent)
+
+    def traced(self, n: int, indent: int) -> None:
+        """The call recording instruction ``n``'s events, with the values it logs."""
+        original = self.originals[n]
+        recorder = self.bind(f"_r{n}", self.trace.recorder(n, self.steps[n], original), n)
+        values = "".join(f", {self.ref(vi)}" for vi in self.trace.logged_values(original))
+        self.emit(indent, f"{recorder}(_ev, _s, _now(){values})", n)
+
+    def _step(self, n: int, indent: int) -> None:
         step = self.steps[n]
         if isinstance(step, KernelStep):
             self.kernel(n, step, indent)
@@ -244,6 +272,9 @@ class _Compiler:
     def compile(self) -> CompiledMethod:
         params = ", ".join(f"p{i}" for i in self.values.params)
         self.emit(1, f"def run({params}):")
+        if self.trace is not None:
+            self.env.update(_now=self.trace.now, _begin=self.trace.begin, _end=self.trace.end)
+            self.emit(2, "_ev, _t0 = _begin()")
         jumps = [n for n, s in enumerate(self.steps) if isinstance(s, JumpFalseCall)]
         if not jumps:
             for n in range(len(self.steps)):
@@ -252,11 +283,14 @@ class _Compiler:
             self.early.update(self.values.locals)  # blocks run in any order: every local starts defined
             self._state_machine(jumps)
         outputs = "".join(f"{self.ref(o)}, " for o in self.outputs)
+        if self.trace is not None:
+            self.emit(2, f"_end(_ev, _t0, ({outputs}))")
         self.emit(2, f"return ({outputs})")
         # Locals read before a step assigns them (a delegate's scalar outputs, passed in before it writes
         # them) start as their load-time object; these lines go right after the header.
         initial = [f"        v{index} = {self.constant(index)}" for index in sorted(self.early)]
-        self.lines[1:1] = initial
+        at = 2 if self.trace is not None else 1  # after the header (and the trace's start)
+        self.lines[at:at] = initial
         self.line_step = {line + len(initial): step for line, step in self.line_step.items()}
         return self._build()
 
@@ -275,6 +309,9 @@ class _Compiler:
             for n in range(start, stop):
                 step = self.steps[n]
                 if isinstance(step, JumpFalseCall):
+                    if self.trace is not None:
+                        self.emit(4, "_s = _now()", n)
+                        self.traced(n, 4)
                     self.emit(4, f"if not {self.helper('_truth', _truth)}({self.ref(step.condition)}):", n)
                     self.emit(5, f"pc = {step.destination}")
                     self.emit(5, "continue")
@@ -290,6 +327,8 @@ class _Compiler:
         return CompiledMethod(run, source, lines, filename)
 
 
-def compile_method(values: MethodValues, steps: Sequence[Step], plan: Plan,
-                   cache: LoadCache | None = None) -> CompiledMethod:
-    return _Compiler(values, steps, plan, cache).compile()
+def compile_method(values: MethodValues, steps: Sequence[Step], plan: Plan, cache: LoadCache | None = None,
+                   trace: MethodTrace | None = None, originals: Sequence[Step] = ()) -> CompiledMethod:
+    """The method's function; with ``trace``, its profiled form (``originals``: the steps before copies were
+    folded into views, which say what each instruction logs)."""
+    return _Compiler(values, steps, plan, cache, trace, originals).compile()

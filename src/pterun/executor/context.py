@@ -16,6 +16,7 @@ from pterun.backends import BackendRegistry
 from pterun.core.device import Device, DeviceType
 from pterun.executor.cache import LoadCache
 from pterun.executor.data import ProgramData
+from pterun.executor.etdump import ProgramTrace
 from pterun.kernels import KernelRegistry
 from pterun.memory import AllocatorRegistry
 
@@ -40,6 +41,7 @@ class LoadContext:
     cache: LoadCache | None  # compiled code kept between loads (cache.py); None: off
     fuse: bool = True  # decomposed chains run as one fused kernel each (fuse/)
     num_threads: int | None = None  # intra-op threads per call; None: chosen per method (threads.py)
+    trace: ProgramTrace | None = None  # profiling on: the program's ETDump (etdump.py)
 
     def device_for(self, device_type: int, device_index: int) -> Device:
         """Where a value the plan tags with this device lives."""

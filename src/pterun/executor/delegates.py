@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from pterun.backends import BackendInitContext, CompileSpec
 from pterun.errors import NotFound, PteError
 from pterun.executor.context import LoadContext
-from pterun.format import Plan
+from pterun.format import DelegateCall, Plan
 
 
 class Delegates:
@@ -26,6 +27,18 @@ class Delegates:
         """(backend id, execute function) per delegate, as steps.build_steps takes them."""
         return [(d.backend_id, functools.partial(backend.execute, handle))
                 for d, (backend, handle) in zip(plan.delegates, self.handles)]
+
+    def profiled(self, plan: Plan, steps: list, trace) -> list:
+        """``steps`` with each delegate call running its backend's profiled execute, where the backend has one
+        (``BackendInterface.profiled``); the call then reports the delegate's nodes to ``trace``."""
+        steps = list(steps)
+        for n, ins in enumerate(plan.instructions):
+            if isinstance(ins, DelegateCall):
+                backend, handle = self.handles[ins.delegate_index]
+                fn = backend.profiled(handle, trace.delegate_tracer(n))
+                if fn is not None:
+                    steps[n] = dataclasses.replace(steps[n], fn=fn)
+        return steps
 
     def destroy(self) -> None:
         handles, self.handles = self.handles, []

@@ -75,6 +75,12 @@ def load_method(context: LoadContext, plan: Plan) -> LoadedMethod:
 
 def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates) -> LoadedMethod:
     steps, assigned = build_steps(plan, context.registries.kernels, context.run_device.type, delegates.functions(plan))
+    # Profiling (ETDump): every instruction of the file runs (no fused chains), each delegate reports its nodes
+    # where its backend can, and the method runs its traced function, never a graph or a compiled form.
+    trace = context.trace.method(plan.name, context.run_device) if context.trace is not None else None
+    if trace is not None:
+        steps = delegates.profiled(plan, steps, trace)
+    originals = steps
     check_arguments(plan, steps)
     effects = MethodEffects(plan, steps, delegate_writes(plan, delegates.handles, values.objects))
     check_writes(plan, steps, effects)
@@ -88,7 +94,7 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     # steps_run: the method's own code; steps: the functional form, which keeps the chains whose fused call
     # has no functional form (torch.compile fuses them on its own).
     steps_run = steps
-    if context.fuse:
+    if context.fuse and trace is None:
         matchers = patterns(context.registries.kernels, context.run_device.type)
         steps, steps_run = fuse_chains(plan, steps, objects, effects, matchers)
     computed = assigned | made
@@ -104,9 +110,11 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
          and v.kind in (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)},
         {i: plan.values[i].dim_order for i in dynamic if not is_contiguous_order(plan.values[i].dim_order)},
     )
-    compiled = compile_method(code, steps_run, plan, context.cache)
+    compiled = compile_method(code, steps_run, plan, context.cache, trace, originals)
     run, compiled_function, status, functional_source = compiled.run, None, "off", None
-    if context.compile:
+    if context.compile and trace is not None:
+        status = "not compiled: profiling (ETDump) is on, which times every instruction"
+    elif context.compile:
         try:
             functional, functional_source = functional_method(plan, steps, effects.after(steps), objects,
                                                               context.run_device.torch, constants)
@@ -137,7 +145,7 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
         slot_of={pos: slots[outputs_unplanned.index(vi)] for pos, vi in enumerate(plan.outputs)
                  if vi in outputs_unplanned},
         written_inputs=written_inputs(plan, effects),
-        graph=_graph_runner(context, effects, run),
+        graph=_graph_runner(context, effects, run) if trace is None else None,
         # The graph is keyed by the input shapes; a method whose inputs cannot change shape needs no key.
         shape_tensors=[objects[vi] for vi in dynamic_inputs if vi not in params_in],
         shape_args=bool(dynamic_inputs),

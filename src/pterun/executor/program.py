@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,7 +12,9 @@ from typing import Any
 from pterun.core.device import Device
 from pterun.executor.cache import LoadCache
 from pterun.executor.context import LoadContext, Registries
+from pterun.errors import InvalidState
 from pterun.executor.data import ProgramData
+from pterun.executor.etdump import ProgramTrace
 from pterun.executor.meta import MethodMeta
 from pterun.executor.method import Method
 from pterun.format import DataFile, ProgramFile
@@ -29,6 +33,7 @@ class Program:
     fuse: bool = True  # decomposed chains run as one kernel each (executor/fuse/)
     num_threads: int | None = None  # intra-op threads per call; None: chosen per method (executor/threads.py)
     cache: LoadCache | None = None  # compiled code kept between loads (executor/cache.py)
+    trace: ProgramTrace | None = None  # profiling: every run's events (and values) for an ETDump (executor/etdump.py)
 
     def __post_init__(self) -> None:
         self._methods: dict[str, Method] = {}
@@ -37,7 +42,7 @@ class Program:
         self.named_data = self.data.named_data
         self._context = LoadContext(self.registries, self.data, self.device, self.backend_options, self.load_nested,
                                     self.compile, self.cuda_graphs, self.allow_tf32, self.cache, self.fuse,
-                                    self.num_threads)
+                                    self.num_threads, self.trace)
 
     # -- methods -----------------------------------------------------------------
 
@@ -54,13 +59,37 @@ class Program:
         KV cache) that one call at a time can use.
         """
         if not cached:
-            return Method(self._context, self.file.plan(name))
+            return self._load(name)
         with self._lock:
             method = self._methods.get(name)
             if method is None:
-                method = Method(self._context, self.file.plan(name))
+                method = self._load(name)
                 self._methods[name] = method
             return method
+
+    def _load(self, name: str) -> Method:
+        if self.trace is None:
+            return Method(self._context, self.file.plan(name))
+        start = time.perf_counter_ns()
+        plan = self.file.plan(name)
+        init = time.perf_counter_ns()
+        method = Method(self._context, plan)
+        self.trace.loaded(start, init, time.perf_counter_ns())
+        return method
+
+    # -- profiling ---------------------------------------------------------------
+
+    def has_etdump(self) -> bool:
+        return self.trace is not None
+
+    def write_etdump_result_to_file(self, etdump_path: str | os.PathLike,
+                                    debug_buffer_path: str | os.PathLike | None = None) -> None:
+        """Writes the ETDump of everything recorded since the last write (loads and runs), and the debug
+        buffer when one was asked for at load; then starts afresh. Nothing is written when nothing was
+        recorded. ``InvalidState`` when the program was not loaded with ``enable_etdump=True``."""
+        if self.trace is None:
+            raise InvalidState("no ETDump: the program was not loaded with enable_etdump=True")
+        self.trace.write(os.fspath(etdump_path), None if debug_buffer_path is None else os.fspath(debug_buffer_path))
 
     def metadata(self, name: str) -> MethodMeta:
         return MethodMeta(self.file.plan(name))
@@ -70,4 +99,4 @@ class Program:
         # The outer method captures the whole call, nested program included.
         return Program(ProgramFile(bytes(data)), self.registries, device=Device.parse(device), cuda_graphs=False,
                        allow_tf32=self.allow_tf32, fuse=self.fuse, num_threads=self.num_threads,
-                       cache=self.cache)
+                       cache=self.cache, trace=None)

@@ -169,12 +169,13 @@ class Verifier:
 
 
 def verify_buffer(buf: memoryview, layout: ModuleType, *, error: type[PteError] = InvalidProgram,
-                  shallow: frozenset[str] = frozenset()) -> Verifier:
+                  shallow: frozenset[str] = frozenset(), root: int = 0) -> Verifier:
     """Raises ``error`` unless ``buf`` is a structurally valid buffer of ``layout``'s root table; tables of the
-    types in ``shallow`` are checked but not followed (``Verifier.walk`` does that, later)."""
+    types in ``shallow`` are checked but not followed (``Verifier.walk`` does that, later). The root offset is
+    at byte ``root``: 4 in a size-prefixed buffer, whose fields are aligned counting the prefix."""
     verifier = Verifier(buf, layout, error, shallow)
     try:
-        verifier.table(verifier.follow(0, "root offset"), layout.ROOT, 1)
+        verifier.table(verifier.follow(root, "root offset"), layout.ROOT, 1)
     except _Failed as failed:
         raise error(f"{layout.ROOT.split('.')[-1]} verification failed: {failed}") from None
     return verifier

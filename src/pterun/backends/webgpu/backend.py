@@ -5,31 +5,39 @@ fused, and the graph compiled for the process's WebGPU device: every buffer
 allocated, every pipeline and bind group made. Execute writes the inputs,
 re-sizes the graph when an input's shape changed (parameters only; nothing is
 compiled or allocated), records one compute pass, and reads the outputs.
+With profiling on, the executor asks ``profiled`` for a second execute that
+reports each node (profile.py); ``execute`` stays as it is.
 """
 
 from __future__ import annotations
 
-from pterun.backends.interface import BackendInitContext, BackendInterface, CompileSpec
+from pterun.backends.interface import BackendInitContext, BackendInterface, CompileSpec, DelegateTracer
 from pterun.backends.webgpu import device
 from pterun.backends.webgpu.blob import split_blob
 from pterun.backends.webgpu.fuse import fuse_swiglu
 from pterun.backends.webgpu.graph import Graph, constant_bytes, read_graph
 from pterun.backends.webgpu.ops import BUILDERS
+from pterun.backends.webgpu.profile import ProfiledRun
 from pterun.backends.webgpu.program import GpuProgram
 from pterun.errors import DelegateInvalidHandle, NotFound
 
 NAME = "VulkanBackend"
 # Load option (``backend_options={"VulkanBackend": {"fuse_swiglu": False}}``): keep SwiGLU unfused.
 FUSE_SWIGLU = "fuse_swiglu"
+# Load option: when profiling, time each node on the host around its own submission even where the
+# device has timestamp queries (profile.py says what each way measures).
+GPU_TIMESTAMPS = "gpu_timestamps"
 
 
 class WebGPUDelegate:
     """One initialized blob: its compiled program, and what was done to its graph."""
 
-    def __init__(self, graph: Graph, constant, *, fuse: bool = True) -> None:
+    def __init__(self, graph: Graph, constant, *, fuse: bool = True, gpu_timestamps: bool = True) -> None:
         self.fused_swiglu = fuse_swiglu(graph) if fuse else 0
         self.graph = graph
         self.program = GpuProgram(device.gpu(), graph, constant, BUILDERS)
+        self.gpu_timestamps = gpu_timestamps
+        self.profiles: list[ProfiledRun] = []
 
     @classmethod
     def from_graph(cls, graph: Graph, constants: dict[int, bytes] | None = None, *, fuse: bool = True):
@@ -39,6 +47,18 @@ class WebGPUDelegate:
 
     def __call__(self, args: list) -> None:
         self.program.execute(args)
+
+    def profiled(self, tracer: DelegateTracer) -> ProfiledRun:
+        """An execute that reports each node to ``tracer`` (made once, at load, when profiling is on)."""
+        run = ProfiledRun(self.program, tracer, gpu_timestamps=self.gpu_timestamps)
+        self.profiles.append(run)
+        return run
+
+    def release(self) -> None:
+        for run in self.profiles:
+            run.release()
+        self.profiles.clear()
+        self.program.release()
 
     @property
     def dispatch_count(self) -> int:
@@ -64,8 +84,11 @@ class WebGPUBackend(BackendInterface):
         constants = blob.constants
         named = context.named_data
         fuse = bool(context.get_runtime_spec(FUSE_SWIGLU, True))
+        stamps = bool(context.get_runtime_spec(GPU_TIMESTAMPS, True))
         # The blob's memory belongs to the program; constants are copied to the GPU during init.
-        return WebGPUDelegate(graph, lambda i: constant_bytes(graph, i, constants, named), fuse=fuse)
+        return WebGPUDelegate(
+            graph, lambda i: constant_bytes(graph, i, constants, named), fuse=fuse, gpu_timestamps=stamps
+        )
 
     def execute(self, handle, args: list) -> None:
         if not isinstance(handle, WebGPUDelegate):
@@ -77,9 +100,14 @@ class WebGPUBackend(BackendInterface):
             raise DelegateInvalidHandle(f"{NAME}: got a handle it did not make")
         return handle.program.written_arguments(len(args))
 
+    def profiled(self, handle, tracer: DelegateTracer) -> ProfiledRun:
+        if not isinstance(handle, WebGPUDelegate):
+            raise DelegateInvalidHandle(f"{NAME}: got a handle it did not make")
+        return handle.profiled(tracer)
+
     def destroy(self, handle) -> None:
         if isinstance(handle, WebGPUDelegate):
-            handle.program.release()
+            handle.release()
 
 
-__all__ = ["FUSE_SWIGLU", "NAME", "WebGPUBackend", "WebGPUDelegate"]
+__all__ = ["FUSE_SWIGLU", "GPU_TIMESTAMPS", "NAME", "WebGPUBackend", "WebGPUDelegate"]

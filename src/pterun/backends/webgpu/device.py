@@ -73,8 +73,12 @@ class Gpu:
         ):
             if key in limits:
                 wanted[key] = limits[key]
-        self.device = adapter.request_device_sync(required_limits=wanted)
+        # Timestamp queries cost nothing until a pass asks for them; only profiled runs do (profile.py).
+        features = ["timestamp-query"] if "timestamp-query" in adapter.features else []
+        self.device = adapter.request_device_sync(required_features=features, required_limits=wanted)
         self.queue = self.device.queue
+        self.timestamps = "timestamp-query" in self.device.features
+        self.timestamp_period = _timestamp_period(self.queue) if self.timestamps else 1.0
         dl = self.device.limits
         self.max_binding = int(dl["max-storage-buffer-binding-size"])
         self.max_groups = int(dl["max-compute-workgroups-per-dimension"])
@@ -85,6 +89,7 @@ class Gpu:
         self.STORAGE = flags.STORAGE | flags.COPY_DST | flags.COPY_SRC
         self.UNIFORM = flags.UNIFORM | flags.COPY_DST
         self.READBACK = flags.MAP_READ | flags.COPY_DST
+        self.QUERY_RESOLVE = flags.QUERY_RESOLVE | flags.COPY_SRC
 
     def buffer(self, nbytes: int, usage: int, label: str = ""):
         # Zero-sized bindings are invalid; 16 bytes keeps every binding legal and aligned.
@@ -134,6 +139,19 @@ class Gpu:
     @property
     def pipeline_count(self) -> int:
         return len(self._pipelines)
+
+
+def _timestamp_period(queue) -> float:
+    """Nanoseconds per timestamp tick. WebGPU defines timestamps in nanoseconds, but wgpu-native resolves
+    raw ticks unless told to normalize them; wgpu-py does not wrap the query for the period, so it is asked
+    of wgpu-native directly, and taken as 1 (WebGPU's unit) where that is not possible."""
+    try:
+        from wgpu.backends.wgpu_native._ffi import lib
+
+        period = float(lib.wgpuQueueGetTimestampPeriod(queue._internal))
+    except Exception:  # noqa: BLE001 - another wgpu-py layout or backend: WebGPU's nanoseconds
+        return 1.0
+    return period if period > 0 else 1.0
 
 
 def gpu() -> Gpu:

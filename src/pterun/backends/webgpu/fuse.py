@@ -79,7 +79,9 @@ def fuse_swiglu(graph: Graph) -> int:
             if tg is None or tu is None or to is None or tg.dims != tu.dims:
                 continue
             drop.update(removed)
-            replace[i] = Op(FUSED, [gate, up, op.args[-1]], op.node_id)
+            # The fused operator computes the last multiply's output, so it keeps that one's debug identifier.
+            replaced = tuple(graph.chain[k].name for k in sorted([*removed, i]))
+            replace[i] = Op(FUSED, [gate, up, op.args[-1]], op.node_id, replaced)
             break
     if replace:
         graph.chain = [replace.get(i, op) for i, op in enumerate(graph.chain) if i not in drop]

@@ -67,7 +67,8 @@ class ValueList:
 class Op:
     name: str
     args: list[int]
-    node_id: int = 0
+    node_id: int = 0  # the exporter's delegate debug identifier (ETRecord maps it to the graph's nodes)
+    replaces: tuple[str, ...] = ()  # a fused operator: the exported operators it stands for, in order
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,22 @@ import numpy as np
 import torch
 
 from pterun.backends.webgpu.device import Gpu
+from pterun.backends.webgpu.graph import DType
 from pterun.backends.webgpu.slots import SSlot, TSlot
 from pterun.errors import InvalidArgument
 
 # What a GPU word is read back as before it is cast into the caller's tensor.
 _READ_AS = {"f32": np.float32, "i32": np.int32, "u32": np.uint32}
+# The tensor a value of each VkDataType is read back into when the caller gives none (profiling).
+TORCH_DTYPE = {
+    DType.FLOAT32: torch.float32,
+    DType.FLOAT64: torch.float64,
+    DType.INT32: torch.int32,
+    DType.INT64: torch.int64,
+    DType.INT8: torch.int8,
+    DType.UINT8: torch.uint8,
+    DType.BOOL: torch.bool,
+}
 
 
 class SymIntOutput:
@@ -67,3 +78,15 @@ def readback(gpu: Gpu, slots: list) -> tuple[list, object]:
         else:
             outputs.append(SymIntOutput(slot))
     return outputs, gpu.buffer(total, gpu.READBACK, "readback")
+
+
+def read_into(gpu: Gpu, buffer, outputs: list, targets: list, first: int = 0) -> None:
+    """Maps ``buffer`` (waiting for the submission that copied into it) and reads output ``k`` into
+    ``targets[first + k]``."""
+    buffer.map_sync(gpu.wgpu.MapMode.READ)
+    try:
+        mapped = buffer.read_mapped(copy=False)
+        for k, out in enumerate(outputs, first):
+            targets[k] = out.read(mapped, targets[k])
+    finally:
+        buffer.unmap()

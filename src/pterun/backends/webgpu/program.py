@@ -24,8 +24,8 @@ from pterun.backends.webgpu.builder import Builder, NodeBuilder
 from pterun.backends.webgpu.device import Gpu
 from pterun.backends.webgpu.graph import Graph, Op, SymInt, TensorValue
 from pterun.backends.webgpu.inputs import SymIntInput, TensorInput
-from pterun.backends.webgpu.node import Node
-from pterun.backends.webgpu.outputs import readback
+from pterun.backends.webgpu.node import Dispatch, Node
+from pterun.backends.webgpu.outputs import read_into, readback
 from pterun.backends.webgpu.slots import INPUT, Slots, SSlot, TSlot, check_dtype, new_tensor
 from pterun.errors import DelegateInvalidCompatibility, InvalidArgument, InvalidProgram
 
@@ -161,6 +161,13 @@ class GpuProgram:
         return range(n_in, n_in + n_out)
 
     def execute(self, args: list) -> None:
+        conversions = self.write_inputs(args)
+        self._submit(conversions)
+        self.read_outputs(args)
+
+    def write_inputs(self, args: list) -> list[Dispatch]:
+        """Takes the inputs' shapes (resizing the graph) and writes their values; returns the dispatches
+        that convert inputs the GPU holds in another type, to run before the graph's."""
         n_in = len(self.inputs)
         if len(args) != n_in + len(self.outputs):
             raise InvalidArgument(
@@ -179,37 +186,26 @@ class GpuProgram:
             d = handler.write(args[k])
             if d is not None:
                 conversions.append(d)
-        self._submit(conversions)
-        self._read_outputs(args, n_in)
+        return conversions
 
     def _submit(self, conversions: list) -> None:
         """Records the input conversions and every dispatch in one compute pass, then the output copies."""
         encoder = self.gpu.device.create_command_encoder()
         cpass = encoder.begin_compute_pass()
-        count = 0
-        for dispatches in (conversions, self.dispatches):
-            for d in dispatches:
-                x, y, z = d.current
-                if x:
-                    cpass.set_pipeline(d.pipeline)
-                    cpass.set_bind_group(0, d.bind_group)
-                    cpass.dispatch_workgroups(x, y, z)
-                    count += 1
+        count = record(cpass, conversions) + record(cpass, self.dispatches)
         cpass.end()
-        for out in self._outputs:
-            out.record(encoder, self._readback)
+        self.record_outputs(encoder)
         self.gpu.queue.submit([encoder.finish()])
         self.dispatch_count = count
 
-    def _read_outputs(self, args: list, first: int) -> None:
-        rb = self._readback
-        rb.map_sync(self.gpu.wgpu.MapMode.READ)
-        try:
-            mapped = rb.read_mapped(copy=False)
-            for k, out in enumerate(self._outputs, first):
-                args[k] = out.read(mapped, args[k])
-        finally:
-            rb.unmap()
+    def record_outputs(self, encoder) -> None:
+        """Records the copies of the graph's outputs into the readback buffer (after every dispatch)."""
+        for out in self._outputs:
+            out.record(encoder, self._readback)
+
+    def read_outputs(self, args: list) -> None:
+        """Reads the outputs into ``args`` (waiting for the submission that recorded their copies)."""
+        read_into(self.gpu, self._readback, self._outputs, args, len(self.inputs))
 
     # -- introspection ---------------------------------------------------------------
 
@@ -236,6 +232,20 @@ class GpuProgram:
         self.nodes.clear()
         self.dispatches = []
         self._tensor_inputs.clear()
+
+
+def record(cpass, dispatches) -> int:
+    """Records ``dispatches`` into a compute pass (those with nothing to do this call are left out);
+    returns how many were recorded."""
+    count = 0
+    for d in dispatches:
+        x, y, z = d.current
+        if x:
+            cpass.set_pipeline(d.pipeline)
+            cpass.set_bind_group(0, d.bind_group)
+            cpass.dispatch_workgroups(x, y, z)
+            count += 1
+    return count
 
 
 def _check_supported(graph: Graph, builders: Mapping[str, Builder], max_binding: int) -> None:
