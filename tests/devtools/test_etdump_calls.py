@@ -106,6 +106,18 @@ def test_nothing_recorded_writes_no_file(tmp_path):
         assert not (tmp_path / f"{side}.etdp").exists(), side
 
 
+def test_a_write_with_nothing_new_writes_nothing(tmp_path):
+    """ExecuTorch's runtime crashes on a second write with no run between (its builder is ended twice)."""
+    program = recorded("mlp")
+    loaded = inspecting.pterun_runtime().get().load_program(str(program.pte), enable_etdump=True,
+                                                            debug_buffer_size=1 << 20)
+    loaded.load_method("forward").execute(program.flat_inputs)
+    loaded.write_etdump_result_to_file(str(tmp_path / "1.etdp"), str(tmp_path / "1.debug"))
+    assert [b[0] for b in _blocks(tmp_path / "1.etdp")] == ["Default", "Execute"], "premise: the first write"
+    loaded.write_etdump_result_to_file(str(tmp_path / "2.etdp"), str(tmp_path / "2.debug"))
+    assert not (tmp_path / "2.etdp").exists() and not (tmp_path / "2.debug").exists()
+
+
 def test_write_without_etdump_raises(tmp_path):
     program = recorded("mlp")
     reference = _executorch_pybindings()._load_for_executorch(str(program.pte))

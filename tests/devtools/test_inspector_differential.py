@@ -17,6 +17,7 @@ import pytest
 
 from tests.devtools.programs import recorded, xnnpack_nodes
 from tests.support import inspecting
+from tests.support.compare import assert_matches
 from tests.support.inspecting import (
     FRAMEWORK_EVENTS, gap_bound, gap_rows, inspector, numeric_gap, reshaping_mse, rows, run_with_etdump, timed,
 )
@@ -68,6 +69,21 @@ def test_event_tables_agree(name, tmp_path_factory):
     frame = inspected.to_dataframe()
     assert list(frame.columns) == list(reference.to_dataframe().columns)
     assert set(frame["event_name"]) - FRAMEWORK_EVENTS, "the table lists the operators"
+
+
+@pytest.mark.parametrize("name", NOT_DELEGATED)
+def test_etdump_events_agree(name, tmp_path_factory):
+    """Below the Inspector: every event's fields but its times and offsets, and the logged outputs."""
+    expected = _events(_run(name, "executorch", tmp_path_factory).etdump)
+    assert any(kind == "D" for block in expected for kind, *_ in block[1]), "premise: debug events"
+    found = _events(_run(name, "pterun", tmp_path_factory).etdump)
+    assert [b[0] for b in found] == [b[0] for b in expected]
+    for (block, theirs), (_, ours) in zip(expected, found):
+        assert ours == theirs, f"{block}: " + _diff(theirs, ours)
+    reference = _run(name, "executorch", tmp_path_factory).inspected
+    inspected = _run(name, "pterun", tmp_path_factory).inspected
+    for theirs, ours in zip(reference.event_blocks, inspected.event_blocks):
+        assert_matches(list(ours.run_output), list(theirs.run_output), what=f"{theirs.name} outputs")
 
 
 @pytest.mark.parametrize("name", NOT_DELEGATED)
@@ -141,6 +157,28 @@ def test_xnnpack_gap_table_has_a_row_per_node(tmp_path_factory):
     assert sorted(tuple(r.aot_debug_handle) for r in found.itertuples()) == [(h,) for h in sorted(handles)]
     for row in found.itertuples():
         assert row.gap[0] <= gap_bound(row.aot_intermediate_output), f"{row.aot_ops}: gap {row.gap[0]:.3g}"
+
+
+def _events(etdump: Path) -> list[tuple[str, list[tuple]]]:
+    """Each block of an ETDump: its name and its events, as (kind, fields...) without times or offsets."""
+    from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
+
+    blocks = []
+    for run in deserialize_from_etdump_flatcc(etdump.read_bytes()).run_data:
+        events = []
+        for e in run.events:
+            if (p := e.profile_event) is not None:
+                events.append(("P", p.name, p.chain_index, p.instruction_id, p.delegate_debug_id_int,
+                               p.delegate_debug_id_str))
+            if (d := e.debug_event) is not None:
+                v = d.debug_entry
+                tensors = [v.tensor] if v.tensor is not None else list(v.tensor_list.tensors) if v.tensor_list else []
+                events.append(("D", d.name, d.chain_index, d.instruction_id, d.delegate_debug_id_int,
+                               d.delegate_debug_id_str, str(v.val),
+                               tuple((t.scalar_type, tuple(t.sizes), tuple(t.strides)) for t in tensors),
+                               v.int_value, v.float_value, v.bool_value, v.output))
+        blocks.append((run.name, events))
+    return blocks
 
 
 def _delegate_events(etdump: Path, instruction: int):
