@@ -6,9 +6,10 @@ Same functions, classes, argument names and defaults, backed by pterun. The
 differences are deliberate and listed in the README: methods loaded through
 ``_load_program`` each get their own planned memory instead of sharing one set
 of arenas (so two methods cannot overwrite each other's state), list outputs
-come back as Python lists instead of failing, and a debug buffer too small for
+come back as Python lists instead of failing, a debug buffer too small for
 a run's values raises ``MemoryAllocationFailed`` instead of aborting the
-process (docs/profiling.md).
+process (docs/profiling.md), and bundled programs are verified when loaded
+(docs/bundled.md).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import torch
 
+from pterun.bundled import BundledProgram as BundledModule
 from pterun.errors import IndexOutOfRange, InvalidArgument, InvalidArgumentType, InvalidState, Unimplemented
 from pterun.executor import Method, MethodMeta, Program, TensorInfo
 from pterun.executor.inputs import is_sequence
@@ -28,7 +30,8 @@ from pterun.format.source import read_source
 from pterun.runtime import Runtime
 
 __all__ = [
-    "ExecuTorchMethod", "ExecuTorchModule", "ExecuTorchProgram", "MethodMeta", "TensorInfo", "Verification",
+    "BundledModule", "ExecuTorchMethod", "ExecuTorchModule", "ExecuTorchProgram", "MethodMeta", "TensorInfo",
+    "Verification",
     "_create_profile_block", "_dump_profile_results", "_get_operator_names", "_get_registered_backend_names",
     "_is_available", "_load_bundled_program_from_buffer", "_load_for_executorch",
     "_load_for_executorch_from_buffer", "_load_for_executorch_from_bundled_program",
@@ -171,6 +174,11 @@ class ExecuTorchModule:
         return self._run("forward", _convert_inputs(inputs, "forward", "__call__", one_tensor=True), clone_outputs)
 
     def plan_execute(self, method_name: str, clone_outputs: bool = True) -> list[Any]:
+        """Runs the method with the inputs it was last given (``InvalidArgument`` when it has none yet).
+
+        ExecuTorch's method keeps pointers to the caller's unplanned inputs after ``forward`` returns, so
+        its ``plan_execute`` may read freed memory; pterun's keeps the tensors themselves (docs/bundled.md).
+        """
         method = self._loaded().load_method(method_name)
         method.run()
         return method.get_outputs(clone_outputs)
@@ -262,12 +270,32 @@ def _debug_buffer_size(size) -> int:
     return size
 
 
-def _load_for_executorch_from_bundled_program(*args, **kwargs) -> ExecuTorchModule:
-    raise Unimplemented("bundled programs are not supported by pterun")
+def _load_for_executorch_from_bundled_program(
+    ptr: BundledModule,
+    data_map_buffer: bytes | str | os.PathLike | None = None,
+    enable_etdump: bool = False,
+    debug_buffer_size: int = 0,
+    *,
+    data_path: str | os.PathLike | None = None,
+) -> ExecuTorchModule:
+    """The program a bundled module holds, as a module whose methods run normally (without its test cases).
+
+    As ExecuTorch's two overloads, the second argument is a .ptd's bytes or its path (``data_path=``).
+    """
+    if not isinstance(ptr, BundledModule):
+        raise InvalidArgumentType(f"_load_for_executorch_from_bundled_program(): expected a BundledModule, "
+                                  f"got {type(ptr).__name__}")
+    data = data_path if data_path is not None else data_map_buffer
+    if isinstance(data, (str, os.PathLike)):
+        data = read_source(os.fspath(data), what="data file")
+    return _load_for_executorch_from_buffer(ptr.file.program, data, enable_etdump, debug_buffer_size)
 
 
-def _load_bundled_program_from_buffer(*args, **kwargs):
-    raise Unimplemented("bundled programs are not supported by pterun")
+def _load_bundled_program_from_buffer(buffer: bytes, non_const_pool_size: int = 16 * 1024) -> BundledModule:
+    """A bundled program (.bpte), verified now. ``non_const_pool_size`` is accepted and unused, as in ExecuTorch."""
+    if not isinstance(buffer, (bytes, bytearray, memoryview)):
+        raise InvalidArgumentType(f"_load_bundled_program_from_buffer(): expected bytes, got {type(buffer).__name__}")
+    return BundledModule(bytes(buffer))
 
 
 def _load_for_executorch_from_data_loader(*args, **kwargs) -> ExecuTorchModule:

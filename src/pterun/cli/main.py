@@ -1,4 +1,5 @@
-"""`pterun run`, `pterun inspect`, `pterun bench`: run a program's method, show what a program holds, time it."""
+"""`pterun run`, `pterun inspect`, `pterun bench`, `pterun test`: run a program's method, show what a program
+holds, time it, run a bundled program's test cases."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import typer
 from rich.table import Table
 
 from pterun import Runtime
+from pterun.cli.bundled import run_tests
 from pterun.cli.inputs import load_inputs, random_inputs
 from pterun.cli.report import UserError, console, esc, reported, state, visible
 from pterun.core.dtype import name as dtype_name
@@ -221,6 +223,9 @@ def bench(
             row.append(f"{t.host_median:.3f}")
         table.add_row(*row)
     console.print(table)
+
+
+app.command("test")(run_tests)
 
 
 def main() -> None:

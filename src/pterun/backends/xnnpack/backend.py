@@ -15,6 +15,7 @@ NHWC, a contiguous view of the same bytes.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import OrderedDict
 from collections.abc import Callable
@@ -22,12 +23,13 @@ from types import CodeType
 
 import torch
 
-from pterun.backends.interface import BackendInitContext, BackendInterface, CompileSpec
+from pterun.backends.interface import BackendInitContext, BackendInterface, CompileSpec, DelegateTracer
 from pterun.backends.xnnpack.blob import split_blob
 from pterun.backends.xnnpack.compiler import Translation, translate
 from pterun.backends.xnnpack.graph import NODE_NAMES, Datatype, Graph, read_graph
 from pterun.backends.xnnpack.nodes import TRANSLATORS
 from pterun.backends.xnnpack.optimize import optimize
+from pterun.backends.xnnpack.profile import NodeHooks
 from pterun.core.layout import CHANNELS_LAST_4D, strides_for
 from pterun.errors import (
     DelegateInvalidCompatibility, DelegateInvalidHandle, Internal, InvalidArgument, InvalidProgram, PteError,
@@ -60,17 +62,31 @@ class XnnpackDelegate:
         self._four_d_inputs = [v.external_id for v in graph.inputs if len(v.dims) == 4]
         self._four_d_outputs = [(v.external_id, v.id) for v in graph.outputs if len(v.dims) == 4]
         self._num_args = graph.num_externs
-        shapes = {v.id: v.dims for v in graph.inputs}
+        self._hooks: NodeHooks | None = None
+        self._start()
+
+    def _start(self) -> None:
+        """Translates the graph for the shapes it was serialized with, the usual call's."""
+        shapes = {v.id: v.dims for v in self.graph.inputs}
         self._translations: OrderedDict[tuple, Translation] = OrderedDict()
         first = self._translate(shapes)
         self._key = tuple(shapes[vid] for _, vid in self._inputs)
         self._first = first
         self._translations[self._key] = first
 
+    def profiled(self, tracer: DelegateTracer) -> XnnpackDelegate:
+        """A delegate running the same graph, which reports each node to ``tracer`` (``profile.py``).
+
+        It shares this one's constants, prepacked weights and buffers, and has translations of its own."""
+        variant = copy.copy(self)
+        variant._hooks = NodeHooks(self.graph, tracer)
+        variant._start()
+        return variant
+
     def _translate(self, shapes: dict) -> Translation:
         try:
             return translate(self.graph, self.device, self._cache, shapes, TRANSLATORS, self.options,
-                             self._compile_code)
+                             self._compile_code, self._hooks)
         except PteError:
             raise
         except (RuntimeError, ValueError, TypeError, IndexError, KeyError, OverflowError) as exc:
@@ -180,6 +196,11 @@ class XnnpackBackend(BackendInterface):
         if not isinstance(handle, XnnpackDelegate):
             raise DelegateInvalidHandle(f"{NAME}: execute got a handle it did not make")
         handle(args)
+
+    def profiled(self, handle, tracer: DelegateTracer) -> XnnpackDelegate:
+        if not isinstance(handle, XnnpackDelegate):
+            raise DelegateInvalidHandle(f"{NAME}: got a handle it did not make")
+        return handle.profiled(tracer)
 
     def written_arguments(self, handle, args) -> list[int]:
         if not isinstance(handle, XnnpackDelegate):

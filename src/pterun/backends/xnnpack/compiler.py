@@ -37,7 +37,7 @@ import math
 import re
 from collections.abc import Callable
 from types import CodeType
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -284,9 +284,17 @@ class Builder:
         return self.node.where if self.node is not None else "graph"
 
 
+class Hooks(Protocol):
+    """Lines a translation puts around each node's own (profiling, ``profile.py``)."""
+
+    def before(self, node: Node, b: Builder) -> None: ...
+
+    def after(self, node: Node, b: Builder) -> None: ...
+
+
 def translate(graph: Graph, device: torch.device, cache: dict, input_shapes: dict[int, Shape],
               translators: dict[str, Callable[[Node, Builder], None]], options: dict | None = None,
-              compile_code: Callable[[str, str], CodeType] | None = None) -> Translation:
+              compile_code: Callable[[str, str], CodeType] | None = None, hooks: Hooks | None = None) -> Translation:
     b = Builder(graph, device, cache, input_shapes, options)
     for node in graph.nodes:
         b.node = node
@@ -294,7 +302,11 @@ def translate(graph: Graph, device: torch.device, cache: dict, input_shapes: dic
         if translator is None:
             raise DelegateInvalidCompatibility(f"XNNPACK {node.where}: node type {node.kind} is not supported")
         b.emit(f"# {node.where}")
+        if hooks is not None:
+            hooks.before(node, b)
         translator(node, b)
+        if hooks is not None:
+            hooks.after(node, b)
         b.line_nodes.extend([node.where] * (len(b.lines) - len(b.line_nodes)))
     b.node = None
     missing = [v.id for v in graph.outputs if v.id not in b.shapes]

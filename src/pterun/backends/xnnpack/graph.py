@@ -118,6 +118,7 @@ class Node:
     p: SimpleNamespace  # the node table's fields by their schema names
     output_min: float = -math.inf
     output_max: float = math.inf
+    fused: tuple[Node, ...] = ()  # the blob's nodes optimize.py folded into this one, as they were
 
     @property
     def where(self) -> str:

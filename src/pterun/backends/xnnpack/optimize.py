@@ -69,6 +69,7 @@ def merge_clamps(graph: Graph) -> Graph:
             prod.output_min = float(min(max(f32(prod.output_min), lo), hi))
             prod.output_max = float(min(max(f32(prod.output_max), lo), hi))
             prod.p.output_id = clamp.p.output_id
+            prod.fused = (*prod.fused, clamp, *clamp.fused)
             nodes.remove(clamp)
             changed = True
             break
@@ -116,6 +117,7 @@ def fuse_pads(graph: Graph) -> Graph:
         conv.p.padding_left += pre[2]
         conv.p.padding_right += post[2]
         conv.p.input1_id = pad.p.input_id
+        conv.fused = (*conv.fused, pad, *pad.fused)
         nodes.remove(pad)
     return Graph(graph.values, nodes, graph.num_externs, graph.inputs, graph.outputs)
 
@@ -138,17 +140,20 @@ def _zero_spatial_padding(graph: Graph, pad: Node) -> bool:
 def drop_empty_pads(graph: Graph) -> Graph:
     outputs = {v.id for v in graph.outputs}
     source: dict[int, int] = {}  # a dropped pad's output -> the value its readers read instead
+    dropped: dict[int, tuple[Node, ...]] = {}  # a dropped pad's output -> the pads no reader stands for yet
     nodes = []
     for n in graph.nodes:
         if n.kind == "XNNStaticConstantPad" and _empty(graph, n) and n.p.output_id not in outputs:
             source[n.p.output_id] = source.get(n.p.input_id, n.p.input_id)
+            dropped[n.p.output_id] = (*dropped.pop(n.p.input_id, ()), n)
             continue
-        fields = {k: source[v] for k in vars(n.p) if k.endswith("_id") and not k.startswith("output")
-                  and (v := getattr(n.p, k)) in source}
-        if fields:
+        read = {k: v for k in vars(n.p) if k.endswith("_id") and not k.startswith("output")
+                and (v := getattr(n.p, k)) in source}
+        if read:
             n = copy.copy(n)
             n.p = copy.copy(n.p)
-            vars(n.p).update(fields)
+            vars(n.p).update({k: source[v] for k, v in read.items()})
+            n.fused = (*n.fused, *(pad for v in read.values() for pad in dropped.pop(v, ())))
         nodes.append(n)
     return Graph(graph.values, nodes, graph.num_externs, graph.inputs, graph.outputs)
 
