@@ -184,10 +184,12 @@ def test_a_full_debug_buffer_fails_the_call_not_the_process(tmp_path):
     inputs = exported.forward_inputs()
     program = Runtime.get().load_program(exported.pte, enable_etdump=True, debug_buffer_size=300)
     method = program.load_method("forward")
+    expected = Runtime.get().load_program(exported.pte).load_method("forward").execute(inputs)
     for _ in range(2):  # the method still runs (and fails the same way) after a failure
-        with pytest.raises(MemoryAllocationFailed, match="debug buffer of 300 bytes") as info:
+        with pytest.raises(MemoryAllocationFailed, match="debug buffer of 300 bytes is full") as info:
             method.execute(inputs)
         assert info.value.code == ErrorCode.MemoryAllocationFailed
+        torch.testing.assert_close(method.get_outputs(), expected)  # the call's outputs were computed
     program.write_etdump_result_to_file(tmp_path / "d.etdp", tmp_path / "d.bin")
     blocks = read_etdump((tmp_path / "d.etdp").read_bytes())
     assert [b.name for b in blocks] == ["Default", "Execute", "Execute"]
@@ -196,7 +198,6 @@ def test_a_full_debug_buffer_fails_the_call_not_the_process(tmp_path):
     assert (tmp_path / "d.bin").stat().st_size == 300
     # A program with room for the values gives the eager result.
     roomy = Runtime.get().load_program(exported.pte, enable_etdump=True, debug_buffer_size=DEBUG)
-    expected = Runtime.get().load_program(exported.pte).load_method("forward").execute(inputs)
     torch.testing.assert_close(roomy.load_method("forward").execute(inputs), expected)
 
 

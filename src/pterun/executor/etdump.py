@@ -216,6 +216,7 @@ class MethodTrace:
         self.clock = _CudaClock(device.torch) if device.type == DeviceType.CUDA else _HostClock()
         self.now = self.clock.now
         self.current: list | None = None  # the events of the run in progress
+        self.missing = 0  # bytes of the last run's values that did not fit in the debug buffer
 
     @property
     def logs_values(self) -> bool:
@@ -247,13 +248,16 @@ class MethodTrace:
         self.current = None
         with self.program.lock:
             self.program.blocks.append(block)
-        needed = getattr(_overflow, "needed", 0)
-        if needed:
-            size = len(self.program.debug)
+        self.missing = getattr(_overflow, "needed", 0)
+
+    def check(self) -> None:
+        """Raises when the last run's values did not all fit in the debug buffer (its outputs are kept)."""
+        if self.missing:
+            missing, self.missing = self.missing, 0
             raise MemoryAllocationFailed(
-                f"the debug buffer of {size} bytes is full: {needed} bytes of intermediate "
-                f"values were not logged; load the program with a larger debug_buffer_size (the outputs of this "
-                f"call were computed; the ETDump keeps the values that fit)")
+                f"the debug buffer of {len(self.program.debug)} bytes is full: {missing} bytes of intermediate "
+                f"values were not logged; load the program with a larger debug_buffer_size (the call's outputs "
+                f"were computed and get_outputs() returns them; the ETDump keeps the values that fit)")
 
     # -- what the traced function calls, made once per instruction at load --------------------------------
 

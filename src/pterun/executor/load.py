@@ -31,6 +31,7 @@ from pterun.executor.codegen import CompiledMethod, MethodValues, compile_method
 from pterun.executor.compiled import CompiledFunction
 from pterun.executor.context import LoadContext
 from pterun.executor.delegates import Delegates
+from pterun.executor.etdump import MethodTrace
 from pterun.executor.effects import MethodEffects, check_writes, delegate_writes, written_inputs
 from pterun.executor.fold import elide_view_copies, fold_constant_views, with_views
 from pterun.executor.functional import Unsupported, functional_method
@@ -61,6 +62,7 @@ class LoadedMethod:
     graph: CudaGraphRunner | None
     shape_tensors: list  # planned dynamic inputs, whose shapes key the CUDA graph
     shape_args: bool  # the graph is keyed by shapes at all
+    trace: MethodTrace | None = None  # profiling on: what the traced function records (etdump.py)
 
 
 def load_method(context: LoadContext, plan: Plan) -> LoadedMethod:
@@ -149,6 +151,7 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
         # The graph is keyed by the input shapes; a method whose inputs cannot change shape needs no key.
         shape_tensors=[objects[vi] for vi in dynamic_inputs if vi not in params_in],
         shape_args=bool(dynamic_inputs),
+        trace=trace,
     )
 
 

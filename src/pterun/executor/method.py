@@ -50,6 +50,7 @@ class Method:
         self._threads = Threads.choose(context.num_threads, plan, loaded.steps)
         self._calls = CallGuard(self._where)
         self.written_inputs = loaded.written_inputs  # inputs the method updates in place
+        self._trace = loaded.trace
 
     # -- inputs ------------------------------------------------------------------
 
@@ -180,6 +181,8 @@ class Method:
         finally:
             self._threads.exit(threads)
             calls.busy = False
+        if self._trace is not None:
+            self._trace.check()  # a debug buffer too small for this run's values
 
     def _graph_key(self):
         # The graph is keyed by the input shapes; a method whose inputs cannot change shape needs no key.

@@ -271,3 +271,25 @@ def test_more_nodes_than_one_query_set_holds():
     # Node i negates i + 1 times; the last two are stamped in the second query set.
     last = [r["outputs"][0] for r in tracer.reports[-2:]]
     assert torch.equal(last[0], -x) and torch.equal(last[1], x)
+
+
+def test_an_etdump_of_a_webgpu_program_has_every_node_inside_the_delegate_call(tmp_path):
+    from pterun.format.etdump import DebugEvent, ProfileEvent, read_etdump
+
+    lowered = export("convnet", True)
+    (graph,) = graphs(lowered.pte)
+    program = pterun.Runtime.get().load_program(lowered.pte, enable_etdump=True, debug_buffer_size=8 << 20)
+    method = program.load_method("forward")
+    inputs = list(lowered.forward_inputs())
+    outputs = method.execute(inputs)
+    program.write_etdump_result_to_file(tmp_path / "run.etdp", tmp_path / "run.bin")
+    events = read_etdump((tmp_path / "run.etdp").read_bytes())[-1].events
+    nodes = [e for e in events if isinstance(e, ProfileEvent) and e.name is None]
+    (call,) = [e for e in events if isinstance(e, ProfileEvent) and e.name == "DELEGATE_CALL"]
+    assert len(nodes) == len(graph.chain) > 3, "one event per node of the blob (the convnet fuses none)"
+    assert all(e.instruction == call.instruction and call.start <= e.start <= e.end <= call.end for e in nodes)
+    assert [e.delegate_id for e in nodes] == sorted(e.delegate_id for e in nodes) and nodes[0].delegate_id >= 0
+    values = [e for e in events if isinstance(e, DebugEvent) and e.delegate_id >= 0]
+    assert values and values[-1].value.sizes == tuple(outputs[0].shape)
+    assert_matches(outputs, pterun.Runtime.get().load_program(lowered.pte).load_method("forward").execute(inputs),
+                   rtol=RTOL)
