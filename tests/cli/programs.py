@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
-from pathlib import Path
-
 import torch
 
-from tests.support.exporting import ExportSpec, cache_root, export_program
-
-_LOCK = threading.Lock()
+from tests.support.exporting import ExportSpec, export_program
+from tests.support.inspecting import Recorded, RecordedProgram, export_recorded
 
 
 class Mlp(torch.nn.Module):
@@ -28,24 +23,6 @@ class Mlp(torch.nn.Module):
         return self.c(h) + y, h.sum(dim=-1)
 
 
-def _mlp_inputs():
-    generator = torch.Generator().manual_seed(3)
-    return (torch.randn(2, 8, generator=generator), torch.randn(2, 4, generator=generator))
-
-
-def mlp():
-    """The MLP lowered with no delegate."""
-    torch.manual_seed(0)
-    return export_program("cli-mlp", lambda: ExportSpec(Mlp(), _mlp_inputs()))
-
-
-@dataclass
-class RecordedProgram:
-    pte: Path
-    etrecord: Path
-    inputs: tuple
-
-
 class SmallCnn(torch.nn.Module):
     """Convolutions whose ReLU XNNPACK's exporter fuses into them, a pooling, a linear layer."""
 
@@ -60,52 +37,33 @@ class SmallCnn(torch.nn.Module):
         return self.head(h.mean(dim=(2, 3)))
 
 
-def recorded_mlp(partitioners=None, key: str = "cli-mlp-etrecord") -> RecordedProgram:
-    """The MLP exported with an ETRecord that holds its example inputs as representative inputs."""
-    return _recorded(Mlp, _mlp_inputs, partitioners, key)
+class AddThenMul(torch.nn.Module):
+    def forward(self, x, y):
+        return (x + y) * y
 
 
-def recorded_xnnpack_cnn() -> RecordedProgram:
-    """The small CNN lowered to XNNPACK, with an ETRecord."""
-    return _recorded(SmallCnn, lambda: (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(5)),),
-                     xnnpack_partitioners, "cli-cnn-xnnpack-etrecord")
+def _mlp_inputs():
+    generator = torch.Generator().manual_seed(3)
+    return (torch.randn(2, 8, generator=generator), torch.randn(2, 4, generator=generator))
 
 
-def recorded_xnnpack_cnn_q8() -> RecordedProgram:
-    """The small CNN quantized to 8 bits per channel (PT2E, XNNPACK's quantizer), lowered to XNNPACK."""
-
-    def quantized():
-        from tests.support.quantizing import quantize
-
-        generator = torch.Generator().manual_seed(6)
-        calibration = [(torch.randn(1, 3, 16, 16, generator=generator),) for _ in range(4)]
-        return quantize(SmallCnn().eval(), calibration[0], calibration, "per-channel")
-
-    return _recorded(quantized, lambda: (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(5)),),
-                     xnnpack_partitioners, "cli-cnn-xnnpack-q8-etrecord")
+def _image():
+    return (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(5)),)
 
 
-def _recorded(module, make_inputs, partitioners, key: str) -> RecordedProgram:
-    directory = cache_root() / key
-    pte, etrecord, inputs = directory / "program.pte", directory / "etrecord.bin", directory / "inputs.pt"
-    with _LOCK:
-        if not pte.exists():
-            from executorch.exir import to_edge_transform_and_lower
-            from torch.export import export
+def _seeded(make):
+    torch.manual_seed(0)
+    return make()
 
-            torch.manual_seed(0)
-            example = make_inputs()
-            with torch.no_grad():
-                exported = export(module().eval(), example, strict=False)
-            kwargs = {"partitioner": partitioners()} if partitioners else {}
-            program = to_edge_transform_and_lower(exported, generate_etrecord=True, **kwargs).to_executorch()
-            record = program.get_etrecord()
-            record.update_representative_inputs(list(example))
-            directory.mkdir(parents=True, exist_ok=True)
-            record.save(str(etrecord))
-            torch.save(example, inputs)
-            pte.write_bytes(program.buffer)  # last: its presence says the others are there
-        return RecordedProgram(pte, etrecord, torch.load(inputs, weights_only=False))
+
+def mlp():
+    """The MLP lowered with no delegate."""
+    return export_program("cli-mlp", lambda: ExportSpec(_seeded(Mlp), _mlp_inputs()))
+
+
+def recorded_mlp() -> RecordedProgram:
+    """The MLP with an ETRecord that holds its example inputs as representative inputs."""
+    return export_recorded("cli-mlp", lambda: Recorded(_seeded(Mlp), _mlp_inputs()))
 
 
 def xnnpack_partitioners():
@@ -114,29 +72,34 @@ def xnnpack_partitioners():
     return [XnnpackPartitioner()]
 
 
-def demo_delegated(key: str = "cli-demo-add-etrecord") -> RecordedProgram:
+def recorded_xnnpack_cnn() -> RecordedProgram:
+    """The small CNN lowered to XNNPACK, with an ETRecord."""
+    return export_recorded("cli-cnn-xnnpack", lambda: Recorded(_seeded(SmallCnn), _image(),
+                                                               partitioners=xnnpack_partitioners))
+
+
+def recorded_xnnpack_cnn_q8() -> RecordedProgram:
+    """The small CNN quantized to 8 bits per channel (PT2E, XNNPACK's quantizer), lowered to XNNPACK."""
+
+    def build():
+        from tests.support.quantizing import quantize
+
+        generator = torch.Generator().manual_seed(6)
+        calibration = [(torch.randn(1, 3, 16, 16, generator=generator),) for _ in range(4)]
+        module = quantize(_seeded(SmallCnn).eval(), calibration[0], calibration, "per-channel")
+        return Recorded(module, _image(), partitioners=xnnpack_partitioners)
+
+    return export_recorded("cli-cnn-xnnpack-q8", build)
+
+
+def demo_delegated() -> RecordedProgram:
     """``(x + y) * y`` with the add in ExecuTorch's demo backend, exported with an ETRecord."""
-    directory = cache_root() / key
-    pte, etrecord, inputs = directory / "program.pte", directory / "etrecord.bin", directory / "inputs.pt"
-    with _LOCK:
-        if not pte.exists():
-            from executorch.exir import to_edge_transform_and_lower
-            from executorch.exir.backend.test.op_partitioner_demo import AddMulPartitionerDemo
-            from torch.export import export
 
-            example = (torch.randn(2, 2), torch.randn(2, 2))
-            exported = export(AddThenMul(), example, strict=False)
-            program = to_edge_transform_and_lower(exported, partitioner=[AddMulPartitionerDemo()],
-                                                  generate_etrecord=True).to_executorch()
-            record = program.get_etrecord()
-            record.update_representative_inputs(list(example))
-            directory.mkdir(parents=True, exist_ok=True)
-            record.save(str(etrecord))
-            torch.save(example, inputs)
-            pte.write_bytes(program.buffer)
-        return RecordedProgram(pte, etrecord, torch.load(inputs, weights_only=False))
+    def partitioners():
+        from executorch.exir.backend.test.op_partitioner_demo import AddMulPartitionerDemo
 
+        return [AddMulPartitionerDemo()]
 
-class AddThenMul(torch.nn.Module):
-    def forward(self, x, y):
-        return (x + y) * y
+    inputs = (torch.randn(2, 2, generator=torch.Generator().manual_seed(4)),
+              torch.randn(2, 2, generator=torch.Generator().manual_seed(8)))
+    return export_recorded("cli-demo-add", lambda: Recorded(AddThenMul(), inputs, partitioners=partitioners))
