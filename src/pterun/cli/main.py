@@ -1,5 +1,6 @@
 """`pterun run`, `pterun inspect`, `pterun bench`, `pterun test`: run a program's method, show what a program
-holds, time it, run a bundled program's test cases."""
+holds, time it, run a bundled program's test cases; `pterun profile` and `pterun compare` (profile.py,
+compare.py): where a method's time goes, and how far its values are from a reference's."""
 
 from __future__ import annotations
 
