@@ -235,6 +235,11 @@ class MethodTrace:
         resolve = self.clock.resolve
         block = RunBlock("Execute")
         for e in events:
+            if type(e) is tuple:  # an instruction's spans, as its recorder keeps them: (names, n, start, end)
+                names, n, first, last = e
+                first, last = resolve(first), resolve(last)
+                block.events += [ProfileEvent(name, first, last, chain=0, instruction=n) for name in names]
+                continue
             if isinstance(e, ProfileEvent):
                 e = ProfileEvent(e.name, resolve(e.start), resolve(e.end), e.chain, e.instruction, e.delegate_id,
                                  e.delegate_name, e.metadata)
@@ -287,8 +292,7 @@ class MethodTrace:
                     logged = log(value)
                     if logged is not None:
                         events.append(DebugEvent(logged, chain=0, instruction=n))
-            for name in names:
-                events.append(ProfileEvent(name, start, end, chain=0, instruction=n))
+            events.append((names, n, start, end))  # made into events once the run is over
 
         return record
 
