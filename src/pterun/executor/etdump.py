@@ -99,9 +99,11 @@ class _CudaClock:
         self.used = 0
         self.origin = None
         self.origin_ns = 0
+        self.stream = None
 
     def start(self) -> None:
         self.used = 0
+        self.stream = torch.cuda.current_stream(self.device)
         self.origin = self.now()
         self.origin_ns = time.perf_counter_ns()
 
@@ -110,7 +112,7 @@ class _CudaClock:
             self.events.append(torch.cuda.Event(enable_timing=True))
         event = self.events[self.used]
         self.used += 1
-        event.record(torch.cuda.current_stream(self.device))
+        event.record(self.stream if self.stream is not None else torch.cuda.current_stream(self.device))
         return event
 
     def resolve(self, stamp) -> int:
