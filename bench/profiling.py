@@ -29,7 +29,7 @@ from common import ROOT, console, environment, report  # noqa: E402
 import pterun  # noqa: E402
 from pterun.cli.timing import Way, measure  # noqa: E402
 
-MODELS = "tiny_mlp,resnet18,mobilenet_v2.xnnpack,bert,example_llama"
+MODELS = "tiny_mlp,example_llama,llama,mobilenet_v2.xnnpack,resnet18.xnnpack"
 WRITE_EVERY = 100
 
 
@@ -54,9 +54,8 @@ def ways_for(pte: Path, inputs: list, scratch: str) -> list[Way]:
     et = portable_lib._load_for_executorch(str(pte))
     ways = [Way("pterun", lambda: method.execute(inputs, clone_outputs=False)),
             Way("executorch", lambda: et.forward(inputs, clone_outputs=False))]
-    try:
-        traced_program = runtime.load_program(pte, num_threads=1, enable_etdump=True)
-    except TypeError:  # a tree from before ETDump: only the unprofiled path to compare
+    traced_program = runtime.load_program(pte, num_threads=1, enable_etdump=True)
+    if not hasattr(traced_program, "write_etdump_result_to_file"):  # a tree from before ETDump: the plain path only
         return ways
     traced = traced_program.load_method("forward")
     et_traced = portable_lib._load_for_executorch(str(pte), enable_etdump=True)
@@ -76,7 +75,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=300)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    torch.set_num_threads(1)  # ExecuTorch's portable kernels run on one thread; XNNPACK's pool is its own
+    from executorch.extension.pybindings import portable_lib
+
+    torch.set_num_threads(1)  # ExecuTorch's portable kernels run on one thread
+    portable_lib._unsafe_reset_threadpool(1)  # and its XNNPACK delegates on its own pool: one thread too
     directory = ROOT / ".cache" / "bench"
     console.print(environment())
     rows = {}
