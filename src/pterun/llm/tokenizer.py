@@ -1,0 +1,117 @@
+"""Tokenizers as ExecuTorch's runner loads them, through pytorch-tokenizers (the library it uses).
+
+The format is chosen by the file's content: a Hugging Face tokenizer.json, a tiktoken file
+(base64 token and rank per line), a SentencePiece model (a protobuf) or Llama 2's binary
+vocabulary. ExecuTorch tries each loader in turn, and each failed one logs; reading the bytes
+first means only the right loader runs, and a file none accepts is one clear error.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import re
+from collections.abc import Callable
+
+from pterun.errors import AccessFailed, InvalidArgument, NotSupported
+
+_TIKTOKEN_LINE = re.compile(rb"^[A-Za-z0-9+/]+={0,2} \d+\r?$")
+
+
+def detect_format(data: bytes) -> str:
+    """"hf", "tiktoken", "sentencepiece" or "llama2c", from a tokenizer file's first bytes."""
+    head = data.lstrip()[:1]
+    if head == b"{":
+        try:
+            json.loads(data)
+            return "hf"
+        except ValueError:
+            pass
+    first = data.split(b"\n", 1)[0]
+    if _TIKTOKEN_LINE.match(first):
+        return "tiktoken"
+    # A SentencePiece ModelProto starts with field 1 (its pieces), length-delimited: tag 0x0a.
+    if data[:1] == b"\x0a":
+        return "sentencepiece"
+    return "llama2c"
+
+
+class Tokenizer:
+    """A loaded tokenizer: encode with BOS/EOS counts, and each token's bytes for decoding."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        try:
+            with open(self.path, "rb") as file:
+                data = file.read()
+        except OSError as error:
+            raise AccessFailed(f"Failed to load tokenizer from: {self.path}: {error.strerror}") from None
+        self.kind = detect_format(data)
+        try:
+            import pytorch_tokenizers
+        except ImportError:
+            raise NotSupported("pterun.llm needs pytorch-tokenizers (pip install pytorch-tokenizers)") from None
+        impl = {"hf": pytorch_tokenizers.CppHFTokenizer, "tiktoken": pytorch_tokenizers.CppTiktoken,
+                "sentencepiece": pytorch_tokenizers.CppSPTokenizer,
+                "llama2c": pytorch_tokenizers.CppLlama2cTokenizer}[self.kind]()
+        try:
+            impl.load(self.path)
+        except RuntimeError as error:
+            raise InvalidArgument(
+                f"Failed to load tokenizer from: {self.path}: read as {_NAMES[self.kind]}, which failed: {error}"
+            ) from None
+        if not impl.is_loaded():
+            raise InvalidArgument(f"Failed to load tokenizer from: {self.path}: {_NAMES[self.kind]} did not load")
+        self._impl = impl
+        self.bos_tok = int(impl.bos_tok())
+        self.eos_tok = int(impl.eos_tok())
+        self.vocab_size = int(impl.vocab_size())
+
+    def encode(self, text: str, bos: int = 0, eos: int = 0) -> list[int]:
+        try:
+            return list(self._impl.encode(text, bos, eos))
+        except RuntimeError as error:
+            raise InvalidArgument(f"Failed to encode prompt {text!r}: {error}") from None
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes ``token`` decodes to: not always whole UTF-8 characters (byte-level vocabularies)."""
+        try:
+            return self._impl.decode(token).encode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as error:
+            # The library hands back str; bytes that are not UTF-8 on their own are still in the error.
+            return bytes(error.object)
+        except RuntimeError as error:
+            raise InvalidArgument(f"Failed to decode token {token}: {error}") from None
+
+    def decode(self, tokens: list[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
+
+    def __repr__(self) -> str:
+        return f"<Tokenizer {self.kind} {self.path!r} vocab_size={self.vocab_size}>"
+
+
+_NAMES = {"hf": "a Hugging Face tokenizer.json", "tiktoken": "a tiktoken file",
+          "sentencepiece": "a SentencePiece model", "llama2c": "a Llama 2 binary tokenizer"}
+
+
+class PieceStream:
+    """Tokens' bytes in, text out: a token that ends inside a UTF-8 character is held back until the
+    character is complete (ExecuTorch passes such bytes to the callback, where they raise
+    UnicodeDecodeError). A token whose bytes are whole characters passes as its own piece, as in ExecuTorch.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, emit: Callable[[str], None]) -> None:
+        self._tokenizer = tokenizer
+        self._emit = emit
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def push(self, token: int) -> None:
+        text = self._utf8.decode(self._tokenizer.token_bytes(token))
+        if text or not self._utf8.getstate()[0]:
+            self._emit(text)
+
+    def flush(self) -> None:
+        """What is still held back, with the incomplete character replaced by U+FFFD."""
+        if self._utf8.getstate()[0]:
+            self._emit(self._utf8.decode(b"", final=True))
