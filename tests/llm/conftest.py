@@ -1,0 +1,80 @@
+"""Programs and tokenizers for the pterun.llm tests, and ExecuTorch's runner to compare with."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.support.llama_export import bpe_tokenizer, llama_program
+from tests.support.premises import assert_calls
+
+# The static program stops at any of these tokens, so that EOS handling is compared as well.
+STATIC_EOS = tuple(range(120, 190))
+
+
+@pytest.fixture(scope="session")
+def tokenizer_path(tmp_path_factory):
+    return bpe_tokenizer(tmp_path_factory.mktemp("tokenizer") / "tokenizer.json")
+
+
+@pytest.fixture(scope="session")
+def byte_tokenizer_path(tmp_path_factory):
+    return bpe_tokenizer(tmp_path_factory.mktemp("bytes") / "tokenizer.json", byte_alphabet=True)
+
+
+def _llama(dynamic: bool, eos: tuple[int, ...]):
+    pte = llama_program(dynamic, eos)
+    assert_calls(pte, {"llama::custom_sdpa.out", "llama::update_cache.out"}, what="the exported Llama: ")
+    return pte
+
+
+@pytest.fixture(scope="session")
+def dynamic_llama():
+    return _llama(True, (2,))
+
+
+@pytest.fixture(scope="session")
+def static_llama():
+    return _llama(False, STATIC_EOS)
+
+
+@pytest.fixture(scope="session", params=["dynamic", "static"])
+def llama(request, dynamic_llama, static_llama):
+    return dynamic_llama if request.param == "dynamic" else static_llama
+
+
+@dataclass
+class Run:
+    """What one generate call passed to its callbacks."""
+
+    pieces: list[str] = field(default_factory=list)
+    stats: list = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+def generate(runner, prompt: str, config) -> Run:
+    run = Run()
+    runner.generate(prompt, config, run.pieces.append, run.stats.append)
+    return run
+
+
+@pytest.fixture(scope="session")
+def executorch_runner():
+    """ExecuTorch's TextLLMRunner (with its llama:: kernels) and the seed its sampler took, per program."""
+    llm = pytest.importorskip("executorch.extension.llm.runner")
+    pytest.importorskip("executorch.extension.llm.custom_ops.custom_ops")
+
+    def make(pte, tokenizer):
+        # Its sampler is seeded with time(nullptr) when the runner is made: one second on both sides.
+        while True:
+            before = int(time.time())
+            runner = llm.TextLLMRunner(str(pte), str(tokenizer))
+            if int(time.time()) == before:
+                return runner, before
+
+    return make
