@@ -2,8 +2,8 @@
 
 The format is chosen by the file's content: a Hugging Face tokenizer.json, a tiktoken file
 (base64 token and rank per line), a SentencePiece model (a protobuf) or Llama 2's binary
-vocabulary. ExecuTorch tries each loader in turn, and each failed one logs; reading the bytes
-first means only the right loader runs, and a file none accepts is one clear error.
+vocabulary. ExecuTorch tries every loader in turn (each failure logs); reading the bytes first
+means only the loader that fits runs, and a file none accepts is one error naming what was tried.
 """
 
 from __future__ import annotations
@@ -19,22 +19,20 @@ from pterun.errors import AccessFailed, InvalidArgument, NotSupported
 _TIKTOKEN_LINE = re.compile(rb"^[A-Za-z0-9+/]+={0,2} \d+\r?$")
 
 
-def detect_format(data: bytes) -> str:
-    """"hf", "tiktoken", "sentencepiece" or "llama2c", from a tokenizer file's first bytes."""
-    head = data.lstrip()[:1]
-    if head == b"{":
+def candidate_formats(data: bytes) -> list[str]:
+    """The formats a tokenizer file's bytes can be, most likely first: "hf", "tiktoken", "sentencepiece",
+    "llama2c". Only a SentencePiece protobuf and Llama 2's binary can look alike (a vocabulary of 10 mod 256
+    starts like a protobuf's first field), so those two are tried in turn."""
+    if data.lstrip()[:1] == b"{":
         try:
             json.loads(data)
-            return "hf"
+            return ["hf"]
         except ValueError:
             pass
-    first = data.split(b"\n", 1)[0]
-    if _TIKTOKEN_LINE.match(first):
-        return "tiktoken"
+    if _TIKTOKEN_LINE.match(data.split(b"\n", 1)[0]):
+        return ["tiktoken"]
     # A SentencePiece ModelProto starts with field 1 (its pieces), length-delimited: tag 0x0a.
-    if data[:1] == b"\x0a":
-        return "sentencepiece"
-    return "llama2c"
+    return ["sentencepiece", "llama2c"] if data[:1] == b"\x0a" else ["llama2c", "sentencepiece"]
 
 
 class Tokenizer:
@@ -47,22 +45,27 @@ class Tokenizer:
                 data = file.read()
         except OSError as error:
             raise AccessFailed(f"Failed to load tokenizer from: {self.path}: {error.strerror}") from None
-        self.kind = detect_format(data)
         try:
             import pytorch_tokenizers
         except ImportError:
             raise NotSupported("pterun.llm needs pytorch-tokenizers (pip install pytorch-tokenizers)") from None
-        impl = {"hf": pytorch_tokenizers.CppHFTokenizer, "tiktoken": pytorch_tokenizers.CppTiktoken,
-                "sentencepiece": pytorch_tokenizers.CppSPTokenizer,
-                "llama2c": pytorch_tokenizers.CppLlama2cTokenizer}[self.kind]()
-        try:
-            impl.load(self.path)
-        except RuntimeError as error:
-            raise InvalidArgument(
-                f"Failed to load tokenizer from: {self.path}: read as {_NAMES[self.kind]}, which failed: {error}"
-            ) from None
-        if not impl.is_loaded():
-            raise InvalidArgument(f"Failed to load tokenizer from: {self.path}: {_NAMES[self.kind]} did not load")
+        classes = {"hf": pytorch_tokenizers.CppHFTokenizer, "tiktoken": pytorch_tokenizers.CppTiktoken,
+                   "sentencepiece": pytorch_tokenizers.CppSPTokenizer,
+                   "llama2c": pytorch_tokenizers.CppLlama2cTokenizer}
+        failures = []
+        for kind in candidate_formats(data):
+            impl = classes[kind]()
+            try:
+                impl.load(self.path)
+            except RuntimeError as error:
+                failures.append(f"read as {_NAMES[kind]}: {error}")
+                continue
+            if impl.is_loaded():
+                break
+            failures.append(f"read as {_NAMES[kind]}: not loaded")
+        else:
+            raise InvalidArgument(f"Failed to load tokenizer from: {self.path}: {'; '.join(failures)}")
+        self.kind = kind
         self._impl = impl
         self.bos_tok = int(impl.bos_tok())
         self.eos_tok = int(impl.eos_tok())
