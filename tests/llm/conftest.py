@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from pterun.format import ProgramFile
 from tests.support.llama_export import bpe_tokenizer, llama_program
 from tests.support.premises import assert_calls
 
@@ -38,6 +39,14 @@ def dynamic_llama():
 @pytest.fixture(scope="session")
 def static_llama():
     return _llama(False, STATIC_EOS)
+
+
+@pytest.fixture(scope="session")
+def uncached_llama():
+    """The same Llama without a KV cache: every call takes the whole sequence so far."""
+    pte = llama_program(True, (2,), kv_cache=False)
+    assert len(ProgramFile(pte).plan("forward").inputs) == 1, "premise: forward takes the tokens alone"
+    return pte
 
 
 @pytest.fixture(scope="session", params=["dynamic", "static"])

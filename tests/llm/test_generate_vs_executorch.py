@@ -58,6 +58,14 @@ def test_whole_context_matches_executorch(executorch_runner, dynamic_llama, toke
     assert run.stats[0].num_generated_tokens == 128 - prompt_tokens - 1  # premise: no EOS, the context filled
 
 
+def test_a_program_without_kv_cache_matches_executorch(executorch_runner, uncached_llama, tokenizer_path):
+    ours, theirs = _pair(executorch_runner, uncached_llama, tokenizer_path)
+    assert not ours.metadata.use_kv_cache  # premise
+    _same(ours, theirs, PROMPT, GenerationConfig(temperature=0.0, echo=False, max_new_tokens=30))
+    ours.reset(), theirs.reset()
+    _same(ours, theirs, PROMPT, GenerationConfig(temperature=0.8, echo=False, max_new_tokens=30))
+
+
 def test_eos_from_the_program_ends_generation_as_executorch(executorch_runner, static_llama, tokenizer_path):
     ours, theirs = _pair(executorch_runner, static_llama, tokenizer_path)
     run = _same(ours, theirs, PROMPT, GenerationConfig(temperature=0.0, echo=False, max_new_tokens=60))

@@ -25,15 +25,17 @@ Every prompt is split into pieces; every piece has a number; the numbers go in a
 WIDE_TEXT = "Caf\u00e9 cr\u00e8me, na\u00efve r\u00e9sum\u00e9 \u2014 \u65e5\u672c\u8a9e \U0001F600 " + TEXT
 
 
-def llama_program(dynamic: bool, eos_ids: tuple[int, ...] = (2,)) -> Path:
-    """The .pte of the example Llama with a KV cache and custom SDPA (max_seq_len 128)."""
-    key = f"llm-export-llama-kv-sdpa-{'dynamic' if dynamic else 'static'}-eos{len(eos_ids)}-{min(eos_ids)}-v1"
+def llama_program(dynamic: bool, eos_ids: tuple[int, ...] = (2,), *, kv_cache: bool = True) -> Path:
+    """The .pte of the example Llama (max_seq_len 128): with a KV cache and custom SDPA, or without a
+    cache (every call takes the whole sequence)."""
+    kind = "kv-sdpa" if kv_cache else "nokv"
+    key = f"llm-export-llama-{kind}-{'dynamic' if dynamic else 'static'}-eos{len(eos_ids)}-{min(eos_ids)}-v1"
     directory = cache_root() / key
     pte = directory / "program.pte"
     with _LOCK:
         if not pte.exists():
             directory.mkdir(parents=True, exist_ok=True)
-            code = f"from tests.support.llama_export import _export; _export({str(directory)!r}, {dynamic}, {list(eos_ids)})"
+            code = f"from tests.support.llama_export import _export; _export({str(directory)!r}, {dynamic}, {list(eos_ids)}, {kv_cache})"
             done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             if done.returncode:
@@ -41,7 +43,7 @@ def llama_program(dynamic: bool, eos_ids: tuple[int, ...] = (2,)) -> Path:
     return pte
 
 
-def _export(directory: str, dynamic: bool, eos_ids: list[int]) -> None:
+def _export(directory: str, dynamic: bool, eos_ids: list[int], kv_cache: bool) -> None:
     import torch
     from executorch.examples.models.llama.export_llama_lib import export_llama
     from executorch.examples.models.llama.llama_transformer import construct_transformer
@@ -57,8 +59,8 @@ def _export(directory: str, dynamic: bool, eos_ids: list[int]) -> None:
     config.base.params = str(out / "params.json")
     config.base.checkpoint = str(out / "checkpoint.pth")
     config.base.metadata = json.dumps({"get_bos_id": 1, "get_eos_ids": eos_ids})
-    config.model.use_kv_cache = True
-    config.model.use_sdpa_with_kv_cache = True
+    config.model.use_kv_cache = kv_cache
+    config.model.use_sdpa_with_kv_cache = kv_cache
     config.model.enable_dynamic_shape = dynamic
     config.export.max_seq_length = MAX_SEQ_LEN
     config.export.max_context_length = MAX_SEQ_LEN
