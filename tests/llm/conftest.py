@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from pterun.format import ProgramFile
-from tests.support.llama_export import bpe_tokenizer, llama_program
+from tests.support.llama_export import bpe_tokenizer, llama_program, sentencepiece_tokenizers
 from tests.support.premises import assert_calls
 
 # The static program stops at any of these tokens, so that EOS handling is compared as well.
@@ -23,6 +23,12 @@ def tokenizer_path(tmp_path_factory):
 @pytest.fixture(scope="session")
 def byte_tokenizer_path(tmp_path_factory):
     return bpe_tokenizer(tmp_path_factory.mktemp("bytes") / "tokenizer.json", byte_alphabet=True)
+
+
+@pytest.fixture(scope="session")
+def sentencepiece_paths(tmp_path_factory):
+    pytest.importorskip("sentencepiece")
+    return sentencepiece_tokenizers(tmp_path_factory.mktemp("sentencepiece"))
 
 
 def _llama(dynamic: bool, eos: tuple[int, ...]):

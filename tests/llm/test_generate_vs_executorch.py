@@ -50,6 +50,16 @@ def test_greedy_generation_matches_executorch(executorch_runner, llama, tokenize
     assert run.pieces, "premise: something was generated"
 
 
+@pytest.mark.parametrize("kind", ["sentencepiece", "llama2c"])
+def test_sentencepiece_and_llama2_tokenizers_match_executorch(executorch_runner, dynamic_llama, sentencepiece_paths,
+                                                              kind):
+    ours, theirs = _pair(executorch_runner, dynamic_llama, sentencepiece_paths[kind])
+    assert ours.tokenizer.kind == kind  # premise
+    _same(ours, theirs, PROMPT, GenerationConfig(temperature=0.0, num_bos=1, max_new_tokens=40))
+    ours.reset(), theirs.reset()
+    _same(ours, theirs, PROMPT, GenerationConfig(temperature=1.0, echo=False, max_new_tokens=40))
+
+
 def test_whole_context_matches_executorch(executorch_runner, dynamic_llama, tokenizer_path):
     """Without limits generation runs until the context (128) is full: every position is compared."""
     ours, theirs = _pair(executorch_runner, dynamic_llama, tokenizer_path)

@@ -8,15 +8,6 @@ import pytest
 
 from pterun.errors import AccessFailed, InvalidArgument
 from pterun.llm.tokenizer import PieceStream, Tokenizer, candidate_formats
-from tests.support.llama_export import TEXT
-
-
-def _sentencepiece(directory):
-    spm = pytest.importorskip("sentencepiece")
-    (directory / "text.txt").write_text(TEXT)
-    spm.SentencePieceTrainer.train(input=str(directory / "text.txt"), model_prefix=str(directory / "sp"),
-                                   vocab_size=60, model_type="bpe", minloglevel=2)
-    return directory / "sp.model"
 
 
 def test_hf_tokenizer_json(tokenizer_path):
@@ -36,19 +27,21 @@ def test_tiktoken_file(tmp_path):
     assert 259 in tokens and tokenizer.decode(tokens) == "the theme"
 
 
-def test_sentencepiece_model_and_llama2_binary(tmp_path):
-    model = _sentencepiece(tmp_path)
+def test_sentencepiece_model_and_llama2_binary(sentencepiece_paths):
+    model = sentencepiece_paths["sentencepiece"]
     sentencepiece = Tokenizer(model)
     assert sentencepiece.kind == "sentencepiece"
     assert candidate_formats(model.read_bytes())[0] == "sentencepiece"
-    from pytorch_tokenizers import Llama2cTokenizer
-
-    Llama2cTokenizer(model_path=str(model)).export(str(tmp_path / "tokenizer.bin"))
-    binary = Tokenizer(tmp_path / "tokenizer.bin")
+    binary = Tokenizer(sentencepiece_paths["llama2c"])
     assert binary.kind == "llama2c"
     for tokenizer in (sentencepiece, binary):
-        assert tokenizer.encode("the quick fox", 1, 0)[0] == tokenizer.bos_tok == 1
+        tokens = tokenizer.encode("the quick fox", 1, 0)
+        assert tokens[0] == tokenizer.bos_tok == 1
         assert tokenizer.vocab_size == 60
+        word = tokens[1]
+        assert tokenizer.token_bytes(word) == b" the"  # premise: the word's piece starts with its space
+        assert tokenizer.piece_bytes(1, word) == b"the"  # after BOS the space goes, as in ExecuTorch
+        assert tokenizer.piece_bytes(word, word) == b" the"
 
 
 def test_missing_and_wrong_files_are_typed_errors(tmp_path):
@@ -70,8 +63,8 @@ def test_pieces_hold_back_partial_characters(byte_tokenizer_path):
     assert partial, "premise: some tokens are parts of a UTF-8 character"
     pieces = []
     stream = PieceStream(tokenizer, pieces.append)
-    for token in tokens:
-        stream.push(token)
+    for prev, token in zip([tokens[0]] + tokens, tokens):
+        stream.push(prev, token)
     stream.flush()
     assert "".join(pieces) == text
     assert len(pieces) < len(tokens)
@@ -83,7 +76,7 @@ def test_an_unfinished_character_is_replaced_at_the_end(byte_tokenizer_path):
     assert _not_text(tokenizer, first), "premise: the character's first byte is a token of its own"
     pieces = []
     stream = PieceStream(tokenizer, pieces.append)
-    stream.push(first)
+    stream.push(first, first)
     assert pieces == []
     stream.flush()
     assert pieces == ["\ufffd"]

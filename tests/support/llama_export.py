@@ -84,3 +84,15 @@ def bpe_tokenizer(path: Path, *, byte_alphabet: bool = False) -> Path:
     tokenizer.train_from_iterator([WIDE_TEXT if byte_alphabet else TEXT], trainer)
     tokenizer.save(str(path))
     return path
+
+
+def sentencepiece_tokenizers(directory: Path) -> dict[str, Path]:
+    """A SentencePiece BPE model trained on TEXT, and the same vocabulary in Llama 2's binary format."""
+    import sentencepiece
+    from pytorch_tokenizers import Llama2cTokenizer
+
+    (directory / "text.txt").write_text(TEXT)
+    sentencepiece.SentencePieceTrainer.train(input=str(directory / "text.txt"), model_prefix=str(directory / "sp"),
+                                             vocab_size=60, model_type="bpe", minloglevel=2)
+    Llama2cTokenizer(model_path=str(directory / "sp.model")).export(str(directory / "tokenizer.bin"))
+    return {"sentencepiece": directory / "sp.model", "llama2c": directory / "tokenizer.bin"}

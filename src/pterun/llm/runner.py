@@ -121,7 +121,7 @@ class TextLLMRunner:
             )
         stats.first_token_ms = stats.prompt_eval_end_ms = time_in_ms()
         pieces = PieceStream(self.tokenizer, emit)
-        pieces.push(cur_token)
+        pieces.push(cur_token, cur_token)  # ExecuTorch decodes the first as (cur, cur)
         generated = self._generate_tokens(prompt_tokens + [cur_token], max_new_tokens - 1, temperature, pieces)
         pieces.flush()
         self.pos += generated
@@ -169,11 +169,11 @@ class TextLLMRunner:
             else:
                 logits = decoder.step(history, 0)
             stats.on_sampling_begin()
-            cur_token = sampler.sample(logits)
+            prev_token, cur_token = cur_token, sampler.sample(logits)
             stats.on_sampling_end()
             pos += 1
             history.append(cur_token)
-            pieces.push(cur_token)
+            pieces.push(prev_token, cur_token)
             if self._stop.is_set() or cur_token in eos_ids:
                 break
         return pos - start

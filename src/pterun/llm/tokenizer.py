@@ -87,6 +87,14 @@ class Tokenizer:
         except RuntimeError as error:
             raise InvalidArgument(f"Failed to decode token {token}: {error}") from None
 
+    def piece_bytes(self, prev: int, token: int) -> bytes:
+        """``token``'s bytes where ``prev`` came before it: SentencePiece vocabularies (and Llama 2's, made
+        from them) drop the leading space of a word right after BOS, as their C++ decode(prev, token) does."""
+        data = self.token_bytes(token)
+        if prev == self.bos_tok and self.kind in _SPACE_AFTER_BOS and data[:1] == b" ":
+            return data[1:]
+        return data
+
     def decode(self, tokens: list[int]) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
 
@@ -94,6 +102,7 @@ class Tokenizer:
         return f"<Tokenizer {self.kind} {self.path!r} vocab_size={self.vocab_size}>"
 
 
+_SPACE_AFTER_BOS = ("sentencepiece", "llama2c")
 _NAMES = {"hf": "a Hugging Face tokenizer.json", "tiktoken": "a tiktoken file",
           "sentencepiece": "a SentencePiece model", "llama2c": "a Llama 2 binary tokenizer"}
 
@@ -109,8 +118,8 @@ class PieceStream:
         self._emit = emit
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
 
-    def push(self, token: int) -> None:
-        text = self._utf8.decode(self._tokenizer.token_bytes(token))
+    def push(self, prev: int, token: int) -> None:
+        text = self._utf8.decode(self._tokenizer.piece_bytes(prev, token))
         if text or not self._utf8.getstate()[0]:
             self._emit(text)
 
