@@ -11,6 +11,7 @@ import torch
 
 from pterun.core.dtype import to_torch
 from pterun.errors import InvalidProgram, NotSupported
+from pterun.format import Dynamism
 
 _INTEGER = (torch.int64, torch.int32)
 
@@ -40,13 +41,16 @@ class TextDecoder:
             position = meta.input_tensor_meta(1)
             self.position_dtype = to_torch(position.dtype())
             self.cache_positions = len(position.sizes()) == 1 and position.sizes()[0] > 1
-        # Prompts go in whole (in chunks of at most max_seq_len) where the length is dynamic, else one
-        # token at a time, as ExecuTorch's TextPrefiller does.
+        # Prompts go in whole (in chunks of at most max_seq_len) where the metadata says the length is
+        # dynamic, else one token at a time, as ExecuTorch's TextPrefiller does; one token at a time also
+        # where the method takes exactly one.
+        plan = self.method.plan
+        fixed = plan.values[plan.inputs[0]].dynamism == Dynamism.STATIC
         self.parallel_prefill = (parallel_prefill or not self.use_kv_cache) and self.max_tokens > 1
-        if not self.parallel_prefill and self.max_tokens != 1:
+        if fixed and self.max_tokens != 1:
             raise NotSupported(
-                f"{where} takes a fixed {self.max_tokens} tokens per call: expected a dynamic length "
-                f"(enable_dynamic_shape) or one token per call"
+                f"{where} takes exactly {self.max_tokens} tokens per call: expected a dynamic length "
+                f"or one token per call"
             )
         self.chunk = min(max_seq_len if max_seq_len > 0 else 128, self.max_tokens)
         self._token = torch.zeros((1, 1), dtype=self.token_dtype, device=device)
