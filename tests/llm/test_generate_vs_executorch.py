@@ -120,3 +120,14 @@ def test_stats_json_writes_rates_as_cpp_streams_do():
                   num_generated_tokens=9)
     assert stats.to_json_string().startswith('{"prefill_token_per_sec":2333.33,"decode_token_per_sec":1285.71,'
                                              '"prompt_tokens":7,"generated_tokens":9,')
+
+
+@pytest.mark.parametrize("name", ["GenerationConfig", "Stats", "TextLLMRunner"])
+def test_every_public_name_of_executorchs_class_is_here(name):
+    import executorch.extension.llm.runner as theirs
+
+    from pterun import llm
+
+    ours = llm.Stats() if name == "Stats" else getattr(llm, name)  # Stats' fields are its instances'
+    missing = {a for a in dir(getattr(theirs, name)) if not a.startswith("_")} - set(dir(ours))
+    assert not missing
