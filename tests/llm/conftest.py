@@ -31,8 +31,8 @@ def sentencepiece_paths(tmp_path_factory):
     return sentencepiece_tokenizers(tmp_path_factory.mktemp("sentencepiece"))
 
 
-def _llama(dynamic: bool, eos: tuple[int, ...]):
-    pte = llama_program(dynamic, eos)
+def _llama(dynamic: bool, eos: tuple[int, ...], **options):
+    pte = llama_program(dynamic, eos, **options)
     assert_calls(pte, {"llama::custom_sdpa.out", "llama::update_cache.out"}, what="the exported Llama: ")
     return pte
 
@@ -53,6 +53,12 @@ def uncached_llama():
     pte = llama_program(True, (2,), kv_cache=False)
     assert len(ProgramFile(pte).plan("forward").inputs) == 1, "premise: forward takes the tokens alone"
     return pte
+
+
+@pytest.fixture(scope="session")
+def bf16_llama():
+    """The same Llama exported in bfloat16: its logits are bfloat16."""
+    return _llama(True, (2,), dtype="bf16")
 
 
 @pytest.fixture(scope="session", params=["dynamic", "static"])

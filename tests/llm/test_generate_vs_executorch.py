@@ -76,6 +76,13 @@ def test_a_program_without_kv_cache_matches_executorch(executorch_runner, uncach
     _same(ours, theirs, PROMPT, GenerationConfig(temperature=0.8, echo=False, max_new_tokens=30))
 
 
+def test_bfloat16_logits_match_executorch(executorch_runner, bf16_llama, tokenizer_path):
+    ours, theirs = _pair(executorch_runner, bf16_llama, tokenizer_path)
+    ours.load()
+    assert ours.decoder.method.method_meta().output_tensor_meta(0).dtype() == 15  # premise: bfloat16 logits
+    _same(ours, theirs, PROMPT, GenerationConfig(temperature=0.0, echo=False, max_new_tokens=40))
+
+
 def test_eos_from_the_program_ends_generation_as_executorch(executorch_runner, static_llama, tokenizer_path):
     ours, theirs = _pair(executorch_runner, static_llama, tokenizer_path)
     run = _same(ours, theirs, PROMPT, GenerationConfig(temperature=0.0, echo=False, max_new_tokens=60))

@@ -25,17 +25,18 @@ Every prompt is split into pieces; every piece has a number; the numbers go in a
 WIDE_TEXT = "Caf\u00e9 cr\u00e8me, na\u00efve r\u00e9sum\u00e9 \u2014 \u65e5\u672c\u8a9e \U0001F600 " + TEXT
 
 
-def llama_program(dynamic: bool, eos_ids: tuple[int, ...] = (2,), *, kv_cache: bool = True) -> Path:
+def llama_program(dynamic: bool, eos_ids: tuple[int, ...] = (2,), *, kv_cache: bool = True,
+                  dtype: str = "fp32") -> Path:
     """The .pte of the example Llama (max_seq_len 128): with a KV cache and custom SDPA, or without a
     cache (every call takes the whole sequence)."""
-    kind = "kv-sdpa" if kv_cache else "nokv"
+    kind = ("kv-sdpa" if kv_cache else "nokv") + ("" if dtype == "fp32" else f"-{dtype}")
     key = f"llm-export-llama-{kind}-{'dynamic' if dynamic else 'static'}-eos{len(eos_ids)}-{min(eos_ids)}-v1"
     directory = cache_root() / key
     pte = directory / "program.pte"
     with _LOCK:
         if not pte.exists():
             directory.mkdir(parents=True, exist_ok=True)
-            code = f"from tests.support.llama_export import _export; _export({str(directory)!r}, {dynamic}, {list(eos_ids)}, {kv_cache})"
+            code = f"from tests.support.llama_export import _export; _export({str(directory)!r}, {dynamic}, {list(eos_ids)}, {kv_cache}, {dtype!r})"
             done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             if done.returncode:
@@ -43,12 +44,12 @@ def llama_program(dynamic: bool, eos_ids: tuple[int, ...] = (2,), *, kv_cache: b
     return pte
 
 
-def _export(directory: str, dynamic: bool, eos_ids: list[int], kv_cache: bool) -> None:
+def _export(directory: str, dynamic: bool, eos_ids: list[int], kv_cache: bool, dtype: str) -> None:
     import torch
     from executorch.examples.models.llama.export_llama_lib import export_llama
     from executorch.examples.models.llama.llama_transformer import construct_transformer
     from executorch.examples.models.llama.model_args import ModelArgs
-    from executorch.extension.llm.export.config.llm_config import LlmConfig
+    from executorch.extension.llm.export.config.llm_config import DtypeOverride, LlmConfig
 
     out = Path(directory)
     (out / "params.json").write_text(json.dumps(PARAMS))
@@ -62,6 +63,7 @@ def _export(directory: str, dynamic: bool, eos_ids: list[int], kv_cache: bool) -
     config.model.use_kv_cache = kv_cache
     config.model.use_sdpa_with_kv_cache = kv_cache
     config.model.enable_dynamic_shape = dynamic
+    config.model.dtype_override = DtypeOverride(dtype)
     config.export.max_seq_length = MAX_SEQ_LEN
     config.export.max_context_length = MAX_SEQ_LEN
     config.export.output_dir = directory
