@@ -55,7 +55,8 @@ def read_metadata(program) -> LlmMetadata:
     eos = None
     if EOS_IDS in names:
         found = program.load_method(EOS_IDS, cached=False).execute([])
-        eos = tuple(_scalar(v) for v in found)
+        # One value per id, or the ids as one tensor.
+        eos = tuple(int(i) for v in found for i in (v.reshape(-1).tolist() if hasattr(v, "reshape") else [v]))
     return LlmMetadata(
         max_seq_len=values[MAX_SEQ_LEN], max_context_len=values[MAX_CONTEXT_LEN],
         use_kv_cache=bool(values[USE_KV_CACHE]), use_sdpa_with_kv_cache=bool(values[USE_SDPA_WITH_KV_CACHE]),
