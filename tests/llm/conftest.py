@@ -6,8 +6,11 @@ import time
 from dataclasses import dataclass, field
 
 import pytest
+import torch
 
 from pterun.format import ProgramFile
+from tests.support.exporting import ExportSpec, export_program
+from tests.support.models.examples import KVStep, llama_transformer
 from tests.support.llama_export import bpe_tokenizer, llama_program, sentencepiece_tokenizers
 from tests.support.premises import assert_calls
 
@@ -64,6 +67,25 @@ def bf16_llama():
 @pytest.fixture(scope="session", params=["dynamic", "static"])
 def llama(request, dynamic_llama, static_llama):
     return dynamic_llama if request.param == "dynamic" else static_llama
+
+
+VOCAB = 320
+
+
+def one_token_llama(claims_dynamic: bool, *, external: bool = False):
+    """The Llama example with a KV cache taking exactly one token per call, with the exporter's metadata;
+    ``external`` puts its weights in a .ptd file."""
+    metadata = {"get_max_seq_len": 32, "get_max_context_len": 32, "use_kv_cache": True,
+                "enable_dynamic_shape": claims_dynamic, "get_vocab_size": VOCAB, "get_eos_ids": [2]}
+
+    def build():
+        torch.manual_seed(0)
+        model = KVStep(llama_transformer(use_kv_cache=True, enable_dynamic_shape=False, vocab_size=VOCAB))
+        return ExportSpec(model, (torch.tensor([[3]]), torch.tensor([0])), constant_methods=metadata,
+                          config={"external_constants": True} if external else {})
+
+    name = f"llm-llama-one-token-{'claims-dynamic' if claims_dynamic else 'static'}{'-ptd' if external else ''}-v1"
+    return export_program(name, build)
 
 
 @dataclass

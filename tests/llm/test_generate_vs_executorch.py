@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pterun.llm import GenerationConfig, Stats, TextLLMRunner
-from tests.llm.conftest import generate
+from tests.llm.conftest import generate, one_token_llama
 
 PROMPT = "The quick brown fox"
 
@@ -81,6 +81,16 @@ def test_bfloat16_logits_match_executorch(executorch_runner, bf16_llama, tokeniz
     ours.load()
     assert ours.decoder.method.method_meta().output_tensor_meta(0).dtype() == 15  # premise: bfloat16 logits
     _same(ours, theirs, PROMPT, GenerationConfig(temperature=0.0, echo=False, max_new_tokens=40))
+
+
+def test_weights_in_a_ptd_file_match_executorch(executorch_runner, tokenizer_path):
+    exported = one_token_llama(False, external=True)
+    assert exported.ptd, "premise: the weights are in a .ptd file"
+    ours = TextLLMRunner(exported.pte, tokenizer_path, str(exported.ptd[0]))
+    from executorch.extension.llm.runner import TextLLMRunner as TheirRunner
+
+    theirs = TheirRunner(str(exported.pte), str(tokenizer_path), str(exported.ptd[0]))
+    _same(ours, theirs, PROMPT, GenerationConfig(temperature=0.0, echo=False, max_new_tokens=20))
 
 
 def test_eos_from_the_program_ends_generation_as_executorch(executorch_runner, static_llama, tokenizer_path):

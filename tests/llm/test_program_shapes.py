@@ -8,24 +8,8 @@ import torch
 
 from pterun.errors import NotSupported
 from pterun.llm import GenerationConfig, TextLLMRunner
-from tests.llm.conftest import generate
+from tests.llm.conftest import VOCAB, generate, one_token_llama
 from tests.support.exporting import ExportSpec, export_program
-from tests.support.models.examples import KVStep, llama_transformer
-
-VOCAB = 320
-
-
-def _one_token_llama(claims_dynamic: bool):
-    """The Llama example with a KV cache taking exactly one token per call, and the exporter's metadata."""
-    metadata = {"get_max_seq_len": 32, "get_max_context_len": 32, "use_kv_cache": True,
-                "enable_dynamic_shape": claims_dynamic, "get_vocab_size": VOCAB, "get_eos_ids": [2]}
-
-    def build():
-        torch.manual_seed(0)
-        model = KVStep(llama_transformer(use_kv_cache=True, enable_dynamic_shape=False, vocab_size=VOCAB))
-        return ExportSpec(model, (torch.tensor([[3]]), torch.tensor([0])), constant_methods=metadata)
-
-    return export_program(f"llm-llama-one-token-{'claims-dynamic' if claims_dynamic else 'static'}-v1", build)
 
 
 def test_one_token_per_call_is_fed_token_by_token_whatever_the_metadata(executorch_runner, tokenizer_path):
@@ -33,7 +17,7 @@ def test_one_token_per_call_is_fed_token_by_token_whatever_the_metadata(executor
     program; pterun goes by the shape and gives what ExecuTorch gives for the truthful metadata."""
     from executorch.extension.llm.runner import GenerationConfig as TheirConfig
 
-    claims, truthful = _one_token_llama(True), _one_token_llama(False)
+    claims, truthful = one_token_llama(True), one_token_llama(False)
     theirs, _ = executorch_runner(truthful.pte, tokenizer_path)
     expected = generate(theirs, "The quick brown fox", TheirConfig(temperature=0.0, echo=False, max_new_tokens=12))
     broken, _ = executorch_runner(claims.pte, tokenizer_path)
