@@ -11,7 +11,7 @@ import torch
 from pterun.format import ProgramFile
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.models.examples import KVStep, llama_transformer
-from tests.support.llama_export import bpe_tokenizer, llama_program, sentencepiece_tokenizers
+from tests.support.llama_export import bpe_tokenizer, llama_program, sentencepiece_tokenizers, tekken_tokenizer
 from tests.support.premises import assert_calls
 
 # The static program stops at any of these tokens, so that EOS handling is compared as well.
@@ -32,6 +32,11 @@ def byte_tokenizer_path(tmp_path_factory):
 def sentencepiece_paths(tmp_path_factory):
     pytest.importorskip("sentencepiece")
     return sentencepiece_tokenizers(tmp_path_factory.mktemp("sentencepiece"))
+
+
+@pytest.fixture(scope="session")
+def tekken_path(tmp_path_factory):
+    return tekken_tokenizer(tmp_path_factory.mktemp("tekken") / "tekken.json")
 
 
 def _llama(dynamic: bool, eos: tuple[int, ...], **options):

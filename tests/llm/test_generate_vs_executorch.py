@@ -50,10 +50,11 @@ def test_greedy_generation_matches_executorch(executorch_runner, llama, tokenize
     assert run.pieces, "premise: something was generated"
 
 
-@pytest.mark.parametrize("kind", ["sentencepiece", "llama2c"])
-def test_sentencepiece_and_llama2_tokenizers_match_executorch(executorch_runner, dynamic_llama, sentencepiece_paths,
-                                                              kind):
-    ours, theirs = _pair(executorch_runner, dynamic_llama, sentencepiece_paths[kind])
+@pytest.mark.parametrize("kind", ["sentencepiece", "llama2c", "tekken"])
+def test_other_tokenizer_formats_match_executorch(executorch_runner, dynamic_llama, sentencepiece_paths, tekken_path,
+                                                  kind):
+    path = tekken_path if kind == "tekken" else sentencepiece_paths[kind]
+    ours, theirs = _pair(executorch_runner, dynamic_llama, path)
     assert ours.tokenizer.kind == kind  # premise
     _same(ours, theirs, PROMPT, GenerationConfig(temperature=0.0, num_bos=1, max_new_tokens=40))
     ours.reset(), theirs.reset()

@@ -8,6 +8,7 @@ import pytest
 
 from pterun.errors import AccessFailed, InvalidArgument
 from pterun.llm.tokenizer import PieceStream, Tokenizer, candidate_formats
+from tests.support.llama_export import tekken_tokenizer
 
 
 def test_hf_tokenizer_json(tokenizer_path):
@@ -88,3 +89,16 @@ def _not_text(tokenizer, token) -> bool:
         return False
     except UnicodeDecodeError:
         return True
+
+
+def test_tekken_json_by_its_name(tmp_path, tokenizer_path):
+    tekken = Tokenizer(tekken_tokenizer(tmp_path / "tekken.json"))
+    assert tekken.kind == "tekken" and (tekken.bos_tok, tekken.eos_tok) == (1, 2)
+    tokens = tekken.encode("the theme", 1, 0)
+    assert tokens[0] == 1 and 131 in tokens  # "th", after the three control tokens
+    assert tekken.decode(tokens[1:]) == "the theme"
+    # A Hugging Face file of that name is still read as what it is, as ExecuTorch falls back.
+    (tmp_path / "hf").mkdir()
+    renamed = tmp_path / "hf" / "tekken.json"
+    renamed.write_bytes(tokenizer_path.read_bytes())
+    assert Tokenizer(renamed).kind == "hf"

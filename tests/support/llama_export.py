@@ -8,6 +8,7 @@ Tokenizers are trained here from text in this file: nothing is downloaded.
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -98,3 +99,16 @@ def sentencepiece_tokenizers(directory: Path) -> dict[str, Path]:
                                              vocab_size=60, model_type="bpe", minloglevel=2)
     Llama2cTokenizer(model_path=str(directory / "sp.model")).export(str(directory / "tokenizer.bin"))
     return {"sentencepiece": directory / "sp.model", "llama2c": directory / "tokenizer.bin"}
+
+
+def tekken_tokenizer(path: Path) -> Path:
+    """A Tekken file (Mistral's format, read by its name tekken.json): the 128 ASCII bytes (every token is
+    whole text) and one merge ("th"), after three control tokens."""
+    specials = [{"rank": i, "token_str": s, "is_control": True} for i, s in enumerate(["<unk>", "<s>", "</s>"])]
+    ranks = [bytes([b]) for b in range(128)] + [b"th"]
+    vocab = [{"rank": i, "token_bytes": base64.b64encode(t).decode(), "token_str": None} for i, t in enumerate(ranks)]
+    config = {"pattern": r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+              "num_vocab_tokens": len(ranks), "default_vocab_size": len(ranks) + 3, "default_num_special_tokens": 3,
+              "version": "v7"}
+    path.write_text(json.dumps({"config": config, "vocab": vocab, "special_tokens": specials}))
+    return path

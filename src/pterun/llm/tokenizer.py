@@ -1,8 +1,8 @@
 """Tokenizers as ExecuTorch's runner loads them, through pytorch-tokenizers (the library it uses).
 
 The format is chosen by the file's content: a Hugging Face tokenizer.json, a tiktoken file
-(base64 token and rank per line), a SentencePiece model (a protobuf) or Llama 2's binary
-vocabulary. ExecuTorch tries every loader in turn (each failure logs); reading the bytes first
+(base64 token and rank per line), a SentencePiece model (a protobuf), Llama 2's binary
+vocabulary, or Mistral's tekken.json. ExecuTorch tries every loader in turn (each failure logs); reading the bytes first
 means only the loader that fits runs, and a file none accepts is one error naming what was tried.
 """
 
@@ -19,14 +19,15 @@ from pterun.errors import AccessFailed, InvalidArgument, NotSupported
 _TIKTOKEN_LINE = re.compile(rb"^[A-Za-z0-9+/]+={0,2} \d+\r?$")
 
 
-def candidate_formats(data: bytes) -> list[str]:
-    """The formats a tokenizer file's bytes can be, most likely first: "hf", "tiktoken", "sentencepiece",
-    "llama2c". Only a SentencePiece protobuf and Llama 2's binary can look alike (a vocabulary of 10 mod 256
-    starts like a protobuf's first field), so those two are tried in turn."""
+def candidate_formats(data: bytes, name: str = "") -> list[str]:
+    """The formats a tokenizer file's bytes can be, most likely first: "tekken", "hf", "tiktoken",
+    "sentencepiece", "llama2c". Mistral's Tekken is JSON too, told apart by its file name as ExecuTorch
+    does; a SentencePiece protobuf and Llama 2's binary can look alike (a vocabulary of 10 mod 256 starts
+    like a protobuf's first field), so those two are tried in turn."""
     if data.lstrip()[:1] == b"{":
         try:
             json.loads(data)
-            return ["hf"]
+            return ["tekken", "hf"] if name.endswith("tekken.json") else ["hf"]
         except ValueError:
             pass
     if _TIKTOKEN_LINE.match(data.split(b"\n", 1)[0]):
@@ -46,14 +47,14 @@ class Tokenizer:
         except OSError as error:
             raise AccessFailed(f"Failed to load tokenizer from: {self.path}: {error.strerror}") from None
         try:
-            import pytorch_tokenizers
+            import pytorch_tokenizers.pytorch_tokenizers_cpp
         except ImportError:
             raise NotSupported("pterun.llm needs pytorch-tokenizers (pip install pytorch-tokenizers)") from None
-        classes = {"hf": pytorch_tokenizers.CppHFTokenizer, "tiktoken": pytorch_tokenizers.CppTiktoken,
-                   "sentencepiece": pytorch_tokenizers.CppSPTokenizer,
-                   "llama2c": pytorch_tokenizers.CppLlama2cTokenizer}
+        cpp = pytorch_tokenizers.pytorch_tokenizers_cpp
+        classes = {"tekken": cpp.Tekken, "hf": cpp.HFTokenizer, "tiktoken": cpp.Tiktoken,
+                   "sentencepiece": cpp.SPTokenizer, "llama2c": cpp.Llama2cTokenizer}
         failures = []
-        for kind in candidate_formats(data):
+        for kind in candidate_formats(data, self.path):
             impl = classes[kind]()
             try:
                 impl.load(self.path)
@@ -103,7 +104,7 @@ class Tokenizer:
 
 
 _SPACE_AFTER_BOS = ("sentencepiece", "llama2c")
-_NAMES = {"hf": "a Hugging Face tokenizer.json", "tiktoken": "a tiktoken file",
+_NAMES = {"tekken": "a Tekken tokenizer (tekken.json)", "hf": "a Hugging Face tokenizer.json", "tiktoken": "a tiktoken file",
           "sentencepiece": "a SentencePiece model", "llama2c": "a Llama 2 binary tokenizer"}
 
 
