@@ -11,7 +11,8 @@ import torch
 from pterun.format import ProgramFile
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.models.examples import KVStep, llama_transformer
-from tests.support.llama_export import bpe_tokenizer, llama_program, sentencepiece_tokenizers, tekken_tokenizer
+from tests.support.llama_export import (bpe_tokenizer, llama_program, sentencepiece_tokenizers,
+                                        tekken_tokenizer)
 from tests.support.premises import assert_calls
 
 # The static program stops at any of these tokens, so that EOS handling is compared as well.
@@ -89,7 +90,8 @@ def one_token_llama(claims_dynamic: bool, *, external: bool = False):
         return ExportSpec(model, (torch.tensor([[3]]), torch.tensor([0])), constant_methods=metadata,
                           config={"external_constants": True} if external else {})
 
-    name = f"llm-llama-one-token-{'claims-dynamic' if claims_dynamic else 'static'}{'-ptd' if external else ''}-v1"
+    kind = ("claims-dynamic" if claims_dynamic else "static") + ("-ptd" if external else "")
+    name = f"llm-llama-one-token-{kind}-v1"
     return export_program(name, build)
 
 

@@ -51,8 +51,8 @@ def test_greedy_generation_matches_executorch(executorch_runner, llama, tokenize
 
 
 @pytest.mark.parametrize("kind", ["sentencepiece", "llama2c", "tekken"])
-def test_other_tokenizer_formats_match_executorch(executorch_runner, dynamic_llama, sentencepiece_paths, tekken_path,
-                                                  kind):
+def test_other_tokenizer_formats_match_executorch(executorch_runner, dynamic_llama, sentencepiece_paths,
+                                                  tekken_path, kind):
     path = tekken_path if kind == "tekken" else sentencepiece_paths[kind]
     ours, theirs = _pair(executorch_runner, dynamic_llama, path)
     assert ours.tokenizer.kind == kind  # premise
@@ -127,17 +127,18 @@ def test_sampling_with_executorchs_seed_gives_its_tokens(executorch_runner, dyna
 def test_stats_json_is_executorchs(executorch_runner, dynamic_llama, tokenizer_path):
     """The JSON of ExecuTorch's Stats, rebuilt field by field in pterun's, is the same string."""
     ours, theirs = _pair(executorch_runner, dynamic_llama, tokenizer_path)
-    expected = generate(theirs, PROMPT, _theirs(GenerationConfig(temperature=0.0, max_new_tokens=20))).stats[0]
+    config = _theirs(GenerationConfig(temperature=0.0, max_new_tokens=20))
+    expected = generate(theirs, PROMPT, config).stats[0]
     fields = [name for name in dir(expected) if name.endswith("_ms") or name.startswith("num_")]
     copy = Stats(**{name: getattr(expected, name) for name in fields})
     assert copy.to_json_string() == expected.to_json_string()
 
 
 def test_stats_json_writes_rates_as_cpp_streams_do():
-    stats = Stats(inference_start_ms=1000, prompt_eval_end_ms=1003, inference_end_ms=1010, num_prompt_tokens=7,
-                  num_generated_tokens=9)
-    assert stats.to_json_string().startswith('{"prefill_token_per_sec":2333.33,"decode_token_per_sec":1285.71,'
-                                             '"prompt_tokens":7,"generated_tokens":9,')
+    stats = Stats(inference_start_ms=1000, prompt_eval_end_ms=1003, inference_end_ms=1010,
+                  num_prompt_tokens=7, num_generated_tokens=9)
+    assert stats.to_json_string().startswith(
+        '{"prefill_token_per_sec":2333.33,"decode_token_per_sec":1285.71,"prompt_tokens":7,"generated_tokens":9,')
 
 
 @pytest.mark.parametrize("name", ["GenerationConfig", "Stats", "TextLLMRunner"])

@@ -28,13 +28,15 @@ def test_defaults_for_absent_methods():
 
 def test_values_as_written():
     meta = _metadata("llm-metadata-full-v1", {
-        "get_max_seq_len": 64, "get_max_context_len": 256, "use_kv_cache": False, "enable_dynamic_shape": True,
-        "use_sdpa_with_kv_cache": True, "get_vocab_size": 1000, "get_bos_id": 11, "get_eos_ids": [5, 7]})
+        "get_max_seq_len": 64, "get_max_context_len": 256, "use_kv_cache": False,
+        "enable_dynamic_shape": True, "use_sdpa_with_kv_cache": True, "get_vocab_size": 1000,
+        "get_bos_id": 11, "get_eos_ids": [5, 7]})
     assert (meta.max_seq_len, meta.max_context_len, meta.vocab_size, meta.bos_id) == (64, 256, 1000, 11)
     assert not meta.use_kv_cache and meta.enable_dynamic_shape and meta.use_sdpa_with_kv_cache
     assert meta.eos_ids == (5, 7)
 
 
 def test_eos_ids_as_one_tensor():
-    meta = _metadata("llm-metadata-eos-tensor-v1", {"get_max_seq_len": 64, "get_eos_ids": torch.tensor([5, 7, 9])})
+    methods = {"get_max_seq_len": 64, "get_eos_ids": torch.tensor([5, 7, 9])}
+    meta = _metadata("llm-metadata-eos-tensor-v1", methods)
     assert meta.eos_ids == (5, 7, 9)

@@ -9,6 +9,8 @@ import torch
 from pterun.errors import NotSupported
 from pterun.llm import GenerationConfig, TextLLMRunner
 from tests.llm.conftest import VOCAB, generate, one_token_llama
+
+PROMPT = "The quick brown fox"
 from tests.support.exporting import ExportSpec, export_program
 
 
@@ -19,12 +21,12 @@ def test_one_token_per_call_is_fed_token_by_token_whatever_the_metadata(executor
 
     claims, truthful = one_token_llama(True), one_token_llama(False)
     theirs, _ = executorch_runner(truthful.pte, tokenizer_path)
-    expected = generate(theirs, "The quick brown fox", TheirConfig(temperature=0.0, echo=False, max_new_tokens=12))
+    expected = generate(theirs, PROMPT, TheirConfig(temperature=0.0, echo=False, max_new_tokens=12))
     broken, _ = executorch_runner(claims.pte, tokenizer_path)
     with pytest.raises(RuntimeError):  # premise: ExecuTorch cannot run the program whose metadata claims more
-        generate(broken, "The quick brown fox", TheirConfig(temperature=0.0, echo=False, max_new_tokens=12))
+        generate(broken, PROMPT, TheirConfig(temperature=0.0, echo=False, max_new_tokens=12))
     ours = TextLLMRunner(claims.pte, tokenizer_path)
-    run = generate(ours, "The quick brown fox", GenerationConfig(temperature=0.0, echo=False, max_new_tokens=12))
+    run = generate(ours, PROMPT, GenerationConfig(temperature=0.0, echo=False, max_new_tokens=12))
     assert not ours.prefiller.parallel_prefill
     assert run.pieces == expected.pieces
 

@@ -37,7 +37,8 @@ def llama_program(dynamic: bool, eos_ids: tuple[int, ...] = (2,), *, kv_cache: b
     with _LOCK:
         if not pte.exists():
             directory.mkdir(parents=True, exist_ok=True)
-            code = f"from tests.support.llama_export import _export; _export({str(directory)!r}, {dynamic}, {list(eos_ids)}, {kv_cache}, {dtype!r})"
+            arguments = f"{str(directory)!r}, {dynamic}, {list(eos_ids)}, {kv_cache}, {dtype!r}"
+            code = f"from tests.support.llama_export import _export; _export({arguments})"
             done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             if done.returncode:
@@ -95,8 +96,9 @@ def sentencepiece_tokenizers(directory: Path) -> dict[str, Path]:
     from pytorch_tokenizers import Llama2cTokenizer
 
     (directory / "text.txt").write_text(TEXT)
-    sentencepiece.SentencePieceTrainer.train(input=str(directory / "text.txt"), model_prefix=str(directory / "sp"),
-                                             vocab_size=60, model_type="bpe", minloglevel=2)
+    text, prefix = str(directory / "text.txt"), str(directory / "sp")
+    sentencepiece.SentencePieceTrainer.train(input=text, model_prefix=prefix, vocab_size=60, model_type="bpe",
+                                             minloglevel=2)
     Llama2cTokenizer(model_path=str(directory / "sp.model")).export(str(directory / "tokenizer.bin"))
     return {"sentencepiece": directory / "sp.model", "llama2c": directory / "tokenizer.bin"}
 
@@ -104,11 +106,13 @@ def sentencepiece_tokenizers(directory: Path) -> dict[str, Path]:
 def tekken_tokenizer(path: Path) -> Path:
     """A Tekken file (Mistral's format, read by its name tekken.json): the 128 ASCII bytes (every token is
     whole text) and one merge ("th"), after three control tokens."""
-    specials = [{"rank": i, "token_str": s, "is_control": True} for i, s in enumerate(["<unk>", "<s>", "</s>"])]
+    specials = [{"rank": i, "token_str": s, "is_control": True}
+                for i, s in enumerate(["<unk>", "<s>", "</s>"])]
     ranks = [bytes([b]) for b in range(128)] + [b"th"]
-    vocab = [{"rank": i, "token_bytes": base64.b64encode(t).decode(), "token_str": None} for i, t in enumerate(ranks)]
-    config = {"pattern": r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
-              "num_vocab_tokens": len(ranks), "default_vocab_size": len(ranks) + 3, "default_num_special_tokens": 3,
-              "version": "v7"}
+    vocab = [{"rank": i, "token_bytes": base64.b64encode(t).decode(), "token_str": None}
+             for i, t in enumerate(ranks)]
+    pattern = r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    config = {"pattern": pattern, "num_vocab_tokens": len(ranks), "default_vocab_size": len(ranks) + 3,
+              "default_num_special_tokens": 3, "version": "v7"}
     path.write_text(json.dumps({"config": config, "vocab": vocab, "special_tokens": specials}))
     return path

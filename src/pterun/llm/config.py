@@ -15,8 +15,8 @@ class GenerationConfig:
 
     __slots__ = ("echo", "max_new_tokens", "warming", "seq_len", "_temperature", "num_bos", "num_eos")
 
-    def __init__(self, *, echo: bool = True, max_new_tokens: int = -1, warming: bool = False, seq_len: int = -1,
-                 temperature: float = 0.8, num_bos: int = 0, num_eos: int = 0) -> None:
+    def __init__(self, *, echo: bool = True, max_new_tokens: int = -1, warming: bool = False,
+                 seq_len: int = -1, temperature: float = 0.8, num_bos: int = 0, num_eos: int = 0) -> None:
         self.echo = bool(echo)
         self.max_new_tokens = int(max_new_tokens)
         self.warming = bool(warming)

@@ -25,7 +25,7 @@ class TextDecoder:
         meta = self.method.method_meta()
         where = f"method {method_name!r}"
         if meta.num_inputs() < 1:
-            raise InvalidProgram(f"{where} is not a text decoder: expected a tokens input [1, n], found no inputs")
+            raise InvalidProgram(f"{where} is not a text decoder: expected a tokens input [1, n], found none")
         tokens = meta.input_tensor_meta(0)
         dtype = to_torch(tokens.dtype())
         if len(tokens.sizes()) != 2 or tokens.sizes()[0] != 1 or dtype not in _INTEGER:
@@ -33,6 +33,8 @@ class TextDecoder:
                 f"{where} is not a text decoder: expected a tokens input [1, n] of int64, found "
                 f"{list(tokens.sizes())} of {dtype}"
             )
+        if meta.num_outputs() != 1:
+            raise InvalidProgram(f"{where}: expected one output, the logits; found {meta.num_outputs()}")
         self.max_tokens = tokens.sizes()[1]  # the upper bound of a dynamic length, else the length
         self.token_dtype = dtype
         self.device = device
@@ -79,8 +81,6 @@ class TextDecoder:
         self.stats.on_model_execution_begin()
         outputs = self.method.execute(inputs, clone_outputs=False)
         self.stats.on_model_execution_end()
-        if len(outputs) != 1 or not isinstance(outputs[0], torch.Tensor):
-            raise InvalidProgram(f"method {self.name!r}: expected one output, the logits; found {len(outputs)}")
         logits = outputs[0]
         return logits[0, -1] if logits.dim() == 3 else logits.reshape(-1, logits.shape[-1])[-1]
 

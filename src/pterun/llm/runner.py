@@ -5,7 +5,8 @@ report to C stdout); a token that ends inside a UTF-8 character is held back unt
 complete (ExecuTorch raises UnicodeDecodeError inside the callback); ``get_vocab_size`` answers (ExecuTorch's
 returns -1); a temperature outside [0, 1] is refused before the prompt runs (ExecuTorch refuses it after
 the first token); ``stop()`` from the callback of the echo or the first token stops
-(ExecuTorch clears the request when its loop starts); errors are typed PteErrors (RuntimeErrors, as ExecuTorch's are).
+(ExecuTorch clears the request when its loop starts); errors are typed PteErrors (RuntimeErrors, as
+ExecuTorch's are).
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class TextLLMRunner:
         if self.is_loaded():
             return
         meta = self.metadata
-        options = dict(max_seq_len=meta.max_seq_len, parallel_prefill=meta.enable_dynamic_shape, stats=self.stats)
+        options = dict(max_seq_len=meta.max_seq_len, parallel_prefill=meta.enable_dynamic_shape,
+                       stats=self.stats)
         prefiller = TextDecoder(self.program, self._prefill_name, self._device, **options)
         self.decoder = TextDecoder(self.program, self._decode_name, self._device, **options) \
             if self._decode_name else prefiller
@@ -85,7 +87,8 @@ class TextLLMRunner:
     def generate(self, prompt: str, config: GenerationConfig | None = None, token_callback=None,
                  stats_callback=None) -> None:
         """Generates from ``prompt`` (or, when empty, from what ``prefill`` left), passing each decoded
-        piece to ``token_callback`` (the prompt first when ``config.echo``) and the Stats to ``stats_callback``."""
+        piece to ``token_callback`` (the prompt first when ``config.echo``) and the Stats to
+        ``stats_callback``."""
         config = config if config is not None else GenerationConfig()
         temperature = config.temperature
         if not 0.0 <= temperature <= 1.0:
@@ -122,7 +125,8 @@ class TextLLMRunner:
         stats.first_token_ms = stats.prompt_eval_end_ms = time_in_ms()
         pieces = PieceStream(self.tokenizer, emit)
         pieces.push(cur_token, cur_token)  # ExecuTorch decodes the first as (cur, cur)
-        generated = self._generate_tokens(prompt_tokens + [cur_token], max_new_tokens - 1, temperature, pieces)
+        history = prompt_tokens + [cur_token]
+        generated = self._generate_tokens(history, max_new_tokens - 1, temperature, pieces)
         pieces.flush()
         self.pos += generated
         stats.inference_end_ms = time_in_ms()
@@ -148,7 +152,7 @@ class TextLLMRunner:
             )
 
     def _prefill(self, tokens: list[int]) -> int:
-        """Feeds ``tokens`` at the current position; the greedy next token (ExecuTorch prefills at temperature 0)."""
+        """Feeds ``tokens`` at the current position; the next token, greedy (as ExecuTorch's prefill)."""
         logits = self.prefiller.prefill(tokens, self.pos)
         self.pos += len(tokens)
         self.sampler.set_temperature(0.0)
@@ -162,7 +166,7 @@ class TextLLMRunner:
         sampler.set_temperature(temperature)
         start = pos = self.pos
         cur_token = tokens[-1]
-        history = list(tokens)
+        history = tokens  # what a program without a KV cache is fed every step
         while pos < start + max_new_tokens and not self._stop.is_set():
             if decoder.use_kv_cache:
                 logits = decoder.decode_step(cur_token, pos)
@@ -179,13 +183,11 @@ class TextLLMRunner:
         return pos - start
 
     def prefill(self, prompt: str, config: GenerationConfig | None = None) -> None:
-        """Feeds ``prompt`` into the KV cache without generating (chat history); ``generate("")`` continues."""
+        """Feeds ``prompt`` into the KV cache without generating (chat history); ``generate("")`` goes on."""
         config = config if config is not None else GenerationConfig()
         if not self.is_loaded():
             self.load()
         tokens = self.tokenizer.encode(prompt, config.num_bos, config.num_eos)
-        if not tokens:
-            raise InvalidArgument("Expected at least 1 prompt token, found 0")
         self._check_room(len(tokens))
         self._prefill_next = self._prefill(tokens)
 

@@ -1,4 +1,4 @@
-"""Stats: what one generate() call measured, in ExecuTorch's fields and JSON (extension/llm/runner/stats.h)."""
+"""Stats: what one generate() call measured, in ExecuTorch's fields and JSON (llm/runner/stats.h)."""
 
 from __future__ import annotations
 
@@ -100,6 +100,7 @@ class Stats:
 
     def __repr__(self) -> str:
         elapsed = self.inference_end_ms - self.inference_start_ms
-        rate = self.num_generated_tokens * self.SCALING_FACTOR_UNITS_PER_SECOND / elapsed if elapsed > 0 else 0.0
+        rate = self.num_generated_tokens * self.SCALING_FACTOR_UNITS_PER_SECOND / elapsed if elapsed > 0 \
+            else 0.0
         return (f"<Stats num_prompt_tokens={self.num_prompt_tokens} "
                 f"num_generated_tokens={self.num_generated_tokens} tokens_per_second={rate:f}>")

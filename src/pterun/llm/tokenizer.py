@@ -2,8 +2,9 @@
 
 The format is chosen by the file's content: a Hugging Face tokenizer.json, a tiktoken file
 (base64 token and rank per line), a SentencePiece model (a protobuf), Llama 2's binary
-vocabulary, or Mistral's tekken.json. ExecuTorch tries every loader in turn (each failure logs); reading the bytes first
-means only the loader that fits runs, and a file none accepts is one error naming what was tried.
+vocabulary, or Mistral's tekken.json. ExecuTorch tries every loader in turn (each failure
+logs); reading the bytes first means only the loader that fits runs, and a file none accepts
+is one error naming what was tried.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Tokenizer:
         try:
             import pytorch_tokenizers.pytorch_tokenizers_cpp
         except ImportError:
-            raise NotSupported("pterun.llm needs pytorch-tokenizers (pip install pytorch-tokenizers)") from None
+            raise NotSupported("pterun.llm needs pytorch-tokenizers (pip install pterun[llm])") from None
         cpp = pytorch_tokenizers.pytorch_tokenizers_cpp
         classes = {"tekken": cpp.Tekken, "hf": cpp.HFTokenizer, "tiktoken": cpp.Tiktoken,
                    "sentencepiece": cpp.SPTokenizer, "llama2c": cpp.Llama2cTokenizer}
@@ -104,8 +105,9 @@ class Tokenizer:
 
 
 _SPACE_AFTER_BOS = ("sentencepiece", "llama2c")
-_NAMES = {"tekken": "a Tekken tokenizer (tekken.json)", "hf": "a Hugging Face tokenizer.json", "tiktoken": "a tiktoken file",
-          "sentencepiece": "a SentencePiece model", "llama2c": "a Llama 2 binary tokenizer"}
+_NAMES = {"tekken": "a Tekken tokenizer (tekken.json)", "hf": "a Hugging Face tokenizer.json",
+          "tiktoken": "a tiktoken file", "sentencepiece": "a SentencePiece model",
+          "llama2c": "a Llama 2 binary tokenizer"}
 
 
 class PieceStream:
