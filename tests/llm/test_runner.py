@@ -29,6 +29,9 @@ def test_stats_are_consistent_and_callbacks_see_each_token_once(llama, tokenizer
     assert stats.model_execution_start_ms <= stats.model_execution_end_ms <= stats.inference_end_ms
     assert 0 <= stats.aggregate_model_execution_time_ms <= stats.inference_end_ms - stats.inference_start_ms
     assert stats.aggregate_sampling_time_ms >= 0
+    generated = stats.num_generated_tokens
+    runner.reset()
+    assert stats.num_generated_tokens == generated  # a snapshot, as ExecuTorch's callback gets
 
 
 def test_echo_passes_the_prompt_first(dynamic_llama, tokenizer_path):
