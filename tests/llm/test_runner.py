@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from pterun.llm import GenerationConfig, TextLLMRunner
@@ -62,6 +64,21 @@ def test_stop_from_the_callback_ends_generation(dynamic_llama, tokenizer_path):
     # The next generation is not stopped by the last one's request.
     runner.reset()
     assert len(generate(runner, PROMPT, _greedy(max_new_tokens=10)).pieces) == 10
+
+
+def test_stop_from_another_thread(dynamic_llama, tokenizer_path):
+    runner = TextLLMRunner(dynamic_llama, tokenizer_path)
+    pieces = []
+
+    def on_piece(piece):
+        pieces.append(piece)
+        if len(pieces) == 5:  # another thread asks while this token is being produced
+            other = threading.Thread(target=runner.stop)
+            other.start()
+            other.join()
+
+    runner.generate(PROMPT, _greedy(max_new_tokens=50), on_piece)
+    assert len(pieces) == 5
 
 
 def test_reset_gives_the_same_output_twice(dynamic_llama, tokenizer_path):
