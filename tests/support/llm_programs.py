@@ -190,6 +190,15 @@ def export_transformers_program(directory: Path, *, seed: int = 0, max_cache_len
     return pte
 
 
+def example_program() -> LlmProgram:
+    """The language model that ships in the package (scripts/make-llm-example.py)."""
+    from importlib import resources
+
+    examples = Path(str(resources.files("pterun.examples")))
+    pte = examples / "llm_tiny.pte"
+    return LlmProgram(pte, examples / "llm_tiny.tokenizer.json", _metadata(pte), "input_pos")
+
+
 def transformers_program() -> LlmProgram:
     pte = _cached(f"llm-transformers-static-cache-{_VERSION}", export_transformers_program)
     return LlmProgram(pte, tokenizer_path(), _metadata(pte), "cache_position")
