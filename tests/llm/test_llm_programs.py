@@ -47,7 +47,8 @@ def _assert_premises(name: str, program: programs.LlmProgram) -> None:
     assert meta["get_vocab_size"] == 512
     assert meta["enable_dynamic_shape"] == (name != "static"), meta
     plan = ProgramFile(program.pte).plan("forward")
-    if name == "xnnpack-8da4w":
+    assert (program.data is not None) == name.endswith("-ptd")
+    if name.startswith("xnnpack-8da4w"):
         assert plan.delegates and "llama::custom_sdpa.out" in _operators(program.pte)
     elif name in (*programs.LLAMA_VARIANTS, "bundled-example"):
         assert not plan.delegates
@@ -68,23 +69,26 @@ def _positions(program: programs.LlmProgram, start: int, count: int) -> torch.Te
     return torch.tensor([start])
 
 
-def _greedy_both(name: str, program: programs.LlmProgram, prompt: list[int], new_tokens: int) -> list[int]:
-    """Greedy decoding on both runtimes, compared call by call; returns the generated tokens."""
-    ours = pterun.Runtime.get().load_program(program.pte).load_method("forward")
-    theirs = reference_module(program.pte)
-    chunks = [[t] for t in prompt] if not program.dynamic else [prompt]
+def _greedy_both(name: str, program: programs.LlmProgram, prompt: list[int], new_tokens: int,
+                 chunk: int | None = None) -> list[int]:
+    """Greedy decoding on both runtimes, compared call by call; returns the generated tokens. The prompt goes
+    in ``chunk`` tokens a call (all at once by default; one at a time where the program takes one)."""
+    data = [program.data] if program.data else []
+    ours = pterun.Runtime.get().load_program(program.pte, data_path=data or None).load_method("forward")
+    theirs = reference_module(program.pte, data)
+    size = (chunk or len(prompt)) if program.dynamic else 1
+    chunks = [prompt[i:i + size] for i in range(0, len(prompt), size)]
     generated, position = [], 0
     for step in range(len(chunks) + new_tokens - 1):
-        chunk = chunks[step] if step < len(chunks) else [generated[-1]]
-        inputs = [torch.tensor([chunk]), _positions(program, position, len(chunk))]
+        tokens = chunks[step] if step < len(chunks) else [generated[-1]]
+        inputs = [torch.tensor([tokens]), _positions(program, position, len(tokens))]
         actual = ours.execute([x.clone() for x in inputs])
         expected = list(theirs.run_method("forward", [x.clone() for x in inputs]))
-        what = f"{name}: logits after {position + len(chunk)} tokens"
+        what = f"{name}: logits after {position + len(tokens)} tokens"
         assert_matches(actual, expected, what=what)
-        position += len(chunk)
+        position += len(tokens)
         if step >= len(chunks) - 1:
-            logits = expected[0].reshape(-1, expected[0].shape[-1])[-1]
-            token = int(logits.argmax())
+            token = int(expected[0].reshape(-1, expected[0].shape[-1])[-1].argmax())
             assert int(actual[0].reshape(-1, actual[0].shape[-1])[-1].argmax()) == token, f"{what}: argmax differs"
             generated.append(token)
     return generated
@@ -94,7 +98,7 @@ def _greedy_both(name: str, program: programs.LlmProgram, prompt: list[int], new
 def test_metadata_methods_match_executorch(name):
     program = _program(name)
     _assert_premises(name, program)
-    loaded = pterun.Runtime.get().load_program(program.pte)
+    loaded = pterun.Runtime.get().load_program(program.pte, data_path=[program.data] if program.data else None)
     for method, value in program.metadata.items():
         out = loaded.load_method(method).execute([])
         assert (list(out) if method.endswith("_ids") else out[0]) == value, method
@@ -110,10 +114,24 @@ def test_greedy_decoding_matches_executorch_call_by_call(name):
     assert len(generated) == NEW_TOKENS
 
 
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_chunked_prompt_to_a_full_context_matches_executorch(name):
+    """A prompt longer than one call takes, in the longest chunks the program accepts, then decoding until
+    the last position of the context."""
+    program = _program(name)
+    context = program.metadata["get_max_context_len"]
+    plan = ProgramFile(program.pte).plan("forward")
+    longest = plan.values[plan.inputs[0]].sizes[1]  # the token count's upper bound, as the program declares it
+    prompt = _tokens(program, programs.CORPUS.read_text())[: context - 20]
+    if name in ("dynamic", "xnnpack-8da4w"):
+        assert longest == program.metadata["get_max_seq_len"] - 1 < len(prompt), (longest, len(prompt))
+    _greedy_both(name, program, prompt, context - len(prompt) + 1, chunk=longest)
+
+
 def _runner_pieces(program: programs.LlmProgram, prompt: str, max_new_tokens: int) -> tuple[list[str], object]:
     from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
-    runner = TextLLMRunner(str(program.pte), str(program.tokenizer))
+    runner = TextLLMRunner(str(program.pte), str(program.tokenizer), str(program.data) if program.data else None)
     pieces, stats = [], []
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0, echo=False)
     runner.generate(prompt, config, token_callback=pieces.append, stats_callback=stats.append)

@@ -35,7 +35,7 @@ SPECIAL_TOKENS = ("<|pad|>", "<|begin_of_text|>", "<|end_of_text|>")  # ids 0, 1
 BOS_ID, EOS_ID = 1, 2
 MAX_SEQ_LEN = 32  # longest prefill chunk the runner feeds (the dynamic programs take one less)
 MAX_CONTEXT_LEN = 64
-LLAMA_VARIANTS = ("dynamic", "static", "xnnpack-8da4w")
+LLAMA_VARIANTS = ("dynamic", "static", "xnnpack-8da4w", "xnnpack-8da4w-ptd")
 _VERSION = "v1"  # bump to re-export everything after a recipe change
 _LOCK = threading.Lock()
 
@@ -46,6 +46,7 @@ class LlmProgram:
     tokenizer: Path
     metadata: dict  # the constant methods the exporter wrote
     position_input: str  # "input_pos" (a start position) or "cache_position" (one position per token)
+    data: Path | None = None  # the .ptd file holding the weights, when the program keeps them outside
 
     @property
     def dynamic(self) -> bool:
@@ -110,10 +111,12 @@ def export_llama_program(directory: Path, variant: str, params: dict, *, seed: i
     config.export.max_context_length = max_context_len
     config.export.output_dir = str(directory)
     config.export.output_name = str(directory / "model.pte")
-    if variant == "xnnpack-8da4w":
+    if variant.startswith("xnnpack-8da4w"):
         config.backend.xnnpack.enabled = True
         config.quantization.qmode = "8da4w"
         config.quantization.group_size = 32
+    if variant.endswith("-ptd"):
+        config.export.foundation_weights_file = "model.ptd"
     written = Path(export_llama(config))
     assert written == directory / "model.pte", written
     (directory / "checkpoint.pth").unlink()  # the weights are in the program now
@@ -144,7 +147,8 @@ def _cached(key: str, export) -> Path:
 
 def llama_program(variant: str) -> LlmProgram:
     pte = _cached(f"llm-llama-{variant}-{_VERSION}", lambda d: export_llama_program(d, variant, llama_args()))
-    return LlmProgram(pte, tokenizer_path(), _metadata(pte), "input_pos")
+    data = pte.with_suffix(".ptd") if variant.endswith("-ptd") else None
+    return LlmProgram(pte, tokenizer_path(), _metadata(pte), "input_pos", data)
 
 
 class _StaticCacheDecoder(torch.nn.Module):
