@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import pterun
+from pterun.core.dtype import to_torch
 from pterun.format import ProgramFile
 from tests.support import llm_programs as programs
 from tests.support.compare import assert_matches
@@ -48,6 +49,8 @@ def _assert_premises(name: str, program: programs.LlmProgram) -> None:
     assert meta["enable_dynamic_shape"] == (name != "static"), meta
     plan = ProgramFile(program.pte).plan("forward")
     assert (program.data is not None) == name.endswith("-ptd")
+    logits = to_torch(plan.values[plan.outputs[0]].scalar_type)
+    assert logits == (torch.bfloat16 if name.endswith("-bf16") else torch.float32), logits
     if name.startswith("xnnpack-8da4w"):
         assert plan.delegates and "llama::custom_sdpa.out" in _operators(program.pte)
     elif name in (*programs.LLAMA_VARIANTS, "bundled-example"):

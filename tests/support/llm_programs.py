@@ -10,8 +10,9 @@ tests/support/exporting.py keeps it) and reused after.
   ``export_llama`` (its Python entry point, the same path as the CLI) with
   ``use_kv_cache`` and ``use_sdpa_with_kv_cache``: "dynamic" takes a prompt of
   up to ``get_max_seq_len() - 1`` tokens per call, "static" one token per call,
-  "xnnpack-8da4w" is the dynamic one lowered to XNNPACK with 8-bit dynamic
-  activations and 4-bit grouped weights.
+  "dynamic-bf16" computes in bfloat16, "xnnpack-8da4w" is the dynamic one
+  lowered to XNNPACK with 8-bit dynamic activations and 4-bit grouped weights,
+  and "xnnpack-8da4w-ptd" keeps those weights in a .ptd file beside it.
 - ``transformers_program()``: transformers' LlamaForCausalLM wrapped in its
   ExecuTorch integration's ``TorchExportableModuleWithStaticCache`` (inputs
   ``input_ids`` and ``cache_position``), with the metadata methods
@@ -35,7 +36,7 @@ SPECIAL_TOKENS = ("<|pad|>", "<|begin_of_text|>", "<|end_of_text|>")  # ids 0, 1
 BOS_ID, EOS_ID = 1, 2
 MAX_SEQ_LEN = 32  # longest prefill chunk the runner feeds (the dynamic programs take one less)
 MAX_CONTEXT_LEN = 64
-LLAMA_VARIANTS = ("dynamic", "static", "xnnpack-8da4w", "xnnpack-8da4w-ptd")
+LLAMA_VARIANTS = ("dynamic", "static", "dynamic-bf16", "xnnpack-8da4w", "xnnpack-8da4w-ptd")
 _VERSION = "v1"  # bump to re-export everything after a recipe change
 _LOCK = threading.Lock()
 
@@ -89,7 +90,7 @@ def export_llama_program(directory: Path, variant: str, params: dict, *, seed: i
     from executorch.examples.models.llama.export_llama_lib import export_llama
     from executorch.examples.models.llama.llama_transformer import construct_transformer
     from executorch.examples.models.llama.model_args import ModelArgs
-    from executorch.extension.llm.export.config.llm_config import LlmConfig
+    from executorch.extension.llm.export.config.llm_config import DtypeOverride, LlmConfig
 
     assert variant in LLAMA_VARIANTS, variant
     directory.mkdir(parents=True, exist_ok=True)
@@ -111,6 +112,8 @@ def export_llama_program(directory: Path, variant: str, params: dict, *, seed: i
     config.export.max_context_length = max_context_len
     config.export.output_dir = str(directory)
     config.export.output_name = str(directory / "model.pte")
+    if variant.endswith("-bf16"):
+        config.model.dtype_override = DtypeOverride.bf16
     if variant.startswith("xnnpack-8da4w"):
         config.backend.xnnpack.enabled = True
         config.quantization.qmode = "8da4w"
