@@ -1,4 +1,4 @@
-"""Builds src/pterun/examples/llm_tiny.pte and llm_tiny.tokenizer.json, the language model that ships with pterun.
+"""Builds src/pterun/examples/llm_tiny.pte and llm_tiny.tokenizer.json, the language model pterun ships.
 
 ExecuTorch's example Llama (two layers, grouped-query attention) trained for
 a few hundred steps on tests/support/text/corpus.txt, so that it continues a
@@ -49,8 +49,8 @@ def _train(stream: torch.Tensor) -> dict:
     from executorch.examples.models.llama.model_args import ModelArgs
 
     torch.manual_seed(0)
-    model = construct_transformer(ModelArgs(max_seq_len=CONTEXT, max_context_len=CONTEXT, generate_full_logits=True,
-                                            **PARAMS))
+    args = ModelArgs(max_seq_len=CONTEXT, max_context_len=CONTEXT, generate_full_logits=True, **PARAMS)
+    model = construct_transformer(args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, STEPS)
     generator = torch.Generator().manual_seed(0)
@@ -58,7 +58,7 @@ def _train(stream: torch.Tensor) -> dict:
         starts = torch.randint(0, len(stream) - WINDOW - 1, (BATCH,), generator=generator)
         batch = torch.stack([stream[s:s + WINDOW + 1] for s in starts])
         logits = model(batch[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

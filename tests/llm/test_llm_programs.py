@@ -37,27 +37,27 @@ def _program(name: str) -> programs.LlmProgram:
     return programs.llama_program(name)
 
 
-def _operators(pte) -> set[str]:
-    return {f"{op}.{overload}" for op, overload in ProgramFile(pte).plan("forward").operators}
-
-
 def _assert_premises(name: str, program: programs.LlmProgram) -> None:
     """The exporter made the program the test is named after."""
     meta = program.metadata
-    assert meta["use_kv_cache"] and meta["get_bos_id"] == 1 and meta["get_eos_ids"] == [2], meta
+    assert meta["use_kv_cache"] == (name != "no-kv-cache") == (program.position_input is not None), meta
+    assert meta["get_bos_id"] == 1 and meta["get_eos_ids"] == [2], meta
     assert meta["get_vocab_size"] == 512
     assert meta["enable_dynamic_shape"] == (name != "static"), meta
     plan = ProgramFile(program.pte).plan("forward")
+    operators = {f"{op}.{overload}" for op, overload in plan.operators}
     assert (program.data is not None) == name.endswith("-ptd")
     logits = to_torch(plan.values[plan.outputs[0]].scalar_type)
     assert logits == (torch.bfloat16 if name.endswith("-bf16") else torch.float32), logits
     if name.startswith("xnnpack-8da4w"):
-        assert plan.delegates and "llama::custom_sdpa.out" in _operators(program.pte)
+        assert plan.delegates and "llama::custom_sdpa.out" in operators
+    elif name == "no-kv-cache":
+        assert not plan.delegates and len(plan.inputs) == 1 and not any("llama::" in op for op in operators)
     elif name in (*programs.LLAMA_VARIANTS, "bundled-example"):
         assert not plan.delegates
-        assert {"llama::custom_sdpa.out", "llama::update_cache.out"} <= _operators(program.pte)
+        assert {"llama::custom_sdpa.out", "llama::update_cache.out"} <= operators
     else:
-        assert not plan.delegates and "aten::index_put.out" in _operators(program.pte), _operators(program.pte)
+        assert not plan.delegates and "aten::index_put.out" in operators, operators
 
 
 def _tokens(program: programs.LlmProgram, text: str) -> list[int]:
@@ -66,33 +66,51 @@ def _tokens(program: programs.LlmProgram, text: str) -> list[int]:
     return Tokenizer.from_file(str(program.tokenizer)).encode(text).ids
 
 
-def _positions(program: programs.LlmProgram, start: int, count: int) -> torch.Tensor:
+def _data(program: programs.LlmProgram) -> list:
+    return [program.data] if program.data else []
+
+
+def _load(program: programs.LlmProgram) -> pterun.Program:
+    return pterun.Runtime.get().load_program(program.pte, data_path=_data(program) or None)
+
+
+def _calls(program: programs.LlmProgram, sequence: list[int], chunk: list[int]) -> list[torch.Tensor]:
+    """The inputs of the call that feeds ``chunk``, the last tokens of ``sequence``."""
+    if program.position_input is None:  # no cache: the whole sequence every call
+        return [torch.tensor([sequence])]
+    start = len(sequence) - len(chunk)
     if program.position_input == "cache_position":
-        return torch.arange(start, start + count)
-    return torch.tensor([start])
+        return [torch.tensor([chunk]), torch.arange(start, len(sequence))]
+    return [torch.tensor([chunk]), torch.tensor([start])]
+
+
+def _last_argmax(logits: torch.Tensor) -> int:
+    return int(logits.reshape(-1, logits.shape[-1])[-1].argmax())
 
 
 def _greedy_both(name: str, program: programs.LlmProgram, prompt: list[int], new_tokens: int,
                  chunk: int | None = None) -> list[int]:
     """Greedy decoding on both runtimes, compared call by call; returns the generated tokens. The prompt goes
     in ``chunk`` tokens a call (all at once by default; one at a time where the program takes one)."""
-    data = [program.data] if program.data else []
-    ours = pterun.Runtime.get().load_program(program.pte, data_path=data or None).load_method("forward")
-    theirs = reference_module(program.pte, data)
-    size = (chunk or len(prompt)) if program.dynamic else 1
+    ours = _load(program).load_method("forward")
+    theirs = reference_module(program.pte, _data(program))
+    if program.position_input is None:
+        size = len(prompt)  # the whole sequence goes in each call
+    else:
+        size = (chunk or len(prompt)) if program.dynamic else 1
     chunks = [prompt[i:i + size] for i in range(0, len(prompt), size)]
-    generated, position = [], 0
+    sequence, generated = [], []
     for step in range(len(chunks) + new_tokens - 1):
-        tokens = chunks[step] if step < len(chunks) else [generated[-1]]
-        inputs = [torch.tensor([tokens]), _positions(program, position, len(tokens))]
+        fed = chunks[step] if step < len(chunks) else [generated[-1]]
+        sequence += fed
+        inputs = _calls(program, sequence, fed)
         actual = ours.execute([x.clone() for x in inputs])
         expected = list(theirs.run_method("forward", [x.clone() for x in inputs]))
-        what = f"{name}: logits after {position + len(tokens)} tokens"
+        what = f"{name}: logits after {len(sequence)} tokens"
         assert_matches(actual, expected, what=what)
-        position += len(tokens)
         if step >= len(chunks) - 1:
-            token = int(expected[0].reshape(-1, expected[0].shape[-1])[-1].argmax())
-            assert int(actual[0].reshape(-1, actual[0].shape[-1])[-1].argmax()) == token, f"{what}: argmax differs"
+            token = _last_argmax(expected[0])
+            assert _last_argmax(actual[0]) == token, f"{what}: argmax differs"
             generated.append(token)
     return generated
 
@@ -101,7 +119,7 @@ def _greedy_both(name: str, program: programs.LlmProgram, prompt: list[int], new
 def test_metadata_methods_match_executorch(name):
     program = _program(name)
     _assert_premises(name, program)
-    loaded = pterun.Runtime.get().load_program(program.pte, data_path=[program.data] if program.data else None)
+    loaded = _load(program)
     for method, value in program.metadata.items():
         out = loaded.load_method(method).execute([])
         assert (list(out) if method.endswith("_ids") else out[0]) == value, method
@@ -122,19 +140,20 @@ def test_chunked_prompt_to_a_full_context_matches_executorch(name):
     """A prompt longer than one call takes, in the longest chunks the program accepts, then decoding until
     the last position of the context."""
     program = _program(name)
-    context = program.metadata["get_max_context_len"]
     plan = ProgramFile(program.pte).plan("forward")
-    longest = plan.values[plan.inputs[0]].sizes[1]  # the token count's upper bound, as the program declares it
+    longest = plan.values[plan.inputs[0]].sizes[1]  # the token count's upper bound as the program declares it
+    # Without a cache the whole sequence goes in each call, so the token bound is the context.
+    context = program.metadata["get_max_context_len"] if program.position_input else longest
     prompt = _tokens(program, programs.CORPUS.read_text())[: context - 20]
     if name in ("dynamic", "xnnpack-8da4w"):
         assert longest == program.metadata["get_max_seq_len"] - 1 < len(prompt), (longest, len(prompt))
     _greedy_both(name, program, prompt, context - len(prompt) + 1, chunk=longest)
 
 
-def _runner_pieces(program: programs.LlmProgram, prompt: str, max_new_tokens: int) -> tuple[list[str], object]:
+def _runner_pieces(program: programs.LlmProgram, prompt: str, max_new_tokens: int) -> tuple[list, object]:
     from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
-    runner = TextLLMRunner(str(program.pte), str(program.tokenizer), str(program.data) if program.data else None)
+    runner = TextLLMRunner(str(program.pte), str(program.tokenizer), *map(str, _data(program)))
     pieces, stats = [], []
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0, echo=False)
     runner.generate(prompt, config, token_callback=pieces.append, stats_callback=stats.append)

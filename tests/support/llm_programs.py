@@ -10,7 +10,8 @@ tests/support/exporting.py keeps it) and reused after.
   ``export_llama`` (its Python entry point, the same path as the CLI) with
   ``use_kv_cache`` and ``use_sdpa_with_kv_cache``: "dynamic" takes a prompt of
   up to ``get_max_seq_len() - 1`` tokens per call, "static" one token per call,
-  "dynamic-bf16" computes in bfloat16, "xnnpack-8da4w" is the dynamic one
+  "dynamic-bf16" computes in bfloat16, "no-kv-cache" takes the whole sequence
+  each call (no cache, no position input), "xnnpack-8da4w" is the dynamic one
   lowered to XNNPACK with 8-bit dynamic activations and 4-bit grouped weights,
   and "xnnpack-8da4w-ptd" keeps those weights in a .ptd file beside it.
 - ``transformers_program()``: transformers' LlamaForCausalLM wrapped in its
@@ -36,7 +37,7 @@ SPECIAL_TOKENS = ("<|pad|>", "<|begin_of_text|>", "<|end_of_text|>")  # ids 0, 1
 BOS_ID, EOS_ID = 1, 2
 MAX_SEQ_LEN = 32  # longest prefill chunk the runner feeds (the dynamic programs take one less)
 MAX_CONTEXT_LEN = 64
-LLAMA_VARIANTS = ("dynamic", "static", "dynamic-bf16", "xnnpack-8da4w", "xnnpack-8da4w-ptd")
+LLAMA_VARIANTS = ("dynamic", "static", "dynamic-bf16", "no-kv-cache", "xnnpack-8da4w", "xnnpack-8da4w-ptd")
 _VERSION = "v1"  # bump to re-export everything after a recipe change
 _LOCK = threading.Lock()
 
@@ -46,7 +47,8 @@ class LlmProgram:
     pte: Path
     tokenizer: Path
     metadata: dict  # the constant methods the exporter wrote
-    position_input: str  # "input_pos" (a start position) or "cache_position" (one position per token)
+    # "input_pos" (a start position), "cache_position" (one position per token), or None (no KV cache)
+    position_input: str | None
     data: Path | None = None  # the .ptd file holding the weights, when the program keeps them outside
 
     @property
@@ -62,7 +64,8 @@ def train_tokenizer(path: Path, vocab_size: int = VOCAB) -> Path:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                  show_progress=False)
     tokenizer.train_from_iterator(CORPUS.read_text().split("\n\n"), trainer)
     assert tokenizer.get_vocab_size() == vocab_size, f"the corpus gives {tokenizer.get_vocab_size()} tokens"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,8 +99,8 @@ def export_llama_program(directory: Path, variant: str, params: dict, *, seed: i
     directory.mkdir(parents=True, exist_ok=True)
     if state_dict is None:
         torch.manual_seed(seed)
-        model = construct_transformer(ModelArgs(max_seq_len=max_seq_len, max_context_len=max_context_len, **params))
-        state_dict = model.state_dict()
+        args = ModelArgs(max_seq_len=max_seq_len, max_context_len=max_context_len, **params)
+        state_dict = construct_transformer(args).state_dict()
     torch.save(state_dict, directory / "checkpoint.pth")
     (directory / "params.json").write_text(json.dumps(params))
 
@@ -105,8 +108,7 @@ def export_llama_program(directory: Path, variant: str, params: dict, *, seed: i
     config.base.params = str(directory / "params.json")
     config.base.checkpoint = str(directory / "checkpoint.pth")
     config.base.metadata = json.dumps({"get_bos_id": BOS_ID, "get_eos_ids": [EOS_ID]})
-    config.model.use_kv_cache = True
-    config.model.use_sdpa_with_kv_cache = True
+    config.model.use_kv_cache = config.model.use_sdpa_with_kv_cache = variant != "no-kv-cache"
     config.model.enable_dynamic_shape = variant != "static"
     config.export.max_seq_length = max_seq_len
     config.export.max_context_length = max_context_len
@@ -151,7 +153,8 @@ def _cached(key: str, export) -> Path:
 def llama_program(variant: str) -> LlmProgram:
     pte = _cached(f"llm-llama-{variant}-{_VERSION}", lambda d: export_llama_program(d, variant, llama_args()))
     data = pte.with_suffix(".ptd") if variant.endswith("-ptd") else None
-    return LlmProgram(pte, tokenizer_path(), _metadata(pte), "input_pos", data)
+    position = None if variant == "no-kv-cache" else "input_pos"
+    return LlmProgram(pte, tokenizer_path(), _metadata(pte), position, data)
 
 
 class _StaticCacheDecoder(torch.nn.Module):
@@ -167,15 +170,16 @@ class _StaticCacheDecoder(torch.nn.Module):
         return self.inner(input_ids=input_ids, cache_position=cache_position)
 
 
-def export_transformers_program(directory: Path, *, seed: int = 0, max_cache_len: int = MAX_CONTEXT_LEN) -> Path:
+def export_transformers_program(directory: Path, *, seed: int = 0,
+                                max_cache_len: int = MAX_CONTEXT_LEN) -> Path:
     from executorch.exir import to_edge_transform_and_lower
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=max_cache_len, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
-        pad_token_id=0, tie_word_embeddings=False,
+        num_key_value_heads=2, max_position_embeddings=max_cache_len, bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID, pad_token_id=0, tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(config).eval().requires_grad_(False)
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
@@ -183,8 +187,10 @@ def export_transformers_program(directory: Path, *, seed: int = 0, max_cache_len
     module = _StaticCacheDecoder(model, max_cache_len).eval()
     tokens = torch.tensor([[BOS_ID, 5, 6]])
     seq = torch.export.Dim("seq_length", min=1, max=max_cache_len)
+    # Strict, as transformers exports it: non-strict tracing misses the cache writes, since the cache's
+    # layers hold the buffers directly rather than through the module.
     exported = torch.export.export(module, (tokens, torch.arange(3)), dynamic_shapes=({1: seq}, {0: seq}),
-                                   strict=True)  # non-strict misses the cache: the layers hold the buffers directly
+                                   strict=True)
     metadata = {  # what optimum-executorch writes for a decoder
         "get_max_seq_len": max_cache_len, "get_max_context_len": max_cache_len, "get_vocab_size": VOCAB,
         "get_bos_id": BOS_ID, "get_eos_ids": [EOS_ID], "use_kv_cache": True, "use_sdpa_with_kv_cache": False,
