@@ -23,6 +23,7 @@ tests/support/exporting.py keeps it) and reused after.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,12 +143,15 @@ def _metadata(pte: Path) -> dict:
 
 
 def _cached(key: str, export) -> Path:
+    """``export(directory)`` once; an export cut short leaves nothing a later run would take for finished."""
     directory = cache_root() / key
-    pte = directory / "model.pte"
     with _LOCK:
-        if not pte.exists():
-            export(directory)
-    return pte
+        if not directory.exists():
+            partial = directory.with_name(f"{key}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            export(partial)
+            partial.rename(directory)
+    return directory / "model.pte"
 
 
 def llama_program(variant: str) -> LlmProgram:
