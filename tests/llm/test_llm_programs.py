@@ -2,7 +2,8 @@
 
 Each program is driven the way ExecuTorch's text runner drives it: the prompt's
 tokens in one call (or one call per token where the program takes one token at
-a time), then one call per generated token, feeding back the argmax. pterun's
+a time), then one call per generated token, feeding back the argmax (a program
+without a KV cache gets the whole sequence every call). pterun's
 logits are compared with ExecuTorch's call by call, and the argmax must be the
 same token. ExecuTorch's own ``TextLLMRunner`` must then produce, from the same
 program and tokenizer, the text that greedy sequence decodes to: that is the
