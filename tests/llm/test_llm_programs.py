@@ -12,6 +12,9 @@ reference the runner's differential tests rely on.
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+
 # The llama:: and quantized_decomposed:: kernels, for ExecuTorch's runtime and its runner.
 import executorch.extension.llm.custom_ops.custom_ops
 import executorch.kernels.quantized  # noqa: F401
@@ -23,6 +26,7 @@ from pterun.core.dtype import to_torch
 from pterun.format import ProgramFile
 from tests.support import llm_programs as programs
 from tests.support.compare import assert_matches
+from tests.support.llm_tokenizers import CORPUS, FILES, tokenizer_path
 from tests.support.oracle import reference_module
 
 PROGRAMS = (*programs.LLAMA_VARIANTS, "transformers-static-cache", "bundled-example")
@@ -145,7 +149,7 @@ def test_chunked_prompt_to_a_full_context_matches_executorch(name):
     longest = plan.values[plan.inputs[0]].sizes[1]  # the token count's upper bound as the program declares it
     # Without a cache the whole sequence goes in each call, so the token bound is the context.
     context = program.metadata["get_max_context_len"] if program.position_input else longest
-    prompt = _tokens(program, programs.CORPUS.read_text())[: context - 20]
+    prompt = _tokens(program, CORPUS.read_text())[: context - 20]
     if name in ("dynamic", "xnnpack-8da4w"):
         assert longest == program.metadata["get_max_seq_len"] - 1 < len(prompt), (longest, len(prompt))
     _greedy_both(name, program, prompt, context - len(prompt) + 1, chunk=longest)
@@ -181,3 +185,44 @@ def test_bundled_example_continues_its_training_text():
     recites the rest of it."""
     pieces, _ = _runner_pieces(programs.example_program(), "The river runs", 16)
     assert "".join(pieces).startswith(" past the mill and under the old stone bridge")
+
+
+# Llama 3's pre-tokenizer pattern, which ExecuTorch's tiktoken reader splits text with.
+_LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                   r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def _codec(kind: str):
+    """(encode, decode one token) for a tokenizer file, with the format's own Python library."""
+    if kind in ("sentencepiece", "llama2c"):
+        import sentencepiece
+
+        sp = sentencepiece.SentencePieceProcessor(model_file=str(tokenizer_path("sentencepiece")))
+        return sp.encode, lambda t: sp.id_to_piece(t).replace("\u2581", " ")
+    if kind == "tiktoken":
+        import tiktoken
+
+        ranks = {}
+        for line in tokenizer_path("tiktoken").read_text().splitlines():
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+        encoding = tiktoken.Encoding("corpus", pat_str=_LLAMA3_PATTERN, mergeable_ranks=ranks,
+                                     special_tokens={})
+        return encoding.encode_ordinary, lambda t: encoding.decode_single_token_bytes(t).decode()
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_path("hf")))
+    return (lambda text: tokenizer.encode(text).ids), (lambda t: tokenizer.decode([t]))
+
+
+@pytest.mark.parametrize("kind", list(FILES))
+def test_executorch_runner_reads_each_tokenizer_format(kind):
+    """ExecuTorch's runner, given the tokenizer in each format it reads, encodes the prompt as that format's
+    own library does and prints the greedy sequence's pieces as that library decodes them."""
+    program = dataclasses.replace(programs.llama_program("dynamic"), tokenizer=tokenizer_path(kind))
+    encode, decode = _codec(kind)
+    prompt = encode(PROMPT)
+    pieces, stats = _runner_pieces(program, PROMPT, NEW_TOKENS)
+    assert stats.num_prompt_tokens == len(prompt)
+    generated = _greedy_both("dynamic", program, prompt, NEW_TOKENS)
+    assert pieces == [decode(t) for t in generated], generated

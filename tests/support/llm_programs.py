@@ -1,8 +1,8 @@
 """Small language-model programs made by ExecuTorch's LLM export, and a tokenizer for them.
 
-Everything is built from what the repository ships: the tokenizer is a byte-level
-BPE trained on tests/support/text/corpus.txt, the models have small configs and
-seeded random weights. Each program is exported once into the program cache
+Everything is built from what the repository ships: the tokenizers come from
+tests/support/llm_tokenizers.py, the models have small configs and seeded
+random weights. Each program is exported once into the program cache
 (``$PTERUN_PROGRAM_CACHE`` or the run's temporary directory, as
 tests/support/exporting.py keeps it) and reused after.
 
@@ -31,15 +31,12 @@ from pathlib import Path
 import torch
 
 from tests.support.exporting import cache_root
+from tests.support.llm_tokenizers import BOS_ID, EOS_ID, VOCAB, tokenizer_path
 
-CORPUS = Path(__file__).parent / "text" / "corpus.txt"
-VOCAB = 512
-SPECIAL_TOKENS = ("<|pad|>", "<|begin_of_text|>", "<|end_of_text|>")  # ids 0, 1, 2
-BOS_ID, EOS_ID = 1, 2
 MAX_SEQ_LEN = 32  # longest prefill chunk the runner feeds (the dynamic programs take one less)
 MAX_CONTEXT_LEN = 64
 LLAMA_VARIANTS = ("dynamic", "static", "dynamic-bf16", "no-kv-cache", "xnnpack-8da4w", "xnnpack-8da4w-ptd")
-_VERSION = "v1"  # bump to re-export everything after a recipe change
+_VERSION = "v1"  # bump to re-export the programs after a recipe change
 _LOCK = threading.Lock()
 
 
@@ -55,29 +52,6 @@ class LlmProgram:
     @property
     def dynamic(self) -> bool:
         return bool(self.metadata.get("enable_dynamic_shape"))
-
-
-def train_tokenizer(path: Path, vocab_size: int = VOCAB) -> Path:
-    """A byte-level BPE over the corpus's characters only: every token is ASCII, so every piece a random
-    model samples decodes as UTF-8 on its own (ExecuTorch's runner raises on a piece that does not)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
-                                  show_progress=False)
-    tokenizer.train_from_iterator(CORPUS.read_text().split("\n\n"), trainer)
-    assert tokenizer.get_vocab_size() == vocab_size, f"the corpus gives {tokenizer.get_vocab_size()} tokens"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(path))
-    return path
-
-
-def tokenizer_path() -> Path:
-    path = cache_root() / f"llm-tokenizer-{_VERSION}" / "tokenizer.json"
-    with _LOCK:
-        return path if path.exists() else train_tokenizer(path)
 
 
 def llama_args(**overrides) -> dict:
