@@ -1,0 +1,95 @@
+"""One decoder method of an LLM program called the way ExecuTorch's TextDecoderRunner calls it.
+
+Inputs are as the method declares them: tokens ``[1, n]``, then (with a KV cache) the start
+position ``[1]`` or the cache positions ``[n]``. ``decode_step`` is the one call per generated
+token, with its inputs allocated once; a faster decode (a CUDA graph) replaces just that method.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pterun.core.dtype import to_torch
+from pterun.errors import InvalidProgram, NotSupported
+from pterun.format import Dynamism
+
+_INTEGER = (torch.int64, torch.int32)
+
+
+class TextDecoder:
+    def __init__(self, program, method_name: str, device: torch.device, *, max_seq_len: int,
+                 parallel_prefill: bool, stats) -> None:
+        self.method = program.load_method(method_name)
+        self.name = method_name
+        self.stats = stats
+        meta = self.method.method_meta()
+        where = f"method {method_name!r}"
+        if meta.num_inputs() < 1:
+            raise InvalidProgram(f"{where} is not a text decoder: expected a tokens input [1, n], found none")
+        tokens = meta.input_tensor_meta(0)
+        dtype = to_torch(tokens.dtype())
+        if len(tokens.sizes()) != 2 or tokens.sizes()[0] != 1 or dtype not in _INTEGER:
+            raise InvalidProgram(
+                f"{where} is not a text decoder: expected a tokens input [1, n] of int64, found "
+                f"{list(tokens.sizes())} of {dtype}"
+            )
+        if meta.num_outputs() != 1:
+            raise InvalidProgram(f"{where}: expected one output, the logits; found {meta.num_outputs()}")
+        self.max_tokens = tokens.sizes()[1]  # the upper bound of a dynamic length, else the length
+        self.token_dtype = dtype
+        self.device = device
+        self.use_kv_cache = meta.num_inputs() > 1
+        if self.use_kv_cache:
+            position = meta.input_tensor_meta(1)
+            self.position_dtype = to_torch(position.dtype())
+            self.cache_positions = len(position.sizes()) == 1 and position.sizes()[0] > 1
+        # Prompts go in whole (in chunks of at most max_seq_len) where the metadata says the length is
+        # dynamic, else one token at a time, as ExecuTorch's TextPrefiller does; one token at a time also
+        # where the method takes exactly one.
+        plan = self.method.plan
+        fixed = plan.values[plan.inputs[0]].dynamism == Dynamism.STATIC
+        self.parallel_prefill = (parallel_prefill or not self.use_kv_cache) and self.max_tokens > 1
+        if fixed and self.max_tokens != 1:
+            raise NotSupported(
+                f"{where} takes exactly {self.max_tokens} tokens per call: expected a dynamic length "
+                f"or one token per call"
+            )
+        self.chunk = min(max_seq_len if max_seq_len > 0 else 128, self.max_tokens)
+        self._token = torch.zeros((1, 1), dtype=self.token_dtype, device=device)
+        if self.use_kv_cache:
+            self._position = torch.zeros((1,), dtype=self.position_dtype, device=device)
+
+    def step(self, tokens: list[int], start_pos: int) -> torch.Tensor:
+        """Logits of the last of ``tokens`` fed at ``start_pos`` (the whole sequence without a KV cache)."""
+        ids = torch.tensor([tokens], dtype=self.token_dtype, device=self.device)
+        if not self.use_kv_cache:
+            return self._run([ids])
+        if self.cache_positions:
+            position = torch.arange(start_pos, start_pos + len(tokens), dtype=self.position_dtype,
+                                    device=self.device)
+        else:
+            position = torch.tensor([start_pos], dtype=self.position_dtype, device=self.device)
+        return self._run([ids, position])
+
+    def decode_step(self, token: int, pos: int) -> torch.Tensor:
+        """Logits after one token at ``pos``: the per-token call of generation (KV-cached programs)."""
+        self._token.fill_(token)
+        self._position.fill_(pos)
+        return self._run([self._token, self._position])
+
+    def _run(self, inputs: list) -> torch.Tensor:
+        self.stats.on_model_execution_begin()
+        outputs = self.method.execute(inputs, clone_outputs=False)
+        self.stats.on_model_execution_end()
+        logits = outputs[0]
+        return logits[0, -1] if logits.dim() == 3 else logits.reshape(-1, logits.shape[-1])[-1]
+
+    def prefill(self, tokens: list[int], start_pos: int) -> torch.Tensor:
+        """Feeds the prompt from ``start_pos``; the logits after its last token."""
+        if self.parallel_prefill:
+            for begin in range(0, len(tokens), self.chunk):
+                logits = self.step(tokens[begin:begin + self.chunk], start_pos + begin)
+            return logits
+        for offset, token in enumerate(tokens):
+            logits = self.decode_step(token, start_pos + offset)
+        return logits
