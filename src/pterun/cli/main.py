@@ -17,6 +17,7 @@ from pterun import Runtime
 from pterun.cli.bundled import run_tests
 from pterun.cli.inputs import load_inputs, random_inputs
 from pterun.cli.compare import compare
+from pterun.cli.generate import generate
 from pterun.cli.options import device_option, example_program
 from pterun.cli.profile import profile
 from pterun.cli.report import console, esc, reported, state, visible
@@ -207,6 +208,7 @@ def bench(
 app.command("test")(run_tests)
 app.command()(profile)
 app.command()(compare)
+app.command()(generate)
 
 
 def main() -> None:

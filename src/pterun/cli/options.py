@@ -10,10 +10,20 @@ import torch
 from pterun.cli.report import UserError
 
 EXAMPLE = "llama_tiny.pte"
+# The bundled example LLM (ExecuTorch's LLM export: a KV cache and the metadata methods) and its tokenizer.
+LLM_EXAMPLE = ("llm_tiny.pte", "llm_tiny.tokenizer.json")
 
 
 def example_program() -> Path:
     return Path(str(resources.files("pterun.examples") / EXAMPLE))
+
+
+def example_llm() -> tuple[Path, Path]:
+    root = resources.files("pterun.examples")
+    program, tokenizer = (Path(str(root / name)) for name in LLM_EXAMPLE)
+    if not program.exists():
+        raise UserError(f"the bundled example LLM {program.name} is missing from this installation")
+    return program, tokenizer
 
 
 def device_option(device: str | None) -> str | None:
