@@ -9,7 +9,14 @@ cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA device visible")'
 [ -d "${PTERUN_GPU_FIXTURES:-fixtures/gpu}" ] || { echo "no fixtures: run scripts/make-gpu-fixtures.py first"; exit 1; }
-export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fixtures="${PTERUN_GPU_FIXTURES:-$PWD/fixtures/gpu}"
+# Packages the GPU machine's Python lacks (pterun.llm's tokenizers), from wheels the fixture script downloaded.
+deps=""
+if ls "$fixtures"/wheels/*.whl >/dev/null 2>&1; then
+  deps="$(mktemp -d)"
+  "$python" -m pip install -q --no-deps --target "$deps" "$fixtures"/wheels/*.whl
+fi
+export PYTHONPATH="$PWD/src:$PWD${deps:+:$deps}${PYTHONPATH:+:$PYTHONPATH}"
 # The delegate backends' GPU tests load programs the fixture script exported into this cache.
 export PTERUN_PROGRAM_CACHE="${PTERUN_GPU_FIXTURES:-$PWD/fixtures/gpu}/cache"
 # GPU tests live in tests/gpu and beside each backend's tests (test_*_gpu.py); the rest of the

@@ -10,6 +10,8 @@ which travels with the working tree to the GPU machine:
     cuda/<case>/      programs lowered with pterun.export.CudaPartitioner
     fuzz/seed-<n>/    random programs of the fuzzer's GPU seeds (tests/fuzz/seeds.py), portable, with spec.json
     cache/            exported programs the delegate backends' GPU tests load (PTERUN_PROGRAM_CACHE)
+    wheels/           wheels of the packages pterun.llm needs (pytorch-tokenizers), for the GPU machine's
+                      Python, which has no package index; scripts/gpu-tests.sh installs them
 
 Each directory holds program.pte (+ any .ptd), calls.pt (a list of input lists,
 called in order on one method) and expected.pt (ExecuTorch's outputs per call).
@@ -177,6 +179,20 @@ def delegate_programs(out: Path) -> None:
         exporting._ROOT = saved
 
 
+# pterun.llm's tokenizers: built for the GPU machine's Python (3.12), which has no package index to install from.
+GPU_PYTHON = "3.12"
+GPU_WHEELS = ("pytorch-tokenizers==1.5.0",)
+
+
+def wheels(out: Path) -> None:
+    import subprocess
+
+    target = out / "wheels"
+    target.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
+                    GPU_PYTHON, "-d", str(target), *GPU_WHEELS], check=True)
+
+
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fixtures" / "gpu"
     if out.exists():
@@ -187,6 +203,7 @@ def main() -> None:
     swiglu(out)
     fuzz_programs(out)
     delegate_programs(out)
+    wheels(out)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"wrote {out} ({size / 2**20:.1f} MiB)")
 

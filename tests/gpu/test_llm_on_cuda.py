@@ -1,0 +1,30 @@
+"""pterun.llm on a CUDA device: the bundled example LLM generates on the GPU exactly what it generates on the CPU,
+with its KV cache in device memory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pterun.cli.options import example_llm
+from pterun.llm import GenerationConfig, TextLLMRunner
+
+pytestmark = pytest.mark.gpu
+
+
+def _pieces(runner, prompt, **config):
+    pieces = []
+    runner.generate(prompt, GenerationConfig(**config), token_callback=pieces.append)
+    return pieces
+
+
+def test_greedy_generation_on_cuda_is_the_cpus():
+    program, tokenizer = example_llm()
+    cpu, gpu = TextLLMRunner(str(program), str(tokenizer)), TextLLMRunner(str(program), str(tokenizer), device="cuda")
+    for prompt in ("The river runs", "Once upon a time"):
+        expected = _pieces(cpu, prompt, temperature=0.0, echo=False, max_new_tokens=40)
+        assert len(expected) > 5, "premise: the CPU generated text"
+        assert _pieces(gpu, prompt, temperature=0.0, echo=False, max_new_tokens=40) == expected
+        cpu.reset(), gpu.reset()
+    buffers = [t for t in gpu.decoder.method._loaded.objects if isinstance(t, torch.Tensor) and t.dim() == 4]
+    assert buffers and all(t.is_cuda for t in buffers), "the KV cache stays in device memory"
