@@ -10,6 +10,7 @@ which travels with the working tree to the GPU machine:
     cuda/<case>/      programs lowered with pterun.export.CudaPartitioner
     fuzz/seed-<n>/    random programs of the fuzzer's GPU seeds (tests/fuzz/seeds.py), portable, with spec.json
     cache/            exported programs the delegate backends' GPU tests load (PTERUN_PROGRAM_CACHE)
+    llm/<program>/    language models (program.pte, tokenizer.json) for pterun.llm on the GPU
     wheels/           wheels of the packages pterun.llm needs (pytorch-tokenizers), for the GPU machine's
                       Python, which has no package index; scripts/gpu-tests.sh installs them
 
@@ -179,6 +180,19 @@ def delegate_programs(out: Path) -> None:
         exporting._ROOT = saved
 
 
+def llm_programs(out: Path) -> None:
+    """Language models from the LLM exporters, each with its tokenizer, for pterun.llm's GPU tests."""
+    from tests.support import llm_programs as programs
+
+    for name, program in (("transformers-static-cache", programs.transformers_program()),
+                          ("llama-dynamic", programs.llama_program("dynamic"))):
+        directory = out / "llm" / name
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.copy(program.pte, directory / "program.pte")
+        shutil.copy(program.tokenizer, directory / "tokenizer.json")
+        print("llm", name)
+
+
 # pterun.llm's tokenizers: built for the GPU machine's Python (3.12), which has no package index to install from.
 GPU_PYTHON = "3.12"
 GPU_WHEELS = ("pytorch-tokenizers==1.5.0",)
@@ -203,6 +217,7 @@ def main() -> None:
     swiglu(out)
     fuzz_programs(out)
     delegate_programs(out)
+    llm_programs(out)
     wheels(out)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"wrote {out} ({size / 2**20:.1f} MiB)")

@@ -64,3 +64,17 @@ def test_inputs_passed_again_are_read_in_place_and_others_copied():
         outputs = method.execute(on("cuda", calls[i % 2]))
         assert_matches(on("cpu", outputs), expected[i % 2], rtol=2e-4)
     assert runner.replaying and runner.bound[:2] == [False, False]
+
+
+def test_shapes_that_alternate_are_captured_again_every_time():
+    # An LLM's prefill and decode alternate shapes: each return to a shape drops the graph and captures anew,
+    # which must keep working (a capture into the dropped graph's memory pool used to fail, leaving the
+    # method eager for good).
+    method = _method(example_program())
+    reference = pterun.Runtime.get().load_program(example_program()).load_method("forward")
+    for length in (8, 8, 8, 17, 17, 17, 8, 8, 8, 17, 17):
+        tokens = torch.randint(0, 1024, (1, length), device="cuda")
+        (logits,) = method.execute([tokens])
+        assert_matches(logits.cpu(), reference.execute([tokens.cpu()])[0], rtol=2e-4)
+    runner = method.cuda_graph
+    assert runner.failure is None and runner.replaying

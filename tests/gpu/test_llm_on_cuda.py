@@ -28,3 +28,28 @@ def test_greedy_generation_on_cuda_is_the_cpus():
         cpu.reset(), gpu.reset()
     buffers = [t for t in gpu.decoder.method._loaded.objects if isinstance(t, torch.Tensor) and t.dim() == 4]
     assert buffers and all(t.is_cuda for t in buffers), "the KV cache stays in device memory"
+
+
+@pytest.mark.parametrize("name", ["transformers-static-cache", "llama-dynamic"])
+def test_exported_llms_on_cuda_generate_the_cpus_tokens(name):
+    from tests.gpu.conftest import FIXTURES
+
+    directory = FIXTURES / "llm" / name
+    if not directory.exists():
+        pytest.skip("no fixtures: run scripts/make-gpu-fixtures.py")
+    program, tokenizer = str(directory / "program.pte"), str(directory / "tokenizer.json")
+    cpu, gpu = TextLLMRunner(program, tokenizer), TextLLMRunner(program, tokenizer, device="cuda")
+    expected = _pieces(cpu, "The river runs", temperature=0.0, echo=False, max_new_tokens=30)
+    assert len(expected) > 5, "premise: the CPU generated text"
+    assert _pieces(gpu, "The river runs", temperature=0.0, echo=False, max_new_tokens=30) == expected
+    graph = gpu.decoder.method.cuda_graph
+    if name == "transformers-static-cache":
+        # Its positions are tensors all the way (no host read): decode steps replay one captured graph, in
+        # every generation (the prefill between them drops it; it is captured again).
+        assert graph is not None and graph.replaying
+        gpu.reset()
+        assert _pieces(gpu, "The river runs", temperature=0.0, echo=False, max_new_tokens=30) == expected
+        assert graph.failure is None and graph.replaying
+    else:
+        # ExecuTorch's exporter reads the position on the host (aten::_local_scalar_dense): kernel by kernel.
+        assert graph is None

@@ -31,7 +31,7 @@ class CudaGraphRunner:
     def __init__(self, run: Callable, device: torch.device) -> None:
         self.run = run
         self.device = device
-        self.pool = torch.cuda.graph_pool_handle()
+        self.pool = None
         self.graph: torch.cuda.CUDAGraph | None = None
         self.key = None
         self.seen = _NOTHING  # the shapes of the last eager call (None is a key: a method of static shapes)
@@ -95,6 +95,9 @@ class CudaGraphRunner:
                   for a, bound in zip(args, self.bound)]
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize(self.device)
+        # A pool of its own: the last graph's pool is released with it (a new shape dropped it), and PyTorch's
+        # allocator refuses a capture into a released pool (an internal assert, which left the method eager).
+        self.pool = torch.cuda.graph_pool_handle()
         try:
             with torch.cuda.graph(graph, pool=self.pool):
                 outputs = self.run(*static)
