@@ -1,0 +1,221 @@
+"""Small language-model programs made by ExecuTorch's LLM export, and a tokenizer for them.
+
+Everything is built from what the repository ships: the tokenizer is a byte-level
+BPE trained on tests/support/text/corpus.txt, the models have small configs and
+seeded random weights. Each program is exported once into the program cache
+(``$PTERUN_PROGRAM_CACHE`` or the run's temporary directory, as
+tests/support/exporting.py keeps it) and reused after.
+
+- ``llama_program(variant)``: ExecuTorch's example Llama through
+  ``export_llama`` (its Python entry point, the same path as the CLI) with
+  ``use_kv_cache`` and ``use_sdpa_with_kv_cache``: "dynamic" takes a prompt of
+  up to ``get_max_seq_len() - 1`` tokens per call, "static" one token per call,
+  "dynamic-bf16" computes in bfloat16, "no-kv-cache" takes the whole sequence
+  each call (no cache, no position input), "xnnpack-8da4w" is the dynamic one
+  lowered to XNNPACK with 8-bit dynamic activations and 4-bit grouped weights,
+  and "xnnpack-8da4w-ptd" keeps those weights in a .ptd file beside it.
+- ``transformers_program()``: transformers' LlamaForCausalLM wrapped in its
+  ExecuTorch integration's ``TorchExportableModuleWithStaticCache`` (inputs
+  ``input_ids`` and ``cache_position``), with the metadata methods
+  optimum-executorch writes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tests.support.exporting import cache_root
+
+CORPUS = Path(__file__).parent / "text" / "corpus.txt"
+VOCAB = 512
+SPECIAL_TOKENS = ("<|pad|>", "<|begin_of_text|>", "<|end_of_text|>")  # ids 0, 1, 2
+BOS_ID, EOS_ID = 1, 2
+MAX_SEQ_LEN = 32  # longest prefill chunk the runner feeds (the dynamic programs take one less)
+MAX_CONTEXT_LEN = 64
+LLAMA_VARIANTS = ("dynamic", "static", "dynamic-bf16", "no-kv-cache", "xnnpack-8da4w", "xnnpack-8da4w-ptd")
+_VERSION = "v1"  # bump to re-export everything after a recipe change
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class LlmProgram:
+    pte: Path
+    tokenizer: Path
+    metadata: dict  # the constant methods the exporter wrote
+    # "input_pos" (a start position), "cache_position" (one position per token), or None (no KV cache)
+    position_input: str | None
+    data: Path | None = None  # the .ptd file holding the weights, when the program keeps them outside
+
+    @property
+    def dynamic(self) -> bool:
+        return bool(self.metadata.get("enable_dynamic_shape"))
+
+
+def train_tokenizer(path: Path, vocab_size: int = VOCAB) -> Path:
+    """A byte-level BPE over the corpus's characters only: every token is ASCII, so every piece a random
+    model samples decodes as UTF-8 on its own (ExecuTorch's runner raises on a piece that does not)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                  show_progress=False)
+    tokenizer.train_from_iterator(CORPUS.read_text().split("\n\n"), trainer)
+    assert tokenizer.get_vocab_size() == vocab_size, f"the corpus gives {tokenizer.get_vocab_size()} tokens"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(path))
+    return path
+
+
+def tokenizer_path() -> Path:
+    path = cache_root() / f"llm-tokenizer-{_VERSION}" / "tokenizer.json"
+    with _LOCK:
+        return path if path.exists() else train_tokenizer(path)
+
+
+def llama_args(**overrides) -> dict:
+    """params.json of the tiny example Llama (grouped-query attention, SwiGLU)."""
+    return dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=VOCAB, hidden_dim=128, norm_eps=1e-5,
+                **overrides)
+
+
+def export_llama_program(directory: Path, variant: str, params: dict, *, seed: int = 0,
+                         max_seq_len: int = MAX_SEQ_LEN, max_context_len: int = MAX_CONTEXT_LEN,
+                         state_dict: dict | None = None) -> Path:
+    """Writes ``directory/model.pte`` with ``export_llama`` from ``params`` and seeded random weights (or
+    ``state_dict``), passed to it as a checkpoint the way a user passes real ones."""
+    from executorch.examples.models.llama.export_llama_lib import export_llama
+    from executorch.examples.models.llama.llama_transformer import construct_transformer
+    from executorch.examples.models.llama.model_args import ModelArgs
+    from executorch.extension.llm.export.config.llm_config import DtypeOverride, LlmConfig
+
+    assert variant in LLAMA_VARIANTS, variant
+    directory.mkdir(parents=True, exist_ok=True)
+    if state_dict is None:
+        torch.manual_seed(seed)
+        args = ModelArgs(max_seq_len=max_seq_len, max_context_len=max_context_len, **params)
+        state_dict = construct_transformer(args).state_dict()
+    torch.save(state_dict, directory / "checkpoint.pth")
+    (directory / "params.json").write_text(json.dumps(params))
+
+    config = LlmConfig()
+    config.base.params = str(directory / "params.json")
+    config.base.checkpoint = str(directory / "checkpoint.pth")
+    config.base.metadata = json.dumps({"get_bos_id": BOS_ID, "get_eos_ids": [EOS_ID]})
+    config.model.use_kv_cache = config.model.use_sdpa_with_kv_cache = variant != "no-kv-cache"
+    config.model.enable_dynamic_shape = variant != "static"
+    config.export.max_seq_length = max_seq_len
+    config.export.max_context_length = max_context_len
+    config.export.output_dir = str(directory)
+    config.export.output_name = str(directory / "model.pte")
+    if variant.endswith("-bf16"):
+        config.model.dtype_override = DtypeOverride.bf16
+    if variant.startswith("xnnpack-8da4w"):
+        config.backend.xnnpack.enabled = True
+        config.quantization.qmode = "8da4w"
+        config.quantization.group_size = 32
+    if variant.endswith("-ptd"):
+        config.export.foundation_weights_file = "model.ptd"
+    written = Path(export_llama(config))
+    assert written == directory / "model.pte", written
+    (directory / "checkpoint.pth").unlink()  # the weights are in the program now
+    return written
+
+
+def _metadata(pte: Path) -> dict:
+    # Read back what the exporter wrote rather than restating it, so a test compares against the program.
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(pte)
+    names = [n for n in program.method_names if n.startswith(("get_", "use_", "enable_"))]
+    values = {}
+    for name in sorted(names):
+        out = program.load_method(name).execute([])
+        values[name] = [int(x) for x in out] if name.endswith("_ids") else out[0]
+    return values
+
+
+def _cached(key: str, export) -> Path:
+    """``export(directory)`` once; an export cut short leaves nothing a later run would take for finished."""
+    directory = cache_root() / key
+    with _LOCK:
+        if not directory.exists():
+            partial = directory.with_name(f"{key}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            export(partial)
+            partial.rename(directory)
+    return directory / "model.pte"
+
+
+def llama_program(variant: str) -> LlmProgram:
+    pte = _cached(f"llm-llama-{variant}-{_VERSION}", lambda d: export_llama_program(d, variant, llama_args()))
+    data = pte.with_suffix(".ptd") if variant.endswith("-ptd") else None
+    position = None if variant == "no-kv-cache" else "input_pos"
+    return LlmProgram(pte, tokenizer_path(), _metadata(pte), position, data)
+
+
+class _StaticCacheDecoder(torch.nn.Module):
+    """transformers' ExecuTorch wrapper, called positionally (its forward takes keywords only)."""
+
+    def __init__(self, model, max_cache_len: int):
+        from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+
+        super().__init__()
+        self.inner = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=max_cache_len)
+
+    def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+        return self.inner(input_ids=input_ids, cache_position=cache_position)
+
+
+def export_transformers_program(directory: Path, *, seed: int = 0,
+                                max_cache_len: int = MAX_CONTEXT_LEN) -> Path:
+    from executorch.exir import to_edge_transform_and_lower
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=max_cache_len, bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID, pad_token_id=0, tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config).eval().requires_grad_(False)
+    model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
+                                               cache_config={"batch_size": 1, "max_cache_len": max_cache_len})
+    module = _StaticCacheDecoder(model, max_cache_len).eval()
+    tokens = torch.tensor([[BOS_ID, 5, 6]])
+    seq = torch.export.Dim("seq_length", min=1, max=max_cache_len)
+    # Strict, as transformers exports it: non-strict tracing misses the cache writes, since the cache's
+    # layers hold the buffers directly rather than through the module.
+    exported = torch.export.export(module, (tokens, torch.arange(3)), dynamic_shapes=({1: seq}, {0: seq}),
+                                   strict=True)
+    metadata = {  # what optimum-executorch writes for a decoder
+        "get_max_seq_len": max_cache_len, "get_max_context_len": max_cache_len, "get_vocab_size": VOCAB,
+        "get_bos_id": BOS_ID, "get_eos_ids": [EOS_ID], "use_kv_cache": True, "use_sdpa_with_kv_cache": False,
+        "enable_dynamic_shape": True,
+    }
+    program = to_edge_transform_and_lower(exported, constant_methods=metadata).to_executorch()
+    directory.mkdir(parents=True, exist_ok=True)
+    pte = directory / "model.pte"
+    pte.write_bytes(program.buffer)
+    return pte
+
+
+def example_program() -> LlmProgram:
+    """The language model that ships in the package (scripts/make-llm-example.py)."""
+    from importlib import resources
+
+    examples = Path(str(resources.files("pterun.examples")))
+    pte = examples / "llm_tiny.pte"
+    return LlmProgram(pte, examples / "llm_tiny.tokenizer.json", _metadata(pte), "input_pos")
+
+
+def transformers_program() -> LlmProgram:
+    pte = _cached(f"llm-transformers-static-cache-{_VERSION}", export_transformers_program)
+    return LlmProgram(pte, tokenizer_path(), _metadata(pte), "cache_position")
