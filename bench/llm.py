@@ -49,16 +49,19 @@ def prompt_of(tokenizer_path: Path, length: int) -> str:
 
 @contextmanager
 def _quiet_stdout():
-    """ExecuTorch's runner prints every piece and a report to C stdout; send them nowhere."""
+    """ExecuTorch's runner prints every piece to C stdout and its log to stderr; send them nowhere."""
     sys.stdout.flush()
-    saved = os.dup(1)
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
     try:
         yield
     finally:
-        os.dup2(saved, 1)
-        os.close(saved)
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
         os.close(devnull)
 
 
@@ -88,6 +91,9 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=128, help="tokens to generate")
     parser.add_argument("--only", default="", help="comma-separated program names (portable, xnnpack 8da4w)")
     args = parser.parse_args()
+    # ExecuTorch's runner finds the LLM export's custom and quantized kernels once these are imported.
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
+    import executorch.kernels.quantized  # noqa: F401
     from executorch.extension.llm import runner as et
     from executorch.extension.pybindings import portable_lib
 
