@@ -71,14 +71,16 @@ def _figures(stats) -> tuple[float, float, int, int]:
     return ttft, stats.num_generated_tokens / decode_ms * 1e3, stats.num_prompt_tokens, stats.num_generated_tokens
 
 
-def generate(runner, prompt: str, config, quiet: bool) -> tuple[float, float, int, int]:
+def generate(runner, prompt: str, config, quiet: bool, pieces: list | None = None) -> tuple[float, float, int, int]:
+    """One generation from position 0; its figures, and the text pieces into ``pieces`` when given."""
     got = []
     runner.reset()
+    callback = pieces.append if pieces is not None else None
     if quiet:
         with _quiet_stdout():
-            runner.generate(prompt, config, stats_callback=got.append)
+            runner.generate(prompt, config, token_callback=callback, stats_callback=got.append)
     else:
-        runner.generate(prompt, config, stats_callback=got.append)
+        runner.generate(prompt, config, token_callback=callback, stats_callback=got.append)
     return _figures(got[0])
 
 
@@ -115,13 +117,16 @@ def main() -> None:
                 "ExecuTorch": (et.TextLLMRunner(str(pte), str(tokenizer)), et, True),
             }
             runs = {way: [] for way in ways}
-            for round_ in range(args.rounds + 1):  # the first round warms up
+            texts = {way: [] for way in ways}
+            for round_ in range(args.rounds + 1):  # the first round warms up, and checks both say the same
                 for way, (runner, module, quiet) in ways.items():
                     config = module.GenerationConfig(echo=False, max_new_tokens=args.new, temperature=0.0)
-                    figures = generate(runner, prompt, config, quiet)
+                    figures = generate(runner, prompt, config, quiet, None if round_ else texts[way])
                     assert figures[2] == args.prompt, f"{way}: {figures[2]} prompt tokens, expected {args.prompt}"
                     if round_:
                         runs[way].append(figures)
+            assert len(set(map("".join, texts.values()))) == 1, f"{label}: the runners generated different text"
+            assert len(texts["pterun"]) == args.new, f"{label}: {len(texts['pterun'])} pieces, expected {args.new}"
             row = [label, threads]
             for way in ways:
                 ttft = statistics.median(r[0] for r in runs[way])
