@@ -50,9 +50,9 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos: int
     if kv_heads > heads or heads % kv_heads:
         raise InvalidArgument(f"attention: {heads} query heads cannot share {kv_heads} key/value heads")
     reps = heads // kv_heads
-    if reps > 1:
-        k = k.repeat_interleave(reps, dim=1)
-        v = v.repeat_interleave(reps, dim=1)
+    if reps > 1:  # the keys attended to only: a decode step reads a few of the cache's positions
+        k = k[:, :, :num_keys].repeat_interleave(reps, dim=1)
+        v = v[:, :, :num_keys].repeat_interleave(reps, dim=1)
     softmax_scale = f32(scale if scale is not None else 1.0 / math.sqrt(head_dim))
     reduced = value_dtype in (torch.float16, torch.bfloat16)
     exact = value_dtype == torch.float16

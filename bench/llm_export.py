@@ -1,0 +1,128 @@
+"""Exports the LLM benchmark programs through ExecuTorch's LLM export, and a tokenizer for them.
+
+    python bench/llm_export.py [--out .cache/bench/llm]
+
+Writes OUT/llama100m.pte (portable), OUT/llama100m.xnnpack-8da4w.pte (XNNPACK, 8-bit dynamic
+activations and 4-bit weights in groups of 32) and OUT/tokenizer.json. The model is ExecuTorch's
+example Llama at about 100M parameters (bench/models.py's llama100m shape) with weights drawn from a
+small codebook, exported by ``export_llama`` as a user exports a checkpoint: KV cache, custom SDPA,
+metadata methods, prompts of 1 to 511 tokens per call. Its EOS token's output row is zero, so greedy
+decoding never picks it (its logit is 0, the largest of the others is positive) and every run makes
+exactly the tokens asked for. Files that exist are kept (delete them to export again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from models import codebook  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PARAMS = {"dim": 768, "n_layers": 12, "n_heads": 12, "n_kv_heads": 4, "vocab_size": 16384, "hidden_dim": 2048,
+          "norm_eps": 1e-5}
+CONTEXT = 512
+SPECIAL_TOKENS = ("<|pad|>", "<|begin_of_text|>", "<|end_of_text|>")  # ids 0, 1, 2
+BOS_ID, EOS_ID = 1, 2
+VARIANTS = {"llama100m.pte": None, "llama100m.xnnpack-8da4w.pte": "8da4w"}
+
+
+def _byte_chars() -> dict[int, str]:
+    """GPT-2's byte-to-character table, which a byte-level BPE's vocabulary is written in."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    table, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[byte] = chr(byte)
+        else:
+            table[byte] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def write_tokenizer(path: Path, vocab_size: int = PARAMS["vocab_size"]) -> Path:
+    """A byte-level BPE of exactly ``vocab_size`` tokens over printable ASCII: the characters, then merges of
+    two characters, then of a pair and a character. Every token is ASCII, so each piece a random model
+    picks decodes as UTF-8 on its own (ExecuTorch's runner raises on one that does not)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    chars = _byte_chars()
+    alphabet = [chars[b] for b in (10, *range(32, 127))]
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+    for c in alphabet:
+        vocab[c] = len(vocab)
+    merges = []
+    pairs = [(a, b) for a in alphabet for b in alphabet]
+    triples = ((a + b, c) for a, b in pairs for c in alphabet)
+    for left, right in (*pairs, *triples):
+        if len(vocab) == vocab_size:
+            break
+        if left + right not in vocab:
+            merges.append((left, right))
+            vocab[left + right] = len(vocab)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL_TOKENS])
+    assert tokenizer.get_vocab_size() == vocab_size, tokenizer.get_vocab_size()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(path))
+    return path
+
+
+def _checkpoint() -> dict:
+    from executorch.examples.models.llama.llama_transformer import construct_transformer
+    from executorch.examples.models.llama.model_args import ModelArgs
+
+    torch.manual_seed(0)
+    model = codebook(construct_transformer(ModelArgs(max_seq_len=CONTEXT, max_context_len=CONTEXT, **PARAMS)))
+    state = model.state_dict()
+    state["output.weight"][EOS_ID] = 0.0
+    return state
+
+
+def export(path: Path, scheme: str | None, scratch: Path) -> None:
+    from executorch.examples.models.llama.export_llama_lib import export_llama
+    from executorch.extension.llm.export.config.llm_config import LlmConfig
+
+    checkpoint, params = scratch / "checkpoint.pth", scratch / "params.json"
+    if not checkpoint.exists():
+        torch.save(_checkpoint(), checkpoint)
+        params.write_text(json.dumps(PARAMS))
+    config = LlmConfig()
+    config.base.params, config.base.checkpoint = str(params), str(checkpoint)
+    config.base.metadata = json.dumps({"get_bos_id": BOS_ID, "get_eos_ids": [EOS_ID]})
+    config.model.use_kv_cache = config.model.use_sdpa_with_kv_cache = config.model.enable_dynamic_shape = True
+    config.export.max_seq_length = config.export.max_context_length = CONTEXT
+    config.export.output_dir, config.export.output_name = str(scratch), str(scratch / path.name)
+    if scheme == "8da4w":
+        config.backend.xnnpack.enabled = True
+        config.quantization.qmode, config.quantization.group_size = "8da4w", 32
+    started = time.perf_counter()
+    written = Path(export_llama(config))
+    written.replace(path)
+    print(f"{path.name}: {path.stat().st_size / 2**20:.1f} MiB in {time.perf_counter() - started:.0f} s", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "llm")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not (args.out / "tokenizer.json").exists():
+        write_tokenizer(args.out / "tokenizer.json")
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, scheme in VARIANTS.items():
+            if not (args.out / name).exists():
+                export(args.out / name, scheme, Path(scratch))
+
+
+if __name__ == "__main__":
+    main()
