@@ -18,8 +18,8 @@ or through one ``add.Scalar`` with an int that no position feeds, used as a
 slice's end whose start is the position itself); the int is no method output,
 no list item, no delegate's argument, no move's source (methods with jumps
 are left as they are); ``t`` is one integer element;
-and no step writes ``t``'s memory (or bytes the plan lays over it) between the
-read and its last consumer. Anything else keeps the read as it is.
+and no step writes ``t``'s memory (or bytes the plan lays over it) from the
+read to its last consumer. Anything else keeps the read as it is.
 """
 
 from __future__ import annotations
@@ -153,12 +153,13 @@ def _step(kernels: KernelRegistry, device_type: DeviceType, name: str, args: tup
 
 
 def _unwritten(plan: Plan, effects: MethodEffects, source: int, first: int, last: int) -> bool:
-    """Whether no step from ``first`` to ``last`` writes ``source``'s memory or bytes planned over it."""
+    """Whether no step from ``first`` up to ``last`` writes ``source``'s memory or bytes planned over it (the
+    last consumer may: each device-position kernel reads its position before it writes anything)."""
     memory = effects.memory(source)
     # A value some step binds (a view of an input, say) is not in the bytes the plan gave it.
     specs = [s for s in (plan.values[m] for m in memory - effects.bound)
              if isinstance(s, TensorSpec) and s.memory_id is not None]
-    for k in range(first, last + 1):
+    for k in range(first, last):
         for m in effects.written[k]:
             other = plan.values[m]
             if m in memory or (isinstance(other, TensorSpec) and other.memory_id is not None

@@ -8,7 +8,8 @@ the host-position kernels refuse it; on a GPU, reading it would stall the
 stream (and keep a CUDA graph from holding the call), so indices are clamped
 to the tensor instead: an out-of-range position writes and reads the last rows
 rather than past the end (callers check positions against the context, as
-pterun.llm does).
+pterun.llm does). Each reads its position before it writes anything, so its
+out may share bytes with the position (the executor relies on it).
 """
 
 from __future__ import annotations
