@@ -11,8 +11,8 @@ import pterun
 from pterun.errors import InvalidArgument
 from pterun.executor.effects import MethodEffects
 from pterun.executor.fuse.positions import READS
-from pterun.kernels.llm.attention import custom_sdpa, custom_sdpa_at
-from pterun.kernels.llm.positions import slice_at, update_cache_at
+from pterun.kernels.llm.attention import custom_sdpa
+from pterun.kernels.llm.positions import custom_sdpa_at, slice_at, update_cache_at
 from tests.support.exporting import ExportSpec
 from tests.support.llm_programs import example_program, llama_program
 from tests.support.premises import export_calling

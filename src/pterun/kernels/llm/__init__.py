@@ -14,12 +14,11 @@ operators. Their layouts and conventions are ExecuTorch's, not ATen's:
 
 from __future__ import annotations
 
-from pterun.kernels.llm import attention, cache, copies, delta_rule, hadamard, positions
+from pterun.kernels.llm import attention, cache, copies, delta_rule, hadamard
 from pterun.kernels.python_kernels import register_kernels
 from pterun.kernels.registry import KernelRegistry
 
-KERNELS = (*attention.KERNELS, *cache.KERNELS, *delta_rule.KERNELS, *hadamard.KERNELS, *copies.KERNELS,
-           *positions.KERNELS)
+KERNELS = (*attention.KERNELS, *cache.KERNELS, *delta_rule.KERNELS, *hadamard.KERNELS, *copies.KERNELS)
 
 
 def register(registry: KernelRegistry) -> None:

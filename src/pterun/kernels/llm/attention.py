@@ -155,15 +155,6 @@ def custom_sdpa(query, key, value, start_pos, attn_mask, dropout_p, is_causal, s
 
 
 @KERNELS.kernel(
-    "pterun::custom_sdpa_at.out(Tensor query, Tensor key, Tensor value, Tensor start_pos, "
-    "Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None, *, "
-    "Tensor(a!) out) -> Tensor(a!)")
-def custom_sdpa_at(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, out):
-    """custom_sdpa with the start position in a one-element tensor (executor/fuse/positions.py)."""
-    return custom_sdpa(query, key, value, start_pos.reshape(()), attn_mask, dropout_p, is_causal, scale, out)
-
-
-@KERNELS.kernel(
     "llama::sdpa_with_kv_cache.out(Tensor query, Tensor key, Tensor value, Tensor(a!) key_cache, "
     "Tensor(b!) value_cache, SymInt start_pos, SymInt seq_len, Tensor? attn_mask=None, "
     "float drpout_p=0., bool is_causal=False, float? scale=None, *, Tensor(c!) out) -> Tensor(c!)")

@@ -17,10 +17,17 @@ from __future__ import annotations
 import torch
 
 from pterun.errors import InvalidArgument
+from pterun.kernels.llm.attention import custom_sdpa
 from pterun.kernels.llm.cache import as_cache_type, check_cache_shapes
-from pterun.kernels.python_kernels import KernelTable, resize
+from pterun.kernels.python_kernels import KernelTable, register_kernels, resize
+from pterun.kernels.registry import KernelRegistry
 
 KERNELS = KernelTable()
+
+
+def register(registry: KernelRegistry) -> None:
+    """pterun's own operators, kept apart from ExecuTorch's llama:: ones (whose schemas ExecuTorch registers)."""
+    register_kernels(registry, KERNELS)
 
 
 def position_indices(position: torch.Tensor, length: int, limit: int, what: str) -> torch.Tensor:
@@ -55,3 +62,13 @@ def update_cache_at(value, cache, start_pos, out):
     index = position_indices(start_pos, value.shape[1], cache.shape[1], what)
     cache.index_copy_(1, index, as_cache_type(value, cache))
     return out
+
+
+@KERNELS.kernel(
+    "pterun::custom_sdpa_at.out(Tensor query, Tensor key, Tensor value, Tensor start_pos, "
+    "Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None, *, "
+    "Tensor(a!) out) -> Tensor(a!)")
+def custom_sdpa_at(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, out):
+    """llama::custom_sdpa with the start position in a tensor: over the whole cache, the mask hiding the keys
+    past the position (attention.py)."""
+    return custom_sdpa(query, key, value, start_pos.reshape(()), attn_mask, dropout_p, is_causal, scale, out)
