@@ -150,3 +150,21 @@ def test_kernels_at_a_tensor_position_equal_the_host_position_kernels():
         update_cache_at(k[:, :3], cache, torch.tensor([14]), torch.empty(0))
     with pytest.raises(InvalidArgument, match="exceeds"):
         custom_sdpa_at(q, k, v, torch.tensor([14]), None, 0.0, True, None, torch.empty(0))
+
+
+def test_the_runner_generates_the_same_text_with_positions_on_the_device():
+    from pterun.llm import GenerationConfig, TextLLMRunner
+
+    program = example_program()
+    texts = []
+    for device_positions in (True, False):
+        runner = TextLLMRunner(program.pte, program.tokenizer, device_positions=device_positions)
+        pieces: list[str] = []
+        for prompt in ("The river runs", "Once upon a time"):
+            runner.generate(prompt, GenerationConfig(temperature=0.0, echo=False, max_new_tokens=40),
+                            token_callback=pieces.append)
+            runner.reset()  # the second prompt overwrites the cache from 0; the mask hides what is left
+        if device_positions:
+            assert "pterun::custom_sdpa_at.out" in _names(runner.decoder.method), "premise: rewritten"
+        texts.append(pieces)
+    assert len(texts[0]) > 10 and texts[0] == texts[1]
