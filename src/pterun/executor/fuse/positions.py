@@ -5,7 +5,7 @@ The exporter reads a decoder's start position with ``aten::_local_scalar_dense``
 and passes the int to the operators that take a start position. A CUDA graph
 cannot hold that read, so such a method runs kernel by kernel on a GPU. This
 module knows which operators consume a host position and how each runs with
-the position left in its tensor (kernels/llm/positions.py, attention.py):
+the position left in its tensor (kernels/llm/positions.py):
 
     p = _local_scalar_dense(t)               (removed)
     e = executorch_prim::add.Scalar(p, n)    (removed; n an int computed on the host, as a shape)
@@ -15,11 +15,13 @@ the position left in its tensor (kernels/llm/positions.py, attention.py):
 
 A read is rewritten only when every use of its int is one of these (directly,
 or through one ``add.Scalar`` with an int that no position feeds, used as a
-slice's end whose start is the position itself); the int is no method output,
-no list item, no delegate's argument, no move's source (methods with jumps
-are left as they are); ``t`` is one integer element;
-and no step writes ``t``'s memory (or bytes the plan lays over it) from the
-read to its last consumer. Anything else keeps the read as it is.
+slice's end whose start is the position itself, with step 1); the int is no
+method output, list item, delegate's argument or move's source; ``t`` is one
+integer element; and no step writes ``t``'s memory (or bytes the plan lays
+over it) from the read to its last consumer. Anything else, and any method
+with jumps, keeps the read as it is. Load runs this on the method's own code
+only (on CUDA by default, ``load_program(..., device_positions=...)``); the
+functional form for ``torch.compile`` keeps the reads.
 """
 
 from __future__ import annotations
@@ -50,7 +52,6 @@ _INTEGERS = (torch.int64, torch.int32)
 
 @dataclass(frozen=True)
 class _Group:
-    read: int  # the _local_scalar_dense step
     removed: tuple[int, ...]  # the read and the additions folded into their consumers
     consumers: dict[int, KernelStep]  # step -> what replaces it
 
@@ -143,7 +144,7 @@ def _group(plan: Plan, steps: list, effects: MethodEffects, kernels: KernelRegis
                              SLICE, ADD)
     if not consumers or not _unwritten(plan, effects, source, n, max(consumers)):
         return None
-    return _Group(n, (n, *(k for k, _ in ends.values())), consumers)
+    return _Group((n, *(k for k, _ in ends.values())), consumers)
 
 
 def _step(kernels: KernelRegistry, device_type: DeviceType, name: str, args: tuple[int, ...],
