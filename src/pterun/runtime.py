@@ -101,6 +101,7 @@ class Runtime:
         fuse: bool = True,
         num_threads: int | None = None,
         cache_dir: "str | os.PathLike | bool | None" = None,
+        device_positions: bool | None = None,
     ) -> Program:
         """Loads a program; ``data_path`` names .ptd files (paths or bytes) holding tensors it stores outside.
 
@@ -121,6 +122,13 @@ class Runtime:
         which the exporter decomposes into chains of kernels, run as one fused
         kernel each (rounding differs slightly; docs/precision.md);
         ``fuse=False`` runs every instruction as the file has it.
+
+        On a CUDA device, the start position an LLM exporter reads to the host
+        (``aten::_local_scalar_dense`` feeding ``llama::update_cache``,
+        ``llama::custom_sdpa`` and a slice of the RoPE tables) stays in device
+        memory, so the method has no host read and a CUDA graph can hold it
+        (docs/llm.md); ``device_positions=False`` keeps the reads, ``True`` also
+        rewrites them on the CPU.
 
         ``num_threads`` is how many intra-op threads each call runs on, set for the
         calling thread only and put back when the call returns. The default chooses
@@ -162,6 +170,7 @@ class Runtime:
             num_threads=num_threads,
             cache=cache,
             trace=ProgramTrace(int(debug_buffer_size)) if enable_etdump else None,
+            device_positions=device_positions,
         )
 
 

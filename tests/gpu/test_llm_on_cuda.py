@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from pterun.cli.options import example_llm
+from pterun.executor.steps import KernelStep
 from pterun.llm import GenerationConfig, TextLLMRunner
 
 pytestmark = pytest.mark.gpu
@@ -28,6 +29,18 @@ def test_greedy_generation_on_cuda_is_the_cpus():
         cpu.reset(), gpu.reset()
     buffers = [t for t in gpu.decoder.method._loaded.objects if isinstance(t, torch.Tensor) and t.dim() == 4]
     assert buffers and all(t.is_cuda for t in buffers), "the KV cache stays in device memory"
+    # The exporter reads the start position on the host; on the GPU it stays on the device, so decode steps
+    # replay a captured graph.
+    _assert_replays(gpu)
+
+
+def _assert_replays(runner):
+    method = runner.decoder.method
+    steps = [s for s in method._loaded.steps if isinstance(s, KernelStep)]
+    assert "pterun::custom_sdpa_at.out" in {s.name for s in steps}, "premise: the position stays on the device"
+    assert not any(s.binding.syncs for s in steps), "no step reads a tensor on the host"
+    graph = method.cuda_graph
+    assert graph is not None and graph.failure is None and graph.replaying
 
 
 @pytest.mark.parametrize("name", ["transformers-static-cache", "llama-dynamic"])
@@ -42,14 +55,13 @@ def test_exported_llms_on_cuda_generate_the_cpus_tokens(name):
     expected = _pieces(cpu, "The river runs", temperature=0.0, echo=False, max_new_tokens=30)
     assert len(expected) > 5, "premise: the CPU generated text"
     assert _pieces(gpu, "The river runs", temperature=0.0, echo=False, max_new_tokens=30) == expected
+    # Decode steps replay one captured graph, in every generation (the prefill between them drops it; it is
+    # captured again). The transformers program's positions are tensors all the way; ExecuTorch's exporter reads
+    # the position on the host (aten::_local_scalar_dense), which stays on the device instead (fuse/positions.py).
     graph = gpu.decoder.method.cuda_graph
-    if name == "transformers-static-cache":
-        # Its positions are tensors all the way (no host read): decode steps replay one captured graph, in
-        # every generation (the prefill between them drops it; it is captured again).
-        assert graph is not None and graph.replaying
-        gpu.reset()
-        assert _pieces(gpu, "The river runs", temperature=0.0, echo=False, max_new_tokens=30) == expected
-        assert graph.failure is None and graph.replaying
-    else:
-        # ExecuTorch's exporter reads the position on the host (aten::_local_scalar_dense): kernel by kernel.
-        assert graph is None
+    assert graph is not None and graph.failure is None and graph.replaying
+    if name == "llama-dynamic":
+        _assert_replays(gpu)
+    gpu.reset()
+    assert _pieces(gpu, "The river runs", temperature=0.0, echo=False, max_new_tokens=30) == expected
+    assert graph.failure is None and graph.replaying

@@ -42,12 +42,21 @@ class LoadContext:
     fuse: bool = True  # decomposed chains run as one fused kernel each (fuse/)
     num_threads: int | None = None  # intra-op threads per call; None: chosen per method (threads.py)
     trace: ProgramTrace | None = None  # profiling on: the program's ETDump (etdump.py)
+    device_positions: bool | None = None  # start positions stay on the device (fuse/positions.py); None: on CUDA
 
     def device_for(self, device_type: int, device_index: int) -> Device:
         """Where a value the plan tags with this device lives."""
         if self.device is not None:
             return self.device
         return Device(DeviceType(device_type), device_index)
+
+    @property
+    def positions_on_device(self) -> bool:
+        """Whether host reads of a start position become device-position calls: on a CUDA device (where they
+        keep the method out of a CUDA graph) when chains are fused, or wherever ``device_positions`` says."""
+        if self.device_positions is not None:
+            return self.device_positions
+        return self.fuse and self.run_device.type == DeviceType.CUDA
 
     @property
     def run_device(self) -> Device:

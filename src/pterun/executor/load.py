@@ -6,7 +6,8 @@
 3. checks: every call's arguments are of the kinds its kernel takes
    (arguments.py), and no step writes a constant (effects.py);
 4. copies become views (fold.py), and decomposed chains (attention, RMSNorm,
-   SwiGLU where the device has a kernel) one fused call each (fuse/);
+   SwiGLU where the device has a kernel) one fused call each (fuse/); on a
+   GPU, start positions read to the host stay on the device (fuse/positions.py);
 5. the instruction chain compiled into one Python function (codegen.py), and
    with ``compile=True`` also written as a pure function for ``torch.compile``
    (functional.py, compiled.py);
@@ -36,6 +37,7 @@ from pterun.executor.effects import MethodEffects, check_writes, delegate_writes
 from pterun.executor.fold import elide_view_copies, fold_constant_views, with_views
 from pterun.executor.functional import Unsupported, functional_method
 from pterun.executor.fuse import fuse_chains, patterns
+from pterun.executor.fuse.positions import keep_positions_on_device
 from pterun.executor.graphs import CudaGraphRunner
 from pterun.executor.outputs import OutputSlot
 from pterun.executor.steps import build_steps
@@ -99,6 +101,10 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     if context.fuse and trace is None:
         matchers = patterns(context.registries.kernels, context.run_device.type)
         steps, steps_run = fuse_chains(plan, steps, objects, effects, matchers)
+    if context.positions_on_device and trace is None:
+        # The method's own code only: the functional form keeps the host reads (torch.compile traces them).
+        steps_run = keep_positions_on_device(plan, steps_run, effects.after(steps_run), context.registries.kernels,
+                                             context.run_device.type)
     computed = assigned | made
 
     # Unplanned inputs alias the caller's tensors; unplanned outputs get buffers, unless an instruction
@@ -147,7 +153,8 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
         slot_of={pos: slots[outputs_unplanned.index(vi)] for pos, vi in enumerate(plan.outputs)
                  if vi in outputs_unplanned},
         written_inputs=written_inputs(plan, effects),
-        graph=_graph_runner(context, effects, run) if trace is None else None,
+        graph=(_graph_runner(context, effects.after(steps_run) if compiled_function is None else effects, run)
+               if trace is None else None),
         # The graph is keyed by the input shapes; a method whose inputs cannot change shape needs no key.
         shape_tensors=[objects[vi] for vi in dynamic_inputs if vi not in params_in],
         shape_args=bool(dynamic_inputs),

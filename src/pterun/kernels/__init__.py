@@ -18,9 +18,10 @@ from pterun.kernels.registry import (
 def default_registry() -> KernelRegistry:
     """A registry holding every built-in kernel, with ATen as the fallback provider."""
     from pterun.kernels import aten, device_copy, dim_order, float_stats, llm, prim, quantized, views
+    from pterun.kernels.llm import positions  # what executor/fuse/positions.py makes of host start positions
 
     registry = KernelRegistry()
-    for module in (prim, dim_order, device_copy, quantized, llm):
+    for module in (prim, dim_order, device_copy, quantized, llm, positions):
         module.register(registry)
     registry.add_provider(views.view_copy_provider, lambda: ())
     registry.add_provider(aten.aten_provider, aten.aten_names)

@@ -36,14 +36,17 @@ def _query_block(q_len: int) -> int:
     return 32 if q_len < 192 else 64 if q_len < 768 else 256
 
 
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos: int, attn_mask, is_causal: bool,
-               scale, num_keys: int, value_dtype: torch.dtype) -> torch.Tensor:
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos: int | torch.Tensor, attn_mask,
+               is_causal: bool, scale, num_keys: int, value_dtype: torch.dtype) -> torch.Tensor:
     """Flash attention over float32 q [B, H, S, D] and k, v [B, Hkv, N, D]; float32 [B, H, S, D] out.
 
     ``value_dtype`` is the activation type: for half and bfloat16 the probabilities are rounded to it
     before they weight the values, as ExecuTorch's reduced-precision matmul consumes them, except
     that for bfloat16 a query tile of a single row keeps them in float32 (ExecuTorch's matrix-vector
     path for that case reads the float probabilities).
+
+    ``start_pos`` is an int, or a 0-d tensor on the device (``num_keys`` is then the whole cache): keys past
+    the last query's position are hidden by the mask instead of left out, which adds only exact zeros.
     """
     batch, heads, q_len, head_dim = q.shape
     kv_heads = k.shape[1]
@@ -62,12 +65,15 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos: int
     run_sum = torch.zeros_like(run_max)
     dst = torch.zeros((batch, heads, q_len, v.shape[-1]), dtype=F32, device=q.device)
     positions = torch.arange(q_len, device=q.device).unsqueeze(1) + start_pos
+    # Without a causal mask, a position in a tensor still bounds the keys every query attends to.
+    bounded = isinstance(start_pos, torch.Tensor) and not is_causal and attn_mask is None
+    visible = positions if is_causal else positions[-1:] if bounded else None
     for n0 in range(0, num_keys, _KV_BLOCK):
         n1 = min(n0 + _KV_BLOCK, num_keys)
         qk = _matmul(q, k[:, :, n0:n1].transpose(-1, -2), exact)
-        if is_causal:
+        if visible is not None:
             keys = torch.arange(n0, n1, device=q.device).unsqueeze(0)
-            qk = qk.masked_fill(keys > positions, -math.inf)
+            qk = qk.masked_fill(keys > visible, -math.inf)
         if attn_mask is not None:
             qk = qk * softmax_scale + attn_mask[:, n0:n1]
         else:
@@ -110,9 +116,16 @@ def _sdpa_into(q, k, v, start_pos, attn_mask, is_causal, scale, out, what, seq_d
     kv_len = v.shape[seq_axis]
     # ExecuTorch counts the query's tokens along dim 1 unless the query is int8.
     counted = q_len if dequantized is not None else q.shape[1]
-    num_keys = kv_len if attn_mask is not None else start_pos + counted
-    if num_keys > kv_len:
-        raise InvalidArgument(f"{what}: start_pos {start_pos} + {counted} tokens exceeds the {kv_len} cached")
+    if isinstance(start_pos, torch.Tensor):
+        # A position kept on the device (positions.py): attend over the whole cache, the mask hiding the rest.
+        if start_pos.device.type == "cpu" and attn_mask is None and int(start_pos) + counted > kv_len:
+            raise InvalidArgument(f"{what}: start_pos {int(start_pos)} + {counted} tokens exceeds the {kv_len} "
+                                  f"cached")
+        num_keys = kv_len
+    else:
+        num_keys = kv_len if attn_mask is not None else start_pos + counted
+        if num_keys > kv_len:
+            raise InvalidArgument(f"{what}: start_pos {start_pos} + {counted} tokens exceeds the {kv_len} cached")
     if attn_mask is not None and tuple(attn_mask.shape) != (q_len, kv_len):
         raise InvalidArgument(f"{what}: attn_mask is {tuple(attn_mask.shape)}, expected {(q_len, kv_len)}")
     resize(out, q.shape)

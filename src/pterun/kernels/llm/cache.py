@@ -27,7 +27,7 @@ def check_cache_shapes(value: torch.Tensor, cache: torch.Tensor, what: str) -> N
         raise InvalidArgument(f"{what}: value is {value.dtype} but cache is {cache.dtype}")
 
 
-def _as_cache_type(value: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+def as_cache_type(value: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
     # ExecuTorch copies raw bytes, so a value of another type of the same width lands bit for bit.
     return value if value.dtype == cache.dtype else value.view(cache.dtype)
 
@@ -38,7 +38,7 @@ def write_span(value: torch.Tensor, cache: torch.Tensor, start_pos: int, what: s
         raise InvalidArgument(
             f"{what}: positions [{start_pos}, {start_pos + seq_len}) do not fit a cache of {cache.shape[1]}"
         )
-    cache[:, start_pos:start_pos + seq_len].copy_(_as_cache_type(value, cache))
+    cache[:, start_pos:start_pos + seq_len].copy_(as_cache_type(value, cache))
 
 
 @KERNELS.kernel("llama::update_cache.out(Tensor value, Tensor(a!) cache, SymInt start_pos, *, "
@@ -64,7 +64,7 @@ def update_cache_with_indices(value, cache, start_pos, indices, out):
     lo, hi = int(indices.min()), int(indices.max())
     if lo < 0 or hi >= cache.shape[1]:
         raise InvalidArgument(f"{what}: index {lo if lo < 0 else hi} is outside a cache of {cache.shape[1]}")
-    source = _as_cache_type(value, cache)
+    source = as_cache_type(value, cache)
     batch = indices.shape[0]
     rows = torch.arange(batch, device=indices.device).unsqueeze(1).expand_as(indices)
     unique = all(indices[b].unique().numel() == indices.shape[1] for b in range(batch))
