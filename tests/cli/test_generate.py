@@ -47,3 +47,11 @@ def test_mistakes_are_one_error_line(tmp_path):
     not_llm = runner.invoke(app, ["generate", str(program.with_name("llama_tiny.pte")), "--tokenizer",
                                   str(example_llm()[1])])
     assert not_llm.exit_code == 1 and "error:" in not_llm.output
+
+
+def test_a_seed_makes_sampling_repeat():
+    args = ["generate", "--temperature", "0.9", "--seed", "7", "--max-new-tokens", "16", "--no-echo", "--json"]
+    first, second = (runner.invoke(app, args) for _ in range(2))
+    assert first.exit_code == second.exit_code == 0
+    greedy = runner.invoke(app, ["generate", "--max-new-tokens", "16", "--no-echo", "--json"])
+    assert first.stderr == second.stderr and first.stderr != greedy.stderr  # premise: sampling chose otherwise

@@ -25,6 +25,9 @@ def generate(
     temperature: float = typer.Option(0.0, "--temperature", help="0 picks the likeliest token; above 0 samples."),
     seq_len: int = typer.Option(-1, "--seq-len", help="At most this many tokens in all, prompt included (-1: the model's)."),
     echo: bool = typer.Option(True, "--echo/--no-echo", help="Print the prompt before what is generated."),
+    seed: Optional[int] = typer.Option(
+        None, "--seed", help="Seed of the sampler (with --temperature above 0); by default the time, as ExecuTorch's."
+    ),
     data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help=".ptd file(s) with the model's weights."),
     device: Optional[str] = typer.Option(None, "--device", help="Run the model on this device (cpu, cuda)."),
     as_json: bool = typer.Option(False, "--json", help="Print the run's Stats as JSON instead of the stats line."),
@@ -50,7 +53,7 @@ def generate(
         device = device_option(device)
         if len(data or ()) > 1:
             raise UserError("--data: an LLM takes one .ptd file of weights")
-        runner = TextLLMRunner(str(program), str(tokenizer), str(data[0]) if data else None, device=device)
+        runner = TextLLMRunner(str(program), str(tokenizer), str(data[0]) if data else None, device=device, seed=seed)
         config = GenerationConfig(echo=echo, max_new_tokens=max_new_tokens, seq_len=seq_len, temperature=temperature)
         out = sys.stderr if as_json else sys.stdout
 
