@@ -28,7 +28,7 @@ def generate(
     seed: Optional[int] = typer.Option(
         None, "--seed", help="Seed of the sampler (with --temperature above 0); by default the time, as ExecuTorch's."
     ),
-    data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help=".ptd file(s) with the model's weights."),
+    data: Optional[Path] = typer.Option(None, "--data", "-d", help="The .ptd file with the model's weights."),
     device: Optional[str] = typer.Option(None, "--device", help="Run the model on this device (cpu, cuda)."),
     as_json: bool = typer.Option(False, "--json", help="Print the run's Stats as JSON instead of the stats line."),
 ) -> None:
@@ -42,18 +42,16 @@ def generate(
     """
     from pterun.llm import GenerationConfig, TextLLMRunner
 
-    if program is None:
-        program, example_tokenizer = example_llm()
-        tokenizer = tokenizer or example_tokenizer
-    if tokenizer is None:
-        with reported():
-            raise UserError("--tokenizer is needed with a program of your own")
     stats_seen = []
     with reported():
+        if program is None:
+            program, example_tokenizer = example_llm()
+            tokenizer = tokenizer or example_tokenizer
+        if tokenizer is None:
+            raise UserError("--tokenizer is needed with a program of your own")
         device = device_option(device)
-        if len(data or ()) > 1:
-            raise UserError("--data: an LLM takes one .ptd file of weights")
-        runner = TextLLMRunner(str(program), str(tokenizer), str(data[0]) if data else None, device=device, seed=seed)
+        runner = TextLLMRunner(str(program), str(tokenizer), None if data is None else str(data), device=device,
+                               seed=seed)
         config = GenerationConfig(echo=echo, max_new_tokens=max_new_tokens, seq_len=seq_len, temperature=temperature)
         out = sys.stderr if as_json else sys.stdout
 
