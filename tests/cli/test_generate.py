@@ -55,3 +55,16 @@ def test_a_seed_makes_sampling_repeat():
     assert first.exit_code == second.exit_code == 0
     greedy = runner.invoke(app, ["generate", "--max-new-tokens", "16", "--no-echo", "--json"])
     assert first.stderr == second.stderr and first.stderr != greedy.stderr  # premise: sampling chose otherwise
+
+
+def test_weights_from_a_ptd_file():
+    from tests.support import llm_programs
+
+    program = llm_programs.llama_program("xnnpack-8da4w-ptd")
+    assert program.data is not None and program.data.exists(), "premise: the weights live in a .ptd"
+    args = ["generate", str(program.pte), "--tokenizer", str(program.tokenizer), "--max-new-tokens", "8", "--json"]
+    without = runner.invoke(app, args)
+    assert without.exit_code == 1 and "error:" in without.output  # the program cannot run without its weights
+    result = runner.invoke(app, [*args, "--data", str(program.data)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.strip().splitlines()[-1])["generated_tokens"] >= 1
