@@ -72,8 +72,15 @@ class Graph:
         return None
 
     def spec(self, vi: int) -> TensorSpec | None:
+        """The value's tensor spec where its sizes are the run's sizes (a static tensor), else None."""
+        value = self.tensor(vi)
+        return value if value is not None and value.dynamism == Dynamism.STATIC else None
+
+    def tensor(self, vi: int) -> TensorSpec | None:
+        """The value's tensor spec, static or not: its dtype, rank and dim order hold on every run; a dynamic
+        tensor's sizes are its bounds."""
         value = self.plan.values[vi]
-        return value if isinstance(value, TensorSpec) and value.dynamism == Dynamism.STATIC else None
+        return value if isinstance(value, TensorSpec) else None
 
 
 def contiguous(spec: TensorSpec) -> bool:
@@ -86,7 +93,7 @@ def scalar(g: Graph, vi: int) -> float | None:
 
 
 def last_dim(g: Graph, vi: int, dim) -> bool:
-    spec = g.spec(vi)
+    spec = g.tensor(vi)
     return spec is not None and dim in (-1, len(spec.sizes) - 1)
 
 
@@ -97,3 +104,11 @@ def operand(g: Graph, n: int, op: str) -> tuple[int | None, int | None]:
         if g.op(made) == op:
             return made, g.arg(n, 1 - pos)
     return None, None
+
+
+def plain_cast(g: Graph, n: int) -> bool:
+    """Whether the ``_to_dim_order_copy`` at step ``n`` only changes the dtype: contiguous in, contiguous out."""
+    source, made = g.tensor(g.arg(n, 0)), g.tensor(g.made_value(n))
+    order = g.value(g.arg(n, 2))
+    return (source is not None and made is not None and contiguous(source) and contiguous(made)
+            and (order is None or list(order) == list(range(len(made.sizes)))))
