@@ -20,11 +20,12 @@ INPUT = (1, 3, 224, 224)
 class SmallCnn(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        torch.manual_seed(0)
-        self.features = torch.nn.Sequential(
-            torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()
-        )
-        self.head = torch.nn.Linear(8, 10)
+        with torch.random.fork_rng():  # seeded weights, and the process's generator left as it was
+            torch.manual_seed(0)
+            self.features = torch.nn.Sequential(
+                torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()
+            )
+            self.head = torch.nn.Linear(8, 10)
 
     def forward(self, x):
         return self.head(self.features(x))

@@ -3,6 +3,7 @@ docstring it cannot parse fails the build (the test extra installs MkDocs; witho
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from tests.docs.blocks import ROOT
 
 
 def test_site_builds_strictly(tmp_path):
+    assert importlib.util.find_spec("mkdocs") is not None, "MkDocs is missing: pip install -e '.[test]' installs it"
     site = tmp_path / "site"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
            "NO_MKDOCS_2_WARNING": "1"}
