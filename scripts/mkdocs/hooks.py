@@ -23,6 +23,11 @@ def cli_reference() -> str:
     command = typer.main.get_command(app)
     ctx = typer.Context(command, info_name="pterun")
     body = typer.cli.get_docs_for_click(obj=command, ctx=ctx, name="pterun", title="Command line")
+    # The list of commands shows each one's help cut at 45 characters: link each to its section instead.
+    for name, sub in command.commands.items():
+        summary = (sub.help or "").strip().splitlines()[0] if sub.help else ""
+        listed = f"* `{name}`: {sub.get_short_help_str()}\n"
+        body = body.replace(listed, f"* [`{name}`](#pterun-{name}): {summary}\n")  # as it was if Typer lists otherwise
     note = ("This page is generated from the command line itself when the site is built: it is what "
             "`pterun --help` and `pterun COMMAND --help` print.\n\n")
     title, _, rest = body.partition("\n\n")
