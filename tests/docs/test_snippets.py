@@ -54,18 +54,24 @@ def test_a_skip_without_a_reason_or_a_block_is_refused(tmp_path):
     assert "neither pterun nor python" in blocks.unrunnable(block)
 
 
+HINT = "(a block that cannot run here is marked `<!-- doctest: skip (reason) -->` on the line before it)"
+
+
 def _run_python(block: blocks.Block, namespace: dict) -> None:
-    exec(compile(block.code, block.where, "exec"), namespace)
+    # Padded so that a traceback's line numbers are the Markdown file's.
+    exec(compile("\n" * block.line + block.code, str(block.path), "exec"), namespace)
 
 
 def _run_commands(block: blocks.Block, cwd) -> None:
     for command in block.commands():
         if command[0] == "pterun":
             result = CliRunner().invoke(app, command[1:], catch_exceptions=False)
-            assert result.exit_code == 0, f"{block.where}: `{' '.join(command)}` exited {result.exit_code}:\n{result.output}"
+            assert result.exit_code == 0, (
+                f"{block.where}: `{' '.join(command)}` exited {result.exit_code} {HINT}:\n{result.output}")
         else:
             done = subprocess.run([sys.executable, *command[1:]], cwd=cwd, capture_output=True, text=True, timeout=300)
-            assert done.returncode == 0, f"{block.where}: `{' '.join(command)}` failed:\n{done.stdout}{done.stderr}"
+            assert done.returncode == 0, (
+                f"{block.where}: `{' '.join(command)}` failed {HINT}:\n{done.stdout}{done.stderr}")
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(blocks.ROOT)))
