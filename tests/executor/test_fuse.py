@@ -115,3 +115,29 @@ def test_rms_norm_of_dynamic_shape_is_fused(dtype):
         x = seeded(seed, *shape).to(dtype)
         out = check(exported, (x,), program=program)
         assert out[0].shape == shape
+
+
+class _DynamicAttention(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_attention_over_a_dynamic_query_length_is_fused():
+    length = torch.export.Dim("length", max=12)
+
+    def inputs(seed: int, n: int) -> tuple:
+        mask = torch.ones(n, 10, dtype=torch.bool).tril(4)
+        mask[n // 2] = False  # a row that sees nothing: zeros, as the exporter's safe softmax makes it
+        return (seeded(seed, 1, 2, n, 8), seeded(seed + 1, 1, 2, 10, 8), seeded(seed + 2, 1, 2, 10, 8), mask)
+
+    exported = export_program("fuse-dynamic-attention", lambda: ExportSpec(
+        _DynamicAttention(), inputs(0, 6), dynamic_shapes=({2: length}, None, None, {0: length})))
+    program = load(exported)
+    method = program.load_method("forward")
+    # The premise: the query is dynamic, its attention was one chain, and the views between became part of it.
+    assert method.plan.values[method.plan.inputs[0]].dynamism != Dynamism.STATIC
+    assert _fused(method) == ["pterun::attention"] and _calls(method, "aten::_softmax") == 1
+    assert "executorch_prim::et_view.default x3" in method.source
+    for seed, n in enumerate([6, 1, 12, 3]):
+        out = check(exported, inputs(seed, n), program=program)
+        assert out[0].shape == (1, 2, n, 8) and torch.equal(out[0][0, :, n // 2], torch.zeros(2, 8))

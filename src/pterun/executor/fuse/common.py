@@ -10,6 +10,7 @@ from pterun.executor.steps import KernelStep
 from pterun.format import Dynamism, Plan, TensorSpec
 from pterun.kernels import Binding
 
+ET_VIEW = "executorch_prim::et_view.default"
 
 @dataclass(frozen=True)
 class Chain:
@@ -70,6 +71,21 @@ class Graph:
                         and made.scalar_type == spec.scalar_type and contiguous(made))
                 return k if same else None
         return None
+
+    def maker_through_views(self, n: int, pos: int) -> tuple[int | None, tuple[int, ...]]:
+        """``maker_of``, also through ``et_view`` steps (a dynamic tensor's views are steps of their own): the
+        step that made the viewed tensor, and the view steps passed on the way."""
+        views: list[int] = []
+        made = self.maker_of(n, pos)
+        while self.op(made) == ET_VIEW:
+            views.append(made)
+            n, pos = made, 0
+            made = self.maker_of(n, pos)
+        return made, tuple(views)
+
+    def is_dynamic_int(self, vi: int) -> bool:
+        """Whether the int value ``vi`` is computed at run time (a size a step reads off a dynamic tensor)."""
+        return vi in self.maker
 
     def spec(self, vi: int) -> TensorSpec | None:
         """The value's tensor spec where its sizes are the run's sizes (a static tensor), else None."""
