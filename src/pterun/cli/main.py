@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from pterun import Runtime
+from pterun.cli.batch import batch
 from pterun.cli.bundled import run_tests
 from pterun.cli.inputs import load_inputs, random_inputs
 from pterun.cli.compare import compare
@@ -157,6 +158,7 @@ app.command("test")(run_tests)
 app.command()(profile)
 app.command()(compare)
 app.command()(generate)
+app.command()(batch)
 
 
 def main() -> None:
