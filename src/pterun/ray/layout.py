@@ -61,23 +61,35 @@ def dense(value) -> np.ndarray:
     return value
 
 
+def _dense_or_none(value) -> np.ndarray | None:
+    try:
+        return dense(value)
+    except ValueError:  # ragged: not one array
+        return None
+
+
 class Column:
     """One input's column of a batch: one ndarray when its rows share a shape, else a list of rows."""
 
     def __init__(self, values) -> None:
         values = np.asarray(values) if not isinstance(values, np.ndarray) else values
         if values.dtype == object:
-            self.rows = [dense(v) for v in values]
+            self.rows = [_dense_or_none(v) for v in values]
             self.array = None
         else:
             self.rows = None
             self.array = values
 
-    def shape(self, row: int) -> tuple[int, ...]:
-        return self.array.shape[1:] if self.rows is None else self.rows[row].shape
+    def shape(self, row: int) -> tuple[int, ...] | None:
+        """The row's shape; ``None`` for a row of nested lists of different lengths."""
+        if self.rows is None:
+            return self.array.shape[1:]
+        return None if self.rows[row] is None else self.rows[row].shape
 
-    def dtype(self, row: int) -> np.dtype:
-        return self.array.dtype if self.rows is None else self.rows[row].dtype
+    def dtype(self, row: int) -> np.dtype | None:
+        if self.rows is None:
+            return self.array.dtype
+        return None if self.rows[row] is None else self.rows[row].dtype
 
     def take(self, rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
         if self.rows is None:
@@ -98,9 +110,9 @@ class Layout:
         self.bound = 1
         self.pad = False
 
-    def bind(self, columns: Sequence[str], first: dict[str, Column]) -> None:
+    def bind(self, batch: Mapping[str, np.ndarray]) -> None:
         """Chooses the columns (by the mapping, else by position) and whether rows are batch slices."""
-        names = self._columns(list(columns))
+        names = self._columns(list(batch))
         self.inputs = [
             Input(i, names[k], spec.sizes, spec.dynamism == Dynamism.STATIC, spec.scalar_type,
                   storage_dtype(spec.scalar_type),
@@ -108,7 +120,8 @@ class Layout:
             for k, (i, spec) in enumerate(self._tensors)
         ]
         # Rows are batch slices unless a column's rows already have the input's full rank.
-        full = any(len(first[x.column].shape(0)) == len(x.sizes) for x in self.inputs)
+        first = [Column(batch[x.column][:1]).shape(0) for x in self.inputs]
+        full = any(shape is not None and len(shape) == len(x.sizes) for shape, x in zip(first, self.inputs))
         self.batched = not full and all(x.sizes for x in self.inputs)
         if not self.batched:
             self.bound, self.pad = 1, False
@@ -169,6 +182,8 @@ class Layout:
 
     def _problem(self, x: Input, shape: tuple[int, ...], dtype: np.dtype):
         sizes = x.sizes[1:] if self.batched else x.sizes
+        if shape is None:
+            return InvalidArgument, "its values are nested lists of different lengths, not one array"
         if len(shape) != len(sizes):
             return NotSupported, (f"expected rows of shape {list(sizes)} ({len(sizes)} dimensions; the program's "
                                   f"input is {list(x.sizes)}), got shape {list(shape)}")

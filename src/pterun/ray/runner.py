@@ -72,7 +72,6 @@ class PteRunner:
     ) -> None:
         if on_error not in ("raise", "record"):
             raise InvalidArgument(f"on_error={on_error!r}: expected 'raise' or 'record'")
-        start = time.perf_counter()
         self.device = torch.device(device)
         loaded = Runtime.get().load_program(
             resolve(program), data_path=resolve(data), device=None if self.device.type == "cpu" else device,
@@ -95,7 +94,6 @@ class PteRunner:
         self.keep_inputs = keep_inputs
         self.record = on_error == "record"
         self.comparison = Comparison(compare_with, self.device) if compare_with else None
-        self.load_seconds = time.perf_counter() - start
         self._batches = 0
         self._test_dir = _test_dir
         self._exit_on_batch = _exit_on_batch
@@ -109,17 +107,23 @@ class PteRunner:
             self._test_hook()
         batch = _numpy_batch(batch)
         n = len(next(iter(batch.values()))) if batch else 0
-        columns = {name: Column(values) for name, values in batch.items()}
         if self.layout.inputs is None:
             if n == 0:
                 return self._empty(batch)
-            self.layout.bind(list(batch), columns)
-        used = {x.column for x in self.layout.inputs}
+            self.layout.bind(batch)
+            clash = [name for name in self.output_names
+                     if name in batch and (self.keep_inputs or name not in self._inputs())]
+            if clash:
+                raise InvalidArgument(f"output column {clash[0]!r} is also a column of the batch; name the "
+                                      f"outputs with outputs=[...]")
+        used = self._inputs()
+        columns = {name: Column(batch[name]) for name in used}
         index = batch.get(self.index_column) if self.index_column else None
+
         def row_name(r: int) -> str:
             return str(index[r]) if index is not None else f"{r} of a batch of {n}"
 
-        keys, bad = self.layout.check({c: columns[c] for c in used}, n, row_name)
+        keys, bad = self.layout.check(columns, n, row_name)
         if bad and not self.record:
             raise bad[min(bad)]
         results: list[list] = [[None] * n for _ in self.output_names]
@@ -127,10 +131,6 @@ class PteRunner:
         for rows in self.layout.calls(keys):
             self._run(columns, rows, results, compared, bad, row_name)
         out = {name: values for name, values in batch.items() if self.keep_inputs or name not in used}
-        clash = [name for name in self.output_names if name in out]
-        if clash:
-            raise InvalidArgument(f"output column {clash[0]!r} is also a column of the batch; name the outputs "
-                                  f"with outputs=[...]")
         for j, name in enumerate(self.output_names):
             out[name] = _column(results[j], self.output_dtypes[j])
         if self.comparison is not None:
@@ -138,6 +138,9 @@ class PteRunner:
         if self.record:
             out[ERROR_COLUMN] = np.array([str(bad[r]) if r in bad else None for r in range(n)], dtype=object)
         return out
+
+    def _inputs(self) -> set[str]:
+        return {x.column for x in self.layout.inputs}
 
     def _test_hook(self) -> None:
         """Test-only: mark each batch with the actor's process; hold the first batch until the other actors
