@@ -41,8 +41,8 @@ def batch(
             raise UserError(f"--on-error {on_error!r}: expected raise or record")
         if address is None:
             device_option(device)  # a remote cluster's GPUs are not this machine's
-        if output.exists() and any(output.iterdir()):
-            raise UserError(f"--output {output}: exists and is not empty")
+        if output.exists() and (not output.is_dir() or any(output.iterdir())):
+            raise UserError(f"--output {output}: exists and is not an empty folder")
         try:
             import ray
             from pterun.ray import PteRunner
