@@ -51,28 +51,32 @@ def batch(
             raise UserError(f"pterun batch needs Ray Data: pip install 'pterun[ray]' ({error})") from None
         meta = Runtime.get().load_program(path, data_path=data or None).metadata(method)
         image = _image_format(meta)
-        _start_ray(ray, address)
-        cuda = device.startswith("cuda")
-        if workers is None:
-            workers = max(1, int(ray.cluster_resources().get("GPU" if cuda else "CPU", 1)))
-        # A remote cluster may not see this machine's files: the bytes travel through the object store.
-        ship = (lambda p: ray.put(p.read_bytes())) if address else str
-        runner = {"program": ship(path), "method": method, "device": device,
-                  "data": [ship(p) for p in data] if data else None, "on_error": on_error,
-                  "compare_with": compare_with, "compile": compile}
-        start = time.perf_counter()
-        dataset = read_input(input, rows_per_block=batch_size, image=image)
-        # The dataset's own copy of Ray Data's settings; the process's stay as they were.
-        dataset.context.execution_options.preserve_order = preserve_order
-        dataset.context.raise_original_map_exception = True  # the pterun error itself, not Ray's wrapper
-        dataset = dataset.map_batches(PteRunner, fn_constructor_kwargs=runner, batch_size=batch_size,
-                                      compute=ray.data.ActorPoolStrategy(size=workers),
-                                      num_gpus=1 if cuda else None, batch_format="numpy")
+        started = _start_ray(ray, address)
         try:
-            dataset.write_parquet(str(output))
-        except Exception as error:  # noqa: BLE001 - Ray wraps the actor's error; the pterun error inside says it
-            raise _cause(error) from None
-        seconds = time.perf_counter() - start
+            cuda = device.startswith("cuda")
+            if workers is None:
+                workers = max(1, int(ray.cluster_resources().get("GPU" if cuda else "CPU", 1)))
+            # A remote cluster may not see this machine's files: the bytes travel through the object store.
+            ship = (lambda p: ray.put(p.read_bytes())) if address else str
+            runner = {"program": ship(path), "method": method, "device": device,
+                      "data": [ship(p) for p in data] if data else None, "on_error": on_error,
+                      "compare_with": compare_with, "compile": compile}
+            start = time.perf_counter()
+            dataset = read_input(input, rows_per_block=batch_size, image=image)
+            # The dataset's own copy of Ray Data's settings; the process's stay as they were.
+            dataset.context.execution_options.preserve_order = preserve_order
+            dataset.context.raise_original_map_exception = True  # the pterun error itself, not Ray's wrapper
+            dataset = dataset.map_batches(PteRunner, fn_constructor_kwargs=runner, batch_size=batch_size,
+                                          compute=ray.data.ActorPoolStrategy(size=workers),
+                                          num_gpus=1 if cuda else None, batch_format="numpy")
+            try:
+                dataset.write_parquet(str(output))
+            except Exception as error:  # noqa: BLE001 - Ray's wrapper; the pterun error inside says what failed
+                raise _cause(error) from None
+            seconds = time.perf_counter() - start
+        finally:
+            if started:  # a local cluster of our own: stopped with the command
+                ray.shutdown()
         _summary(output, seconds, on_error == "record", compare_with is not None)
 
 
@@ -91,13 +95,15 @@ def _image_format(meta):
     return ImageFormat(sizes[-3:], str(numpy_dtype(storage_dtype(info.dtype()))))
 
 
-def _start_ray(ray, address: str | None) -> None:
+def _start_ray(ray, address: str | None) -> bool:
+    """Connects to Ray (``address``, else a new local cluster); False when this process already was."""
     if ray.is_initialized():
-        return
+        return False
     import logging
 
     ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING,
              **({} if address else {"num_gpus": _local_gpus()}))
+    return True
 
 
 def _local_gpus() -> int:
