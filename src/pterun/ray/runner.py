@@ -102,6 +102,7 @@ class PteRunner:
             Path(_test_dir, f"actor-{os.getpid()}-{time.monotonic_ns()}").touch()
 
     def __call__(self, batch) -> dict[str, np.ndarray]:
+        """One batch (a dict of NumPy columns, or a pandas DataFrame) in, its output columns out."""
         self._batches += 1
         if self._test_dir:
             self._test_hook()
