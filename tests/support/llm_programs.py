@@ -26,16 +26,16 @@ tests/support/exporting.py keeps it) and reused after.
   ``input_ids`` and ``cache_position``), with the metadata methods
   optimum-executorch writes.
 
-The exports run in the test process. ``export_llama`` changes no torch setting
-(threads, default dtype, grad mode, dynamo, inductor and export configs stay as
-they were); it imports its backends and quantizers (new operator namespaces,
-loggers of their own), and ``export_llama_lib`` calls ``logging.basicConfig``
-at import, which does nothing once the root logger has a handler (pytest's, or
-the one ExecuTorch's first warning installs). It draws no random numbers (it
-builds the model on the meta device and loads the checkpoint into it); drawing
-the random weights here would move the global generator, so that runs inside
-``fork_rng``. A subprocess per export would cost a fresh interpreter importing
-torch and ExecuTorch's export stack each time, and guard nothing.
+``export_llama`` runs in a subprocess. It changes no torch setting (threads,
+default dtype, grad mode, dynamo, inductor and export configs stay as they
+were), but on its way it binds ExecuTorch's quantization patterns to
+operators: ``quantized_decomposed::add`` (and its relatives) gain a
+``CompositeImplicitAutograd`` kernel, after which every later export in the
+process decomposes a call to them into dequantize, add and quantize
+(tests/kernels/test_quantized_programs.py then finds no quantized add to
+test). A fresh interpreter costs a few seconds per export, once per cache.
+The weights are drawn from a fixed seed inside ``fork_rng`` and handed to the
+exporter as a checkpoint, as a user hands real ones.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +125,18 @@ def export_llama_program(directory: Path, variant: str, params: dict, *, seed: i
     return written
 
 
+def _export_apart(directory: Path, variant: str, params: dict, **options) -> None:
+    """``export_llama_program`` in a fresh interpreter (see the module's docstring for why)."""
+    arguments = json.dumps({"directory": str(directory), "variant": variant, "params": params, **options})
+    code = ("import json, sys; from pathlib import Path; from tests.support.llm_programs import export_llama_program;"
+            " a = json.loads(sys.argv[1]); a['directory'] = Path(a['directory']);"
+            " a['eos_ids'] = tuple(a['eos_ids']); export_llama_program(**a)")
+    done = subprocess.run([sys.executable, "-c", code, arguments], cwd=Path(__file__).parents[2],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:
+        raise RuntimeError(f"export_llama of {variant!r} failed:\n{done.stderr[-4000:]}")
+
+
 def _metadata(pte: Path) -> dict:
     # Read back what the exporter wrote rather than restating it, so a test compares against the program.
     from executorch.runtime import Runtime
@@ -154,8 +168,8 @@ def llama_program(variant: str, eos_ids: tuple[int, ...] = (EOS_ID,), *,
     if max_seq_len is None:
         max_seq_len = MAX_CONTEXT_LEN if variant == "no-kv-cache" else MAX_SEQ_LEN
     eos = "" if eos_ids == (EOS_ID,) else "-eos-" + hashlib.sha1(repr(eos_ids).encode()).hexdigest()[:8]
-    pte = _cached(f"llm-llama-{variant}-seq{max_seq_len}{eos}-{_VERSION}", lambda d: export_llama_program(
-        d, variant, llama_args(), max_seq_len=max_seq_len, eos_ids=eos_ids))
+    pte = _cached(f"llm-llama-{variant}-seq{max_seq_len}{eos}-{_VERSION}", lambda d: _export_apart(
+        d, variant, llama_args(), max_seq_len=max_seq_len, eos_ids=list(eos_ids)))
     data = pte.with_suffix(".ptd") if variant.endswith("-ptd") else None
     position = None if variant == "no-kv-cache" else "input_pos"
     return LlmProgram(pte, tokenizer_path(), _metadata(pte), position, data)
