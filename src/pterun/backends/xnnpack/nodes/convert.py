@@ -11,7 +11,7 @@ once, by the first consumer that asks for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -34,6 +34,7 @@ class DynamicQuant:
     rows: int
     _ints: tuple[str, str] | None = None
     _centered: str | None = None
+    forms: dict = field(default_factory=dict)  # other forms a consumer derives once (nodes/qblock.py)
 
     def ints(self, b: Builder) -> tuple[str, str]:
         """int8 rows [rows, length] and int32 zero points [rows]."""
