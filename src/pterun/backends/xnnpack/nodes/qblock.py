@@ -97,10 +97,10 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape) -> None:
     else:
         xs = _block_rows(b, q, rows, blocks, size, torch.int8)
         acc, part = b.scratch((rows, n), torch.int32), b.scratch((rows, n))
-        for i, operand in enumerate(ops):
+        for i, operand in enumerate(ops):  # (an int32 operand of a float op would be converted into a new tensor)
             b.emit(f"torch._int_mm({b.bind(b.env[xs][i], 'xb')}, {b.bind(operand, 'w')}, out={acc})")
-            b.emit(f"torch.mul({acc}, {b.bind(scales[i], 'scale')}, out={part})")
-            b.emit(f"{o2}.add_({part})")
+            b.emit(f"{part}.copy_({acc})")
+            b.emit(f"{o2}.addcmul_({part}, {b.bind(scales[i], 'scale')})")
     b.emit(f"{o2}.mul_({q.scales})")
     if bias is not None:
         b.emit(f"{o2}.add_({b.ref(bias.id)})")
@@ -117,8 +117,9 @@ def _grouped(b, q, ops, scales, rows: int, n: int, size: int, group: int, o2: st
         a = b.bind(b.env[diagonal][i].view(group * rows, group * size), "xd")
         part = b.bind(b.env[sums][i * group * rows:(i + 1) * group * rows], "sums")
         b.emit(f"torch._int_mm({a}, {b.bind(operand, 'w')}, out={part})")
-    b.emit(f"torch.mul({b.bind(b.env[sums].view(blocks, rows, n), 'sums')}, "
-           f"{b.bind(scales.view(blocks, 1, n), 'scales')}, out={b.bind(b.env[products].view(blocks, rows, n), 'p')})")
+    scaled = b.bind(b.env[products].view(blocks, rows, n), "p")
+    b.emit(f"{scaled}.copy_({b.bind(b.env[sums].view(blocks, rows, n), 'sums')})")
+    b.emit(f"{scaled}.mul_({b.bind(scales.view(blocks, 1, n), 'scales')})")
     index = b.bind(torch.zeros(blocks, dtype=torch.int64), "first")
     b.emit(f"{b.bind(b.env[o2].view(1, rows * n), 'acc')}.index_add_(0, {index}, {products})"
            if o2 in b.env else f"{o2}.view(1, {rows * n}).index_add_(0, {index}, {products})")
@@ -147,7 +148,8 @@ def _block_rows(b, q, rows: int, blocks: int, size: int, dtype: torch.dtype) -> 
         t = b.scratch((blocks, rows, size), dtype)
         source = b.env[ints].view(rows, blocks, size).transpose(0, 1)
         if dtype == torch.uint8:
-            b.emit(f"torch.bitwise_xor({b.bind(source.view(torch.uint8), 'rows')}, 128, out={t})")
+            top = b.bind(torch.tensor(128, dtype=torch.uint8), "top")  # a tensor: a Python 128 is wrapped per call
+            b.emit(f"torch.bitwise_xor({b.bind(source.view(torch.uint8), 'rows')}, {top}, out={t})")
         else:
             b.emit(f"{t}.copy_({b.bind(source, 'rows')})")
         q.forms[key] = t
