@@ -99,6 +99,7 @@ def test_block_scaled_4bit_layers_are_bit_exact(route, monkeypatch):
     exported = export_8da4w()  # 8 rows, 64 -> 128 -> 64, blocks of 32
     if route != "grouped":
         monkeypatch.setattr(qblock, "BLOCKWISE_ROWS", 1)
+        monkeypatch.setattr(qblock, "ONEDNN_MIN_OUTPUTS", 1)
     if route == "int_mm-per-block":
         monkeypatch.setattr(qlinear, "onednn_available", lambda: False)
     method, source = _method_and_source(exported.pte)

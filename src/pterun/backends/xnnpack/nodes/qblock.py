@@ -9,9 +9,10 @@ exact in float32 and every addition rounds once, fused multiply-add or not. Here
 
 * block sums are integer products (``torch._int_mm``, int8 x int8 -> int32, exact);
 * the products with the scales are exact, and ``index_add_`` adds them onto the start value one block
-  after the other (it adds the slices of its source in index order), or oneDNN's u8 x s8 product with
-  the block's scales as its weight scales adds each block onto the running sum (its ``sum`` post-op: the
-  exact product plus the sum, rounded once), one call per block;
+  after the other (it adds the slices of its source in index order), or ``addcmul_`` adds each block's
+  as it is made; for large blocks of outputs, oneDNN's u8 x s8 product with the block's scales as its
+  weight scales adds each block onto the running sum itself (its ``sum`` post-op: the exact product
+  plus the sum, rounded once), one call per block;
 * the row's scale and the bias follow, as in ``qlinear.dynamic``.
 
 Few rows (decode) would pay a call per block, so their blocks go in groups of ``GROUP``: the rows are
@@ -19,12 +20,11 @@ written on the diagonal of a block-diagonal matrix (zeros elsewhere, so other bl
 product with a group of blocks gives each block's sums as rows of its own, at ``GROUP`` times the
 multiply-adds. From ``BLOCKWISE_ROWS`` rows on, each block is a product of its own.
 
-What remains different from XNNPACK: the start value follows its x86 packing (sums of 16 weights,
-``START_CHUNK``); its other kernels pack 4 or 8 at a time, rounding that float32 sum differently in the
-last bits. Blocks of more than 64 inputs may have block sums past 2**16, whose float32 products with a
-scale round, where XNNPACK's fused multiply-add on x86 does not. XNNPACK's x86 kernels for VNNI
-multiply unsigned rows (the quantized value plus 128, zero point plus 128); their block sums and start
-term differ from these by exact multiples of the weight sums, so results agree to float32 rounding.
+Against ExecuTorch 1.5.1 on an x86-64 CPU with AVX-512 VNNI the outputs are equal bit for bit (tested).
+What can differ elsewhere, by float32 rounding only: XNNPACK's other kernels pack the weights into the
+start value 4 or 8 at a time (here 16, ``START_CHUNK``, its x86 packing), and kernels multiplying
+unsigned rows (value plus 128) start from another term; blocks of more than 64 inputs may have block
+sums past 2**16, whose float32 products with a scale round here, where a fused multiply-add does not.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ from pterun.backends.xnnpack.nodes import qlinear
 
 GROUP = 4  # blocks per block-diagonal product: 4x the multiply-adds for a quarter of the calls (best at 1 row)
 BLOCKWISE_ROWS = 16  # from this many rows on, a product per block (no wasted multiply-adds) costs less
+# oneDNN's call costs ~40 us, ~20 more than _int_mm's; its fused scaling and adding saves more from about
+# 128 x 2048 outputs per block on (measured: 123 us against 217 us there, 62 against 11 at 128 x 256)
+ONEDNN_MIN_OUTPUTS = 1 << 18
 START_CHUNK = 16  # XNNPACK's x86 packing folds the weights into the start value 16 at a time
 
 
@@ -51,7 +54,7 @@ def _start_sums(ints: torch.Tensor, scales: torch.Tensor, size: int) -> torch.Te
     """-sum(weight * scale) per output channel, as XNNPACK packs it: float32, chunk by chunk in order."""
     n, k = ints.shape
     chunk = START_CHUNK if size % START_CHUNK == 0 else size
-    sums = ints.view(n, k // chunk, chunk).sum(2, dtype=torch.int32).numpy().astype(np.float32)
+    sums = ints.reshape(n, k // chunk, chunk).sum(2, dtype=torch.int32).numpy().astype(np.float32)
     per_chunk = np.repeat(scales.numpy().astype(np.float32), size // chunk, axis=1)
     start = np.zeros(n, dtype=np.float32)
     for c in range(k // chunk):
@@ -59,12 +62,15 @@ def _start_sums(ints: torch.Tensor, scales: torch.Tensor, size: int) -> torch.Te
     return torch.from_numpy(start)
 
 
-def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape) -> None:
-    """Lines computing float ``y`` from the quantized rows ``q`` and blockwise 4-bit weights ``w``."""
+def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
+    """Lines computing float ``y`` from the quantized rows ``q`` and blockwise 4-bit weights ``w`` (before the
+    node's clamp); returns the output's name."""
+    if rows == 0:
+        return b.define(y.id, shape)
     size = w.quant.block_size
     blocks = k // size
     grouped = rows < BLOCKWISE_ROWS
-    onednn = not grouped and qlinear.onednn_available()
+    onednn = not grouped and rows * n >= ONEDNN_MIN_OUTPUTS and qlinear.onednn_available()
     group = max(g for g in range(1, min(GROUP, blocks) + 1) if blocks % g == 0) if grouped else 1
 
     def prepare():
