@@ -46,8 +46,8 @@ def applies(w, k: int, n: int) -> bool:
     """Whether the filter is whole blocks of 4-bit weights along the input channels, one scale per block."""
     q = w.quant
     blocks = k // q.block_size
-    return (w.data is not None and q.axis == 0 and blocks * q.block_size == k
-            and tuple(q.scales.shape) == (n, blocks))
+    return (w.data is not None and w.datatype in qlinear.WEIGHTS_4BIT and q.axis == 0
+            and blocks * q.block_size == k and tuple(q.scales.shape) == (n, blocks))
 
 
 def _start_sums(ints: torch.Tensor, scales: torch.Tensor, size: int) -> torch.Tensor:
@@ -136,11 +136,11 @@ def _block_diagonal(b, q, rows: int, blocks: int, size: int, group: int) -> str:
     zeros elsewhere: made once per quantized value and grouping, the zeros filled at load."""
     key = ("diagonal", size, group)
     if key not in q.forms:
-        ints, _ = q.ints(b)
         groups = blocks // group
         d = b.scratch((groups, group, rows, group * size), torch.int8, fill=0)
         into = b.bind(b.env[d].view(groups, group, rows, group, size).diagonal(dim1=1, dim2=3), "diag")
-        source = b.bind(b.env[ints].view(rows, groups, group, size).permute(1, 0, 3, 2), "rows")
+        # straight from the float rows of integers (the copy converts them exactly)
+        source = b.bind(b.env[q.quantized].view(rows, groups, group, size).permute(1, 0, 3, 2), "rows")
         b.emit(f"{into}.copy_({source})")
         q.forms[key] = d
     return q.forms[key]
@@ -150,13 +150,13 @@ def _block_rows(b, q, rows: int, blocks: int, size: int, dtype: torch.dtype) -> 
     """The rows block by block, [blocks, rows, size]: int8, or uint8 plus 128 (top bit flipped) for oneDNN."""
     key = ("blocks", size, dtype)
     if key not in q.forms:
-        ints, _ = q.ints(b)
         t = b.scratch((blocks, rows, size), dtype)
-        source = b.env[ints].view(rows, blocks, size).transpose(0, 1)
         if dtype == torch.uint8:
+            source = b.env[q.int8_rows(b)].view(rows, blocks, size).transpose(0, 1)
             top = b.bind(torch.tensor(128, dtype=torch.uint8), "top")  # a tensor: a Python 128 is wrapped per call
             b.emit(f"torch.bitwise_xor({b.bind(source.view(torch.uint8), 'rows')}, {top}, out={t})")
-        else:
+        else:  # straight from the float rows of integers
+            source = b.env[q.quantized].view(rows, blocks, size).transpose(0, 1)
             b.emit(f"{t}.copy_({b.bind(source, 'rows')})")
         q.forms[key] = t
     return q.forms[key]
