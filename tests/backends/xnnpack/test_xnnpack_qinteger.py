@@ -1,6 +1,7 @@
 """Quantized fully connected layers and dense convolutions on the CPU multiply integers (torch._int_mm, or
 oneDNN's u8 x s8 product for large layers), and their results are ExecuTorch's XNNPACK results bit for bit
-where those are integer arithmetic: static 8-bit programs, whose outputs are dequantized from 8-bit values.
+where those are integer arithmetic: static 8-bit programs, whose outputs are dequantized from 8-bit values,
+and 8da4w layers, whose float steps are repeated in XNNPACK's order.
 
 Each test first asserts its premise: which product the generated code calls, and that no float matrix
 product stands in for it.
@@ -15,7 +16,7 @@ import torch
 
 import pterun
 from pterun.backends.xnnpack.graph import Datatype, PerTensor
-from pterun.backends.xnnpack.nodes import qlinear
+from pterun.backends.xnnpack.nodes import qblock, qlinear
 from tests.backends.xnnpack.programs import (
     assert_relative, export_8da4w, export_quantized, graphs, node_kinds, quantized_inputs,
 )
@@ -90,11 +91,26 @@ def test_dynamic_int8_layers_multiply_integers(model):
         assert_relative(actual, expected, 1e-6, f"{model} dynamic x{scale}")
 
 
-def test_block_scaled_4bit_weights_stay_float():
-    """8da4w: block scales leave no single integer product, so the layers multiply the exact float rows."""
-    exported = export_8da4w()
-    _, source = _method_and_source(exported.pte)
-    assert "torch.mm(" in source and "_int_mm" not in source
+@pytest.mark.parametrize("route", ["grouped", "onednn-per-block", "int_mm-per-block"])
+def test_block_scaled_4bit_layers_are_bit_exact(route, monkeypatch):
+    """8da4w: block sums are integer products, scaled and added block after block as XNNPACK's qd8_f32_qb4w
+    kernels add them, so the float outputs are ExecuTorch's bit for bit. Few rows go as block-diagonal
+    groups, many as a product per block (oneDNN's, or _int_mm's without it)."""
+    exported = export_8da4w()  # 8 rows, 64 -> 128 -> 64, blocks of 32
+    if route != "grouped":
+        monkeypatch.setattr(qblock, "BLOCKWISE_ROWS", 1)
+        monkeypatch.setattr(qblock, "ONEDNN_MIN_OUTPUTS", 1)
+    if route == "int_mm-per-block":
+        monkeypatch.setattr(qlinear, "onednn_available", lambda: False)
+    method, source = _method_and_source(exported.pte)
+    products = {"grouped": (0, 2), "onednn-per-block": (2 + 4, 0), "int_mm-per-block": (0, 2 + 4)}[route]
+    assert (source.count(_ONEDNN), source.count(_INT_MM)) == products
+    assert "torch.mm(" not in source and "torch.addmm(" not in source, "a float product stands in"
+    for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0), (4, 100.0)):
+        x = [torch.randn(8, 64, generator=torch.Generator().manual_seed(seed)) * scale]
+        (actual,) = method.execute(x)
+        (expected,) = run_reference(exported.pte, x)
+        assert torch.equal(actual, expected), f"8da4w {route} x{scale}: {(actual != expected).sum()} differ"
 
 
 def test_dynamic_quantization_of_edge_rows():

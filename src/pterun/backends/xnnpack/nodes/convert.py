@@ -11,7 +11,7 @@ once, by the first consumer that asks for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -33,16 +33,24 @@ class DynamicQuant:
     scales: str
     rows: int
     _ints: tuple[str, str] | None = None
+    _rows8: str | None = None
     _centered: str | None = None
+    forms: dict = field(default_factory=dict)  # other forms a consumer derives once (nodes/qblock.py)
+
+    def int8_rows(self, b: Builder) -> str:
+        """int8 rows [rows, length]."""
+        if self._rows8 is None:
+            self._rows8 = b.scratch(tuple(b.env[self.quantized].shape), torch.int8)
+            b.emit(f"{self._rows8}.copy_({self.quantized})")
+        return self._rows8
 
     def ints(self, b: Builder) -> tuple[str, str]:
         """int8 rows [rows, length] and int32 zero points [rows]."""
         if self._ints is None:
-            q, zp = b.env[self.quantized], b.env[self.zero_points]
-            ints, zpi = b.scratch(tuple(q.shape), torch.int8), b.scratch((self.rows,), torch.int32)
-            b.emit(f"{ints}.copy_({self.quantized})")
-            b.emit(f"{zpi}.copy_({b.bind(zp.view(-1), 'zp_flat')})")
-            self._ints = ints, zpi
+            zpi = b.scratch((self.rows,), torch.int32)
+            rows = self.int8_rows(b)
+            b.emit(f"{zpi}.copy_({b.bind(b.env[self.zero_points].view(-1), 'zp_flat')})")
+            self._ints = rows, zpi
         return self._ints
 
     def centered(self, b: Builder) -> str:

@@ -12,7 +12,7 @@ import torch
 
 from pterun.backends.xnnpack.compiler import Builder, broadcast, numel
 from pterun.backends.xnnpack.graph import INVALID_ID, Blockwise, Datatype, DynamicRows, Node
-from pterun.backends.xnnpack.nodes import packed, qlinear, qmath
+from pterun.backends.xnnpack.nodes import packed, qblock, qlinear, qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, is_float, require_float, unsupported
 from pterun.errors import InvalidArgument, InvalidProgram
 
@@ -112,6 +112,11 @@ def _dynamic(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
         raise unsupported(node, x)
     if b.device.type == "cpu" and not isinstance(w.quant, Blockwise):
         return qlinear.dynamic(node, b, q, w, bias, y, rows, k, n, shape, transposed)
+    if b.device.type == "cpu" and not transposed and qblock.applies(w, k, n):
+        if q.rows != rows:
+            raise InvalidArgument(f"XNNPACK {node.where}: {q.rows} quantized rows for {rows} input rows")
+        emit_float_clamp(node, b, qblock.dynamic(node, b, q, w, bias, y, rows, k, n, shape))
+        return
 
     def prepare():
         if isinstance(w.quant, Blockwise):

@@ -81,10 +81,14 @@ def _operand(wnk: torch.Tensor) -> torch.Tensor:
     return wnk.to(torch.int8).contiguous().t()
 
 
+def onednn_available() -> bool:
+    """Whether this torch has oneDNN's prepacked u8 x s8 product."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")
+
+
 def _onednn(rows: int, k: int, n: int) -> bool:
     """Whether a product is large enough for oneDNN (and this torch has it)."""
-    return (rows * k * n >= ONEDNN_MIN_MACS and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.onednn, "qlinear_pointwise"))
+    return rows * k * n >= ONEDNN_MIN_MACS and onednn_available()
 
 
 def _requantizes_exactly(worst: torch.Tensor, bias: torch.Tensor, rq: torch.Tensor) -> bool:

@@ -1,0 +1,162 @@
+"""Fully connected nodes with 4-bit weights in blocks along the input channels, times rows quantized at run
+time, on the CPU: XNNPACK's qd8_f32_qb4w GEMM (the 8da4w linear layers of LLM exports), step for step.
+
+XNNPACK sums each block's int8 x int4 products in int32. Per output it starts from the row's zero point
+times a float32 sum packed with the weights (``_start_sums``), adds float32(block sum) * block scale for
+each block in order, then multiplies by the row's scale and adds the bias. A block sum of a block of 64 or
+fewer inputs is below 2**16 in magnitude and a scale is a bf16 (8 significant bits), so each product is
+exact in float32 and every addition rounds once, fused multiply-add or not. Here:
+
+* block sums are integer products (``torch._int_mm``, int8 x int8 -> int32, exact);
+* the products with the scales are exact, and ``index_add_`` adds them onto the start value one block
+  after the other (it adds the slices of its source in index order), or ``addcmul_`` adds each block's
+  as it is made; for large blocks of outputs, oneDNN's u8 x s8 product with the block's scales as its
+  weight scales adds each block onto the running sum itself (its ``sum`` post-op: the exact product
+  plus the sum, rounded once), one call per block;
+* the row's scale and the bias follow, as in ``qlinear.dynamic``.
+
+Few rows (decode) would pay a call per block, so their blocks go in groups of ``GROUP``: the rows are
+written on the diagonal of a block-diagonal matrix (zeros elsewhere, so other blocks add nothing), whose
+product with a group of blocks gives each block's sums as rows of its own, at ``GROUP`` times the
+multiply-adds. From ``BLOCKWISE_ROWS`` rows on, each block is a product of its own.
+
+Against ExecuTorch 1.5.1 on an x86-64 CPU with AVX-512 VNNI the outputs are equal bit for bit (tested).
+What can differ elsewhere, by float32 rounding only: XNNPACK's other kernels pack the weights into the
+start value 4 or 8 at a time (here 16, ``START_CHUNK``, its x86 packing), and kernels multiplying
+unsigned rows (value plus 128) start from another term; blocks of more than 64 inputs may have block
+sums past 2**16, whose float32 products with a scale round here, where a fused multiply-add does not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from pterun.backends.xnnpack.nodes import qlinear
+
+GROUP = 4  # blocks per block-diagonal product: 4x the multiply-adds for a quarter of the calls (best at 1 row)
+BLOCKWISE_ROWS = 16  # from this many rows on, a product per block (no wasted multiply-adds) costs less
+# oneDNN's call costs ~40 us, ~20 more than _int_mm's; its fused scaling and adding saves more from about
+# 128 x 2048 outputs per block on (measured: 123 us against 217 us there, 62 against 11 at 128 x 256)
+ONEDNN_MIN_OUTPUTS = 1 << 18
+START_CHUNK = 16  # XNNPACK's x86 packing folds the weights into the start value 16 at a time
+
+
+def applies(w, k: int, n: int) -> bool:
+    """Whether the filter is whole blocks of 4-bit weights along the input channels, one scale per block."""
+    q = w.quant
+    blocks = k // q.block_size
+    return (w.data is not None and w.datatype in qlinear.WEIGHTS_4BIT and q.axis == 0
+            and blocks * q.block_size == k and tuple(q.scales.shape) == (n, blocks))
+
+
+def _start_sums(ints: torch.Tensor, scales: torch.Tensor, size: int) -> torch.Tensor:
+    """-sum(weight * scale) per output channel, as XNNPACK packs it: float32, chunk by chunk in order."""
+    n, k = ints.shape
+    chunk = START_CHUNK if size % START_CHUNK == 0 else size
+    sums = ints.reshape(n, k // chunk, chunk).sum(2, dtype=torch.int32).numpy().astype(np.float32)
+    per_chunk = np.repeat(scales.numpy().astype(np.float32), size // chunk, axis=1)
+    start = np.zeros(n, dtype=np.float32)
+    for c in range(k // chunk):
+        start = start - sums[:, c] * per_chunk[:, c]  # float32: an exact product, one rounding per step
+    return torch.from_numpy(start)
+
+
+def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
+    """Lines computing float ``y`` from the quantized rows ``q`` and blockwise 4-bit weights ``w`` (before the
+    node's clamp); returns the output's name."""
+    if rows == 0:
+        return b.define(y.id, shape)
+    size = w.quant.block_size
+    blocks = k // size
+    grouped = rows < BLOCKWISE_ROWS
+    onednn = not grouped and rows * n >= ONEDNN_MIN_OUTPUTS and qlinear.onednn_available()
+    group = max(g for g in range(1, min(GROUP, blocks) + 1) if blocks % g == 0) if grouped else 1
+
+    def prepare():
+        ints = qlinear.unpack_4bit(w.data, k)  # int16 [N, K]
+        scales = w.quant.scales.float()
+        start = _start_sums(ints, scales, size)
+        w8 = ints.to(torch.int8)
+        if onednn:
+            ops = [torch.ops.onednn.qlinear_prepack(w8[:, i * size:(i + 1) * size].contiguous(), [rows, size])
+                   for i in range(blocks)]
+        else:  # [K, N] operands of each group, as transposes of contiguous [N, K] pieces (_int_mm's fastest)
+            per = group * size
+            pieces = w8.view(n, blocks // group, per).transpose(0, 1).contiguous()
+            ops = [pieces[i].t() for i in range(blocks // group)]
+        return ops, scales.t().contiguous(), start
+
+    ops, scales, start = b.cached(("qb4", grouped, onednn, group), prepare)
+    o = b.define(y.id, shape)
+    o2 = b.view(y.id, (rows, n))
+    b.emit(f"torch.mul({q.zero_points}, {b.bind(start, 'start')}, out={o2})")
+    if grouped:
+        _grouped(b, q, ops, scales, rows, n, size, group, o2)
+    elif onednn:
+        xu = _block_rows(b, q, rows, blocks, size, torch.uint8)
+        zeros = b.bind(torch.zeros(n, dtype=torch.int64), "zeros")
+        for i, packed in enumerate(ops):
+            b.emit(f"torch.ops.onednn.qlinear_pointwise.binary({b.bind(b.env[xu][i], 'xb')}, 1.0, 128, "
+                   f"{b.bind(packed, 'w')}, {b.bind(scales[i], 'scale')}, {zeros}, {o2}, None, 1.0, 0, "
+                   f"torch.float32, 1.0, 0, 'sum', 1.0, 'none', [], '')")
+    else:
+        xs = _block_rows(b, q, rows, blocks, size, torch.int8)
+        acc, part = b.scratch((rows, n), torch.int32), b.scratch((rows, n))
+        for i, operand in enumerate(ops):  # (an int32 operand of a float op would be converted into a new tensor)
+            b.emit(f"torch._int_mm({b.bind(b.env[xs][i], 'xb')}, {b.bind(operand, 'w')}, out={acc})")
+            b.emit(f"{part}.copy_({acc})")
+            b.emit(f"{o2}.addcmul_({part}, {b.bind(scales[i], 'scale')})")
+    b.emit(f"{o2}.mul_({q.scales})")
+    if bias is not None:
+        b.emit(f"{o2}.add_({b.ref(bias.id)})")
+    return o
+
+
+def _grouped(b, q, ops, scales, rows: int, n: int, size: int, group: int, o2: str) -> None:
+    groups = len(ops)
+    blocks = groups * group
+    diagonal = _block_diagonal(b, q, rows, blocks, size, group)
+    sums = b.scratch((blocks * rows, n), torch.int32)
+    products = b.scratch((blocks, rows * n))
+    for i, operand in enumerate(ops):
+        a = b.bind(b.env[diagonal][i].view(group * rows, group * size), "xd")
+        part = b.bind(b.env[sums][i * group * rows:(i + 1) * group * rows], "sums")
+        b.emit(f"torch._int_mm({a}, {b.bind(operand, 'w')}, out={part})")
+    scaled = b.bind(b.env[products].view(blocks, rows, n), "p")
+    b.emit(f"{scaled}.copy_({b.bind(b.env[sums].view(blocks, rows, n), 'sums')})")
+    b.emit(f"{scaled}.mul_({b.bind(scales.view(blocks, 1, n), 'scales')})")
+    index = b.bind(torch.zeros(blocks, dtype=torch.int64), "first")
+    b.emit(f"{b.bind(b.env[o2].view(1, rows * n), 'acc')}.index_add_(0, {index}, {products})"
+           if o2 in b.env else f"{o2}.view(1, {rows * n}).index_add_(0, {index}, {products})")
+
+
+def _block_diagonal(b, q, rows: int, blocks: int, size: int, group: int) -> str:
+    """The int8 rows on the diagonal of [groups, group, rows, group * size] (block j of group i at [i, j, :, j]),
+    zeros elsewhere: made once per quantized value and grouping, the zeros filled at load."""
+    key = ("diagonal", size, group)
+    if key not in q.forms:
+        groups = blocks // group
+        d = b.scratch((groups, group, rows, group * size), torch.int8, fill=0)
+        into = b.bind(b.env[d].view(groups, group, rows, group, size).diagonal(dim1=1, dim2=3), "diag")
+        # straight from the float rows of integers (the copy converts them exactly)
+        source = b.bind(b.env[q.quantized].view(rows, groups, group, size).permute(1, 0, 3, 2), "rows")
+        b.emit(f"{into}.copy_({source})")
+        q.forms[key] = d
+    return q.forms[key]
+
+
+def _block_rows(b, q, rows: int, blocks: int, size: int, dtype: torch.dtype) -> str:
+    """The rows block by block, [blocks, rows, size]: int8, or uint8 plus 128 (top bit flipped) for oneDNN."""
+    key = ("blocks", size, dtype)
+    if key not in q.forms:
+        t = b.scratch((blocks, rows, size), dtype)
+        if dtype == torch.uint8:
+            source = b.env[q.int8_rows(b)].view(rows, blocks, size).transpose(0, 1)
+            top = b.bind(torch.tensor(128, dtype=torch.uint8), "top")  # a tensor: a Python 128 is wrapped per call
+            b.emit(f"torch.bitwise_xor({b.bind(source.view(torch.uint8), 'rows')}, {top}, out={t})")
+        else:  # straight from the float rows of integers
+            source = b.env[q.quantized].view(rows, blocks, size).transpose(0, 1)
+            b.emit(f"{t}.copy_({b.bind(source, 'rows')})")
+        q.forms[key] = t
+    return q.forms[key]
