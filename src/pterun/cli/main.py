@@ -22,14 +22,24 @@ from pterun.cli.options import device_option, example_program
 from pterun.cli.profile import profile
 from pterun.cli.report import console, esc, reported, state, visible
 from pterun.core.dtype import name as dtype_name
+from pterun.version import VERSION
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run and inspect ExecuTorch programs (.pte).")
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        typer.echo(f"pterun {VERSION}")
+        raise typer.Exit()
 
 
 @app.callback()
 def options(
     debug: bool = typer.Option(
         False, "--debug", envvar="PTERUN_DEBUG", help="Show the Python traceback of an error instead of one line."
+    ),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print pterun's version and exit."
     ),
 ) -> None:
     state.debug = debug
