@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.exporting import _LOCK, cache_root
+from tests.support.exporting import locked, publish, scratch
 
 PARAMS = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 320, "hidden_dim": 128,
           "norm_eps": 1e-5}
@@ -32,18 +32,17 @@ def llama_program(dynamic: bool, eos_ids: tuple[int, ...] = (2,), *, kv_cache: b
     cache (every call takes the whole sequence)."""
     kind = ("kv-sdpa" if kv_cache else "nokv") + ("" if dtype == "fp32" else f"-{dtype}")
     key = f"llm-export-llama-{kind}-{'dynamic' if dynamic else 'static'}-eos{len(eos_ids)}-{min(eos_ids)}-v1"
-    directory = cache_root() / key
-    pte = directory / "program.pte"
-    with _LOCK:
-        if not pte.exists():
-            directory.mkdir(parents=True, exist_ok=True)
-            arguments = f"{str(directory)!r}, {dynamic}, {list(eos_ids)}, {kv_cache}, {dtype!r}"
+    with locked(key) as directory:
+        if not (directory / "program.pte").exists():
+            partial = scratch(directory)
+            arguments = f"{str(partial)!r}, {dynamic}, {list(eos_ids)}, {kv_cache}, {dtype!r}"
             code = f"from tests.support.llama_export import _export; _export({arguments})"
             done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             if done.returncode:
                 raise RuntimeError(f"export_llama failed:\n{done.stderr[-4000:]}")
-    return pte
+            publish(partial, directory)
+        return directory / "program.pte"
 
 
 def _export(directory: str, dynamic: bool, eos_ids: list[int], kv_cache: bool, dtype: str) -> None:

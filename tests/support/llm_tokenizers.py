@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import base64
 import io
-import threading
 from pathlib import Path
 
-from tests.support.exporting import cache_root
+from tests.support.exporting import cache_root, locked
 
 CORPUS = Path(__file__).parent / "text" / "corpus.txt"
 VOCAB = 512
@@ -31,7 +30,6 @@ BOS_ID, EOS_ID = 1, 2
 FILES = {"hf": "tokenizer.json", "sentencepiece": "tokenizer.model", "llama2c": "tokenizer.bin",
          "tiktoken": "tokenizer.tiktoken"}
 _VERSION = "v1"  # bump to rebuild after a recipe change
-_LOCK = threading.RLock()
 
 
 def _paragraphs() -> list[str]:
@@ -89,10 +87,10 @@ _WRITERS = {"hf": train_tokenizer, "sentencepiece": _sentencepiece, "llama2c": _
 
 def tokenizer_path(kind: str = "hf") -> Path:
     path = cache_root() / f"llm-tokenizer-{_VERSION}" / FILES[kind]
-    with _LOCK:
+    with locked(f"llm-tokenizer-{_VERSION}-{kind}"):
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             partial = path.with_name(path.name + ".partial")
             _WRITERS[kind](partial)
             partial.rename(path)
-    return path
+        return path
