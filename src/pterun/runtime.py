@@ -78,7 +78,7 @@ class Runtime:
 
     @staticmethod
     @functools.cache
-    def get() -> "Runtime":
+    def get() -> Runtime:
         return Runtime()
 
     @property
@@ -87,20 +87,20 @@ class Runtime:
 
     def load_program(
         self,
-        data: "bytes | bytearray | memoryview | BinaryIO | Path | str",
+        data: bytes | bytearray | memoryview | BinaryIO | Path | str,
         *,
         verification: Verification = Verification.InternalConsistency,
         enable_etdump: bool = False,
         debug_buffer_size: int = 0,
-        data_path: "str | os.PathLike | bytes | Sequence | None" = None,
-        device: "str | torch.device | Device | None" = None,
+        data_path: str | os.PathLike | bytes | Sequence | None = None,
+        device: str | torch.device | Device | None = None,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
         cuda_graphs: bool = True,
         compile: bool = False,
         allow_tf32: bool = False,
         fuse: bool = True,
         num_threads: int | None = None,
-        cache_dir: "str | os.PathLike | bool | None" = None,
+        cache_dir: str | os.PathLike | bool | None = None,
         device_positions: bool | None = None,
     ) -> Program:
         """Loads a program; ``data_path`` names .ptd files (paths or bytes) holding tensors it stores outside.
@@ -150,6 +150,7 @@ class Runtime:
         num_threads = check_num_threads(num_threads)
         cache = LoadCache.from_option(cache_dir)
         file = ProgramFile(data, Verification(verification), marks=cache)
+        sources: list
         if data_path is None:
             sources = []
         elif isinstance(data_path, (list, tuple)):

@@ -15,9 +15,9 @@ from rich.table import Table
 
 from pterun import Runtime
 from pterun.cli.bundled import run_tests
-from pterun.cli.inputs import load_inputs, random_inputs
 from pterun.cli.compare import compare
 from pterun.cli.generate import generate
+from pterun.cli.inputs import load_inputs, random_inputs
 from pterun.cli.options import device_option, example_program
 from pterun.cli.profile import profile
 from pterun.cli.report import console, esc, reported, state, visible
@@ -102,7 +102,9 @@ def run(
 @app.command()
 def inspect(
     program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
-    code: bool = typer.Option(False, "--code", help="Also print the Python each method compiles into, and its threads."),
+    code: bool = typer.Option(
+        False, "--code", help="Also print the Python each method compiles into, and its threads."
+    ),
     data: Optional[list[Path]] = typer.Option(None, "--data", "-d"),
 ) -> None:
     """Show a program's methods, inputs, outputs, operators, delegates and memory arenas."""
@@ -177,8 +179,8 @@ def bench(
     """Time pterun against other ways of running the same program, interleaved in one process."""
     import json
 
-    from pterun.cli.ways import other_ways, pterun_ways
     from pterun.cli.timing import measure
+    from pterun.cli.ways import other_ways, pterun_ways
 
     path = program or example_program()
     if against == "auto":
