@@ -14,7 +14,6 @@ exactly the tokens asked for. Files that exist are kept (delete them to export a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -22,16 +21,18 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]
 from models import codebook  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.llm_programs import export_llama_program  # noqa: E402
+from tests.support.llm_tokenizers import EOS_ID, SPECIAL_TOKENS  # noqa: E402  (BOS 1, EOS 2)
+
 PARAMS = {"dim": 768, "n_layers": 12, "n_heads": 12, "n_kv_heads": 4, "vocab_size": 16384, "hidden_dim": 2048,
           "norm_eps": 1e-5}
 CONTEXT = 512
-SPECIAL_TOKENS = ("<|pad|>", "<|begin_of_text|>", "<|end_of_text|>")  # ids 0, 1, 2
-BOS_ID, EOS_ID = 1, 2
-VARIANTS = {"llama100m.pte": None, "llama100m.xnnpack-8da4w.pte": "8da4w"}
+# llm_programs' variants
+VARIANTS = {"llama100m.pte": "dynamic", "llama100m.xnnpack-8da4w.pte": "xnnpack-8da4w"}
 
 
 def _byte_chars() -> dict[int, str]:
@@ -88,25 +89,10 @@ def _checkpoint() -> dict:
     return state
 
 
-def export(path: Path, scheme: str | None, scratch: Path) -> None:
-    from executorch.examples.models.llama.export_llama_lib import export_llama
-    from executorch.extension.llm.export.config.llm_config import LlmConfig
-
-    checkpoint, params = scratch / "checkpoint.pth", scratch / "params.json"
-    if not checkpoint.exists():
-        torch.save(_checkpoint(), checkpoint)
-        params.write_text(json.dumps(PARAMS))
-    config = LlmConfig()
-    config.base.params, config.base.checkpoint = str(params), str(checkpoint)
-    config.base.metadata = json.dumps({"get_bos_id": BOS_ID, "get_eos_ids": [EOS_ID]})
-    config.model.use_kv_cache = config.model.use_sdpa_with_kv_cache = config.model.enable_dynamic_shape = True
-    config.export.max_seq_length = config.export.max_context_length = CONTEXT
-    config.export.output_dir, config.export.output_name = str(scratch), str(scratch / path.name)
-    if scheme == "8da4w":
-        config.backend.xnnpack.enabled = True
-        config.quantization.qmode, config.quantization.group_size = "8da4w", 32
+def export(path: Path, variant: str, state: dict, scratch: Path) -> None:
     started = time.perf_counter()
-    written = Path(export_llama(config))
+    written = export_llama_program(scratch / variant, variant, PARAMS, max_seq_len=CONTEXT,
+                                   max_context_len=CONTEXT, state_dict=state)
     written.replace(path)
     print(f"{path.name}: {path.stat().st_size / 2**20:.1f} MiB in {time.perf_counter() - started:.0f} s", flush=True)
 
@@ -118,10 +104,11 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if not (args.out / "tokenizer.json").exists():
         write_tokenizer(args.out / "tokenizer.json")
+    missing = {name: variant for name, variant in VARIANTS.items() if not (args.out / name).exists()}
+    state = _checkpoint() if missing else None
     with tempfile.TemporaryDirectory() as scratch:
-        for name, scheme in VARIANTS.items():
-            if not (args.out / name).exists():
-                export(args.out / name, scheme, Path(scratch))
+        for name, variant in missing.items():
+            export(args.out / name, variant, state, Path(scratch))
 
 
 if __name__ == "__main__":

@@ -107,6 +107,13 @@ def swiglu(out: Path) -> None:
     write(out / "half" / "swiglu-bfloat16", exported.pte, exported.ptd, calls,
           reference_calls(exported.pte, exported.ptd, calls))
     print("half swiglu bfloat16")
+    # The same MLP over a dynamic number of rows (a prefill's tokens, then one): fused too, its out sized per call.
+    rows = torch.export.Dim("rows", max=16)
+    dynamic = export_program("gpu-swiglu-bf16-dynamic", lambda: ExportSpec(module, (x,), dynamic_shapes=({0: rows},)))
+    calls = [[torch.randn(5, 256, dtype=torch.bfloat16)], [x], [torch.randn(1, 256, dtype=torch.bfloat16)]]
+    write(out / "half" / "swiglu-bfloat16-dynamic", dynamic.pte, dynamic.ptd, calls,
+          reference_calls(dynamic.pte, dynamic.ptd, calls))
+    print("half swiglu bfloat16 dynamic rows")
 
 
 class Block(torch.nn.Module):

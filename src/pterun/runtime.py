@@ -71,6 +71,8 @@ class OperatorRegistryView:
 
 
 class Runtime:
+    """The kernel, backend and allocator registries, and ``load_program``; ``Runtime.get()`` is the process's."""
+
     def __init__(self, registries: Registries | None = None) -> None:
         self.registries = registries or Registries(default_registry(), default_backend_registry(), default_allocators())
         self.backend_registry = BackendRegistryView(self.registries.backends)
@@ -79,6 +81,7 @@ class Runtime:
     @staticmethod
     @functools.cache
     def get() -> Runtime:
+        """The process-wide runtime, made on first use (as ``executorch.runtime.Runtime.get()``)."""
         return Runtime()
 
     @property

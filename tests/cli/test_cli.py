@@ -38,7 +38,7 @@ def test_run_reads_inputs_from_a_file(tmp_path):
 def test_inspect_shows_methods_operators_and_arenas():
     result = runner.invoke(app, ["inspect", str(example_program())])
     assert result.exit_code == 0, result.output
-    for fragment in ("method forward", "input 0", "Long", "aten::mm.out", "memory arenas", "on cpu", "delegates"):
+    for fragment in ("method forward", "input 0", "Long", "aten::mm.out", "memory arena 1", "on cpu", "delegates"):
         assert fragment in result.output
 
 

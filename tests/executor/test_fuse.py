@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
 import pterun
-from pterun.format import KernelCall
+from pterun.format import Dynamism, KernelCall
 from tests.support.compare import assert_matches
 from tests.support.differential import check, export_model, load, seeded
 from tests.support.exporting import ExportSpec, export_program
@@ -83,3 +84,60 @@ def test_the_functional_form_calls_the_fused_kernels():
     with torch.inference_mode():
         actual = method.functional(*inputs)
     assert_matches(list(actual), expected)
+
+
+class _DynamicNorm(torch.nn.Module):
+    """RMSNorm over activations whose batch and length vary, in float32 or (as Hugging Face's Llama writes it)
+    in half precision normalised in float32 between two casts."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter((torch.rand(16) + 0.5).to(dtype))
+
+    def forward(self, x):
+        wide = x.to(torch.float32)
+        normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * normed.to(x.dtype), x + 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16-casts"])
+def test_rms_norm_of_dynamic_shape_is_fused(dtype):
+    batch, length = torch.export.Dim("batch", max=4), torch.export.Dim("length", max=12)
+    example = (seeded(0, 2, 5, 16).to(dtype),)
+    exported = export_program(f"fuse-dynamic-norm-{dtype}".replace("torch.", ""), lambda: ExportSpec(
+        _DynamicNorm(dtype), example, dynamic_shapes=({0: batch, 1: length},)))
+    program = load(exported)
+    method = program.load_method("forward")
+    # The premise: the input is dynamic, and its one RMSNorm (with its casts, in half precision) became one call.
+    assert method.plan.values[method.plan.inputs[0]].dynamism != Dynamism.STATIC
+    assert _fused(method) == ["pterun::rms_norm"] and _calls(method, "aten::rsqrt") == 1
+    for seed, shape in enumerate([(2, 5, 16), (1, 1, 16), (4, 12, 16), (3, 7, 16)]):
+        x = seeded(seed, *shape).to(dtype)
+        out = check(exported, (x,), program=program)
+        assert out[0].shape == shape
+
+
+class _DynamicAttention(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_attention_over_a_dynamic_query_length_is_fused():
+    length = torch.export.Dim("length", max=12)
+
+    def inputs(seed: int, n: int) -> tuple:
+        mask = torch.ones(n, 10, dtype=torch.bool).tril(4)
+        mask[n // 2] = False  # a row that sees nothing: zeros, as the exporter's safe softmax makes it
+        return (seeded(seed, 1, 2, n, 8), seeded(seed + 1, 1, 2, 10, 8), seeded(seed + 2, 1, 2, 10, 8), mask)
+
+    exported = export_program("fuse-dynamic-attention", lambda: ExportSpec(
+        _DynamicAttention(), inputs(0, 6), dynamic_shapes=({2: length}, None, None, {0: length})))
+    program = load(exported)
+    method = program.load_method("forward")
+    # The premise: the query is dynamic, its attention was one chain, and the views between became part of it.
+    assert method.plan.values[method.plan.inputs[0]].dynamism != Dynamism.STATIC
+    assert _fused(method) == ["pterun::attention"] and _calls(method, "aten::_softmax") == 1
+    assert "executorch_prim::et_view.default x3" in method.source
+    for seed, n in enumerate([6, 1, 12, 3]):
+        out = check(exported, inputs(seed, n), program=program)
+        assert out[0].shape == (1, 2, n, 8) and torch.equal(out[0][0, :, n // 2], torch.zeros(2, 8))

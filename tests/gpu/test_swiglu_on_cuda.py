@@ -35,3 +35,16 @@ def test_swiglu_runs_fused_in_a_graph_with_the_unfused_outputs():
             assert torch.equal(ours, apart.execute(on("cuda", call))[0])
             _close(ours.cpu(), reference[0], "swiglu")
     assert fused._loaded.graph.replaying, "premise: the last calls replayed the captured graph"
+
+
+def test_swiglu_over_dynamic_rows_is_fused_and_sizes_its_out():
+    directory = FIXTURES / "half" / "swiglu-bfloat16-dynamic"
+    pte, ptd, calls, expected = load_fixture(directory if directory.is_dir() else None)
+    method = pterun.Runtime.get().load_program(pte, device="cuda").load_method("forward")
+    names = [s.name for s in method._loaded.steps if s is not None and hasattr(s, "name")]
+    assert FUSED in names and "aten::sigmoid.out" not in names, "premise: the dynamic chain was fused"
+    for _ in range(2):
+        for call, reference in zip(calls, expected):  # five rows, then one (the one-row Triton kernel), again
+            ours = method.execute(on("cuda", call))[0]
+            assert ours.shape == reference[0].shape
+            _close(ours.cpu(), reference[0], "swiglu over dynamic rows")

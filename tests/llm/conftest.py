@@ -1,4 +1,8 @@
-"""Programs and tokenizers for the pterun.llm tests, and ExecuTorch's runner to compare with."""
+"""Programs and tokenizers for the pterun.llm tests, and ExecuTorch's runner to compare with.
+
+The dynamic and static Llama here have ``max_seq_len`` equal to their context, so that both runners stop at
+the end of the context (tests/support/llm_programs.py says why); the others generate within it.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,11 @@ import pytest
 import torch
 
 from pterun.format import ProgramFile
+from tests.support import llm_tokenizers
 from tests.support.exporting import ExportSpec, export_program
+from tests.support.llm_programs import MAX_CONTEXT_LEN, llama_program
+from tests.support.llm_tokenizers import VOCAB
 from tests.support.models.examples import KVStep, llama_transformer
-from tests.support.llama_export import (bpe_tokenizer, llama_program, sentencepiece_tokenizers,
-                                        tekken_tokenizer)
 from tests.support.premises import assert_calls
 
 # The static program stops at any of these tokens, so that EOS handling is compared as well.
@@ -20,46 +25,36 @@ STATIC_EOS = tuple(range(120, 190))
 
 
 @pytest.fixture(scope="session")
-def tokenizer_path(tmp_path_factory):
-    return bpe_tokenizer(tmp_path_factory.mktemp("tokenizer") / "tokenizer.json")
+def tokenizer_path():
+    return llm_tokenizers.tokenizer_path("hf")
 
 
 @pytest.fixture(scope="session")
-def byte_tokenizer_path(tmp_path_factory):
-    return bpe_tokenizer(tmp_path_factory.mktemp("bytes") / "tokenizer.json", byte_alphabet=True)
+def byte_tokenizer_path():
+    """Many of its tokens are parts of a UTF-8 character."""
+    return llm_tokenizers.tokenizer_path("bytes")
 
 
-@pytest.fixture(scope="session")
-def sentencepiece_paths(tmp_path_factory):
-    pytest.importorskip("sentencepiece")
-    return sentencepiece_tokenizers(tmp_path_factory.mktemp("sentencepiece"))
-
-
-@pytest.fixture(scope="session")
-def tekken_path(tmp_path_factory):
-    return tekken_tokenizer(tmp_path_factory.mktemp("tekken") / "tekken.json")
-
-
-def _llama(dynamic: bool, eos: tuple[int, ...], **options):
-    pte = llama_program(dynamic, eos, **options)
+def _llama(variant: str, eos: tuple[int, ...] = (llm_tokenizers.EOS_ID,), **knobs):
+    pte = llama_program(variant, eos, **knobs).pte
     assert_calls(pte, {"llama::custom_sdpa.out", "llama::update_cache.out"}, what="the exported Llama: ")
     return pte
 
 
 @pytest.fixture(scope="session")
 def dynamic_llama():
-    return _llama(True, (2,))
+    return _llama("dynamic", max_seq_len=MAX_CONTEXT_LEN)
 
 
 @pytest.fixture(scope="session")
 def static_llama():
-    return _llama(False, STATIC_EOS)
+    return _llama("static", STATIC_EOS, max_seq_len=MAX_CONTEXT_LEN)
 
 
 @pytest.fixture(scope="session")
 def uncached_llama():
     """The same Llama without a KV cache: every call takes the whole sequence so far."""
-    pte = llama_program(True, (2,), kv_cache=False)
+    pte = llama_program("no-kv-cache").pte
     assert len(ProgramFile(pte).plan("forward").inputs) == 1, "premise: forward takes the tokens alone"
     return pte
 
@@ -67,15 +62,12 @@ def uncached_llama():
 @pytest.fixture(scope="session")
 def bf16_llama():
     """The same Llama exported in bfloat16: its logits are bfloat16."""
-    return _llama(True, (2,), dtype="bf16")
+    return _llama("dynamic-bf16")
 
 
 @pytest.fixture(scope="session", params=["dynamic", "static"])
 def llama(request, dynamic_llama, static_llama):
     return dynamic_llama if request.param == "dynamic" else static_llama
-
-
-VOCAB = 320
 
 
 def one_token_llama(claims_dynamic: bool, *, external: bool = False):
@@ -91,7 +83,7 @@ def one_token_llama(claims_dynamic: bool, *, external: bool = False):
                           config={"external_constants": True} if external else {})
 
     kind = ("claims-dynamic" if claims_dynamic else "static") + ("-ptd" if external else "")
-    name = f"llm-llama-one-token-{kind}-v1"
+    name = f"llm-llama-one-token-{kind}-v2"
     return export_program(name, build)
 
 

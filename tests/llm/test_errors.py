@@ -9,6 +9,7 @@ from pterun.errors import InvalidArgument, InvalidProgram, InvalidState, PteErro
 from pterun.llm import GenerationConfig, TextLLMRunner
 from tests.llm.conftest import generate
 from tests.support.exporting import ExportSpec, export_program
+from tests.support.llm_programs import MAX_CONTEXT_LEN
 
 PROMPT = "The quick brown fox"
 
@@ -35,8 +36,8 @@ def test_a_program_without_a_token_input_is_not_an_llm(tokenizer_path):
 def test_a_prompt_longer_than_the_context(dynamic_llama, tokenizer_path):
     runner = TextLLMRunner(dynamic_llama, tokenizer_path)
     long_prompt = " ".join(["the quick brown fox"] * 40)
-    assert len(runner.tokenizer.encode(long_prompt)) >= 128, "premise: the prompt is longer than the context"
-    with pytest.raises(InvalidArgument, match="max_context_len 128"):
+    assert len(runner.tokenizer.encode(long_prompt)) >= MAX_CONTEXT_LEN, "premise: longer than the context"
+    with pytest.raises(InvalidArgument, match=f"max_context_len {MAX_CONTEXT_LEN}"):
         generate(runner, long_prompt, GenerationConfig(temperature=0.0))
     assert runner.pos == 0
 
@@ -44,8 +45,9 @@ def test_a_prompt_longer_than_the_context(dynamic_llama, tokenizer_path):
 def test_a_full_context_stops_cleanly_then_refuses_more(dynamic_llama, tokenizer_path):
     runner = TextLLMRunner(dynamic_llama, tokenizer_path)
     run = generate(runner, PROMPT, GenerationConfig(temperature=0.0, echo=False, max_new_tokens=500))
-    assert runner.pos == 127 and run.stats[0].num_generated_tokens == 127 - run.stats[0].num_prompt_tokens
-    with pytest.raises(InvalidArgument, match="max_context_len 128"):
+    last = MAX_CONTEXT_LEN - 1
+    assert runner.pos == last and run.stats[0].num_generated_tokens == last - run.stats[0].num_prompt_tokens
+    with pytest.raises(InvalidArgument, match=f"max_context_len {MAX_CONTEXT_LEN}"):
         generate(runner, " more", GenerationConfig(temperature=0.0))
 
 

@@ -11,6 +11,8 @@ import pytest
 
 from pterun.llm import GenerationConfig, Stats, TextLLMRunner
 from tests.llm.conftest import generate, one_token_llama
+from tests.support.llm_programs import MAX_CONTEXT_LEN
+from tests.support.llm_tokenizers import tokenizer_path as tokenizer_file
 
 PROMPT = "The quick brown fox"
 
@@ -51,10 +53,8 @@ def test_greedy_generation_matches_executorch(executorch_runner, llama, tokenize
 
 
 @pytest.mark.parametrize("kind", ["sentencepiece", "llama2c", "tekken"])
-def test_other_tokenizer_formats_match_executorch(executorch_runner, dynamic_llama, sentencepiece_paths,
-                                                  tekken_path, kind):
-    path = tekken_path if kind == "tekken" else sentencepiece_paths[kind]
-    ours, theirs = _pair(executorch_runner, dynamic_llama, path)
+def test_other_tokenizer_formats_match_executorch(executorch_runner, dynamic_llama, kind):
+    ours, theirs = _pair(executorch_runner, dynamic_llama, tokenizer_file(kind))
     assert ours.tokenizer.kind == kind  # premise
     _same(ours, theirs, PROMPT, GenerationConfig(temperature=0.0, num_bos=1, max_new_tokens=40))
     ours.reset(), theirs.reset()
@@ -62,11 +62,12 @@ def test_other_tokenizer_formats_match_executorch(executorch_runner, dynamic_lla
 
 
 def test_whole_context_matches_executorch(executorch_runner, dynamic_llama, tokenizer_path):
-    """Without limits generation runs until the context (128) is full: every position is compared."""
+    """Without limits generation runs until the context is full: every position is compared."""
     ours, theirs = _pair(executorch_runner, dynamic_llama, tokenizer_path)
     run = _same(ours, theirs, PROMPT, GenerationConfig(temperature=0.0, echo=False))
     prompt_tokens = run.stats[0].num_prompt_tokens
-    assert run.stats[0].num_generated_tokens == 128 - prompt_tokens - 1  # premise: no EOS, the context filled
+    # premise: no EOS, the context filled
+    assert run.stats[0].num_generated_tokens == MAX_CONTEXT_LEN - prompt_tokens - 1
 
 
 def test_a_program_without_kv_cache_matches_executorch(executorch_runner, uncached_llama, tokenizer_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import json
 
 # The llama:: and quantized_decomposed:: kernels, for ExecuTorch's runtime and its runner.
 import executorch.extension.llm.custom_ops.custom_ops
@@ -26,7 +27,7 @@ from pterun.core.dtype import to_torch
 from pterun.format import ProgramFile
 from tests.support import llm_programs as programs
 from tests.support.compare import assert_matches
-from tests.support.llm_tokenizers import CORPUS, FILES, tokenizer_path
+from tests.support.llm_tokenizers import CORPUS, FORMATS, tokenizer_path
 from tests.support.oracle import reference_module
 
 PROGRAMS = (*programs.LLAMA_VARIANTS, "transformers-static-cache", "bundled-example")
@@ -200,22 +201,30 @@ def _codec(kind: str):
         sp = sentencepiece.SentencePieceProcessor(model_file=str(tokenizer_path("sentencepiece")))
         return sp.encode, lambda t: sp.id_to_piece(t).replace("\u2581", " ")
     if kind == "tiktoken":
-        import tiktoken
-
         ranks = {}
         for line in tokenizer_path("tiktoken").read_text().splitlines():
             token, rank = line.split()
             ranks[base64.b64decode(token)] = int(rank)
-        encoding = tiktoken.Encoding("corpus", pat_str=_LLAMA3_PATTERN, mergeable_ranks=ranks,
-                                     special_tokens={})
-        return encoding.encode_ordinary, lambda t: encoding.decode_single_token_bytes(t).decode()
+        return _ranked_codec(ranks, _LLAMA3_PATTERN, 0)
+    if kind == "tekken":  # ranked tokens after the control tokens, split by the file's own pattern
+        tekken = json.loads(tokenizer_path("tekken").read_text())
+        ranks = {base64.b64decode(t["token_bytes"]): t["rank"] for t in tekken["vocab"]}
+        return _ranked_codec(ranks, tekken["config"]["pattern"], len(tekken["special_tokens"]))
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(tokenizer_path("hf")))
     return (lambda text: tokenizer.encode(text).ids), (lambda t: tokenizer.decode([t]))
 
 
-@pytest.mark.parametrize("kind", list(FILES))
+def _ranked_codec(ranks: dict[bytes, int], pattern: str, first: int):
+    import tiktoken
+
+    encoding = tiktoken.Encoding("corpus", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+    return (lambda text: [first + t for t in encoding.encode_ordinary(text)],
+            lambda t: encoding.decode_single_token_bytes(t - first).decode())
+
+
+@pytest.mark.parametrize("kind", FORMATS)
 def test_executorch_runner_reads_each_tokenizer_format(kind):
     """ExecuTorch's runner, given the tokenizer in each format it reads, encodes the prompt as that format's
     own library does and prints the greedy sequence's pieces as that library decodes them."""

@@ -8,10 +8,11 @@ import torch
 
 from pterun.errors import NotSupported
 from pterun.llm import GenerationConfig, TextLLMRunner
-from tests.llm.conftest import VOCAB, generate, one_token_llama
+from tests.llm.conftest import generate, one_token_llama
+from tests.support.exporting import ExportSpec, export_program
+from tests.support.llm_tokenizers import VOCAB
 
 PROMPT = "The quick brown fox"
-from tests.support.exporting import ExportSpec, export_program
 
 
 def test_one_token_per_call_is_fed_token_by_token_whatever_the_metadata(executorch_runner, tokenizer_path):

@@ -8,6 +8,7 @@ import pytest
 
 from pterun.llm import GenerationConfig, TextLLMRunner
 from tests.llm.conftest import Run, generate
+from tests.support.llm_tokenizers import VOCAB, tokenizer_path as tokenizer_file
 
 PROMPT = "The quick brown fox"
 
@@ -107,10 +108,10 @@ def test_warmup_leaves_the_runner_as_new(dynamic_llama, tokenizer_path):
         generate(fresh, PROMPT, _greedy(max_new_tokens=8)).pieces
 
 
-def test_vocab_size_is_the_programs(dynamic_llama, tokenizer_path):
-    runner = TextLLMRunner(dynamic_llama, tokenizer_path)
-    assert runner.get_vocab_size() == 320
-    assert runner.tokenizer.vocab_size < 320  # premise: the tokenizer's is not the same number
+def test_vocab_size_is_the_programs(dynamic_llama):
+    runner = TextLLMRunner(dynamic_llama, tokenizer_file("tiktoken"))  # with Llama 3's special tokens after
+    assert runner.get_vocab_size() == VOCAB
+    assert runner.tokenizer.vocab_size != VOCAB  # premise: the tokenizer's is not the same number
 
 
 def test_text_is_whole_characters_where_executorch_raises(executorch_runner, dynamic_llama,

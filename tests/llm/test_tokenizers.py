@@ -8,7 +8,7 @@ import pytest
 
 from pterun.errors import AccessFailed, InvalidArgument
 from pterun.llm.tokenizer import PieceStream, Tokenizer, candidate_formats
-from tests.support.llama_export import tekken_tokenizer
+from tests.support.llm_tokenizers import VOCAB, tokenizer_path as tokenizer_file
 
 
 def test_hf_tokenizer_json(tokenizer_path):
@@ -28,17 +28,17 @@ def test_tiktoken_file(tmp_path):
     assert 259 in tokens and tokenizer.decode(tokens) == "the theme"
 
 
-def test_sentencepiece_model_and_llama2_binary(sentencepiece_paths):
-    model = sentencepiece_paths["sentencepiece"]
+def test_sentencepiece_model_and_llama2_binary():
+    model = tokenizer_file("sentencepiece")
     sentencepiece = Tokenizer(model)
     assert sentencepiece.kind == "sentencepiece"
     assert candidate_formats(model.read_bytes())[0] == "sentencepiece"
-    binary = Tokenizer(sentencepiece_paths["llama2c"])
+    binary = Tokenizer(tokenizer_file("llama2c"))
     assert binary.kind == "llama2c"
     for tokenizer in (sentencepiece, binary):
         tokens = tokenizer.encode("the quick fox", 1, 0)
         assert tokens[0] == tokenizer.bos_tok == 1
-        assert tokenizer.vocab_size == 60
+        assert tokenizer.vocab_size == VOCAB
         word = tokens[1]
         assert tokenizer.token_bytes(word) == b" the"  # premise: the word's piece starts with its space
         assert tokenizer.piece_bytes(1, word) == b"the"  # after BOS the space goes, as in ExecuTorch
@@ -92,10 +92,12 @@ def _not_text(tokenizer, token) -> bool:
 
 
 def test_tekken_json_by_its_name(tmp_path, tokenizer_path):
-    tekken = Tokenizer(tekken_tokenizer(tmp_path / "tekken.json"))
+    tekken = Tokenizer(tokenizer_file("tekken"))
     assert tekken.kind == "tekken" and (tekken.bos_tok, tekken.eos_tok) == (1, 2)
     tokens = tekken.encode("the theme", 1, 0)
-    assert tokens[0] == 1 and 131 in tokens  # "th", after the three control tokens
+    # The Hugging Face tokenizer's tokens in rank order, after the three control tokens: the same ids.
+    assert tokens[0] == 1 and tokens[1:] == Tokenizer(tokenizer_path).encode("the theme")
+    assert len(tokens) - 1 < len("the theme"), "premise: merges made tokens of several characters"
     assert tekken.decode(tokens[1:]) == "the theme"
     # A Hugging Face file of that name is still read as what it is, as ExecuTorch falls back.
     (tmp_path / "hf").mkdir()

@@ -14,15 +14,36 @@ tests/support/exporting.py keeps it) and reused after.
   each call (no cache, no position input), "xnnpack-8da4w" is the dynamic one
   lowered to XNNPACK with 8-bit dynamic activations and 4-bit grouped weights,
   and "xnnpack-8da4w-ptd" keeps those weights in a .ptd file beside it.
+  ``eos_ids`` replaces the one EOS id in ``get_eos_ids``. The programs take up
+  to 31 tokens a call (``get_max_seq_len() - 1``) in a context of 64 positions.
+  ExecuTorch's runner takes a program whose ``max_seq_len`` is below its
+  context for a sliding-window one and does not stop generating at the end of
+  the context; ``max_seq_len=MAX_CONTEXT_LEN`` makes one that it stops. The
+  program without a KV cache takes the whole sequence each call, so its
+  ``max_seq_len`` is the context.
 - ``transformers_program()``: transformers' LlamaForCausalLM wrapped in its
   ExecuTorch integration's ``TorchExportableModuleWithStaticCache`` (inputs
   ``input_ids`` and ``cache_position``), with the metadata methods
   optimum-executorch writes.
+
+``export_llama`` runs in a subprocess. It changes no torch setting (threads,
+default dtype, grad mode, dynamo, inductor and export configs stay as they
+were), but on its way it binds ExecuTorch's quantization patterns to
+operators: ``quantized_decomposed::add`` (and its relatives) gain a
+``CompositeImplicitAutograd`` kernel, after which every later export in the
+process decomposes a call to them into dequantize, add and quantize
+(tests/kernels/test_quantized_programs.py then finds no quantized add to
+test). A fresh interpreter costs a few seconds per export, once per cache.
+The weights are drawn from a fixed seed inside ``fork_rng`` and handed to the
+exporter as a checkpoint, as a user hands real ones.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +80,7 @@ def llama_args(**overrides) -> dict:
 
 def export_llama_program(directory: Path, variant: str, params: dict, *, seed: int = 0,
                          max_seq_len: int = MAX_SEQ_LEN, max_context_len: int = MAX_CONTEXT_LEN,
-                         state_dict: dict | None = None) -> Path:
+                         eos_ids: tuple[int, ...] = (EOS_ID,), state_dict: dict | None = None) -> Path:
     """Writes ``directory/model.pte`` with ``export_llama`` from ``params`` and seeded random weights (or
     ``state_dict``), passed to it as a checkpoint the way a user passes real ones."""
     from executorch.examples.models.llama.export_llama_lib import export_llama
@@ -70,16 +91,17 @@ def export_llama_program(directory: Path, variant: str, params: dict, *, seed: i
     assert variant in LLAMA_VARIANTS, variant
     directory.mkdir(parents=True, exist_ok=True)
     if state_dict is None:
-        torch.manual_seed(seed)
-        args = ModelArgs(max_seq_len=max_seq_len, max_context_len=max_context_len, **params)
-        state_dict = construct_transformer(args).state_dict()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            args = ModelArgs(max_seq_len=max_seq_len, max_context_len=max_context_len, **params)
+            state_dict = construct_transformer(args).state_dict()
     torch.save(state_dict, directory / "checkpoint.pth")
     (directory / "params.json").write_text(json.dumps(params))
 
     config = LlmConfig()
     config.base.params = str(directory / "params.json")
     config.base.checkpoint = str(directory / "checkpoint.pth")
-    config.base.metadata = json.dumps({"get_bos_id": BOS_ID, "get_eos_ids": [EOS_ID]})
+    config.base.metadata = json.dumps({"get_bos_id": BOS_ID, "get_eos_ids": list(eos_ids)})
     config.model.use_kv_cache = config.model.use_sdpa_with_kv_cache = variant != "no-kv-cache"
     config.model.enable_dynamic_shape = variant != "static"
     config.export.max_seq_length = max_seq_len
@@ -98,6 +120,18 @@ def export_llama_program(directory: Path, variant: str, params: dict, *, seed: i
     assert written == directory / "model.pte", written
     (directory / "checkpoint.pth").unlink()  # the weights are in the program now
     return written
+
+
+def _export_apart(directory: Path, variant: str, params: dict, **options) -> None:
+    """``export_llama_program`` in a fresh interpreter (see the module's docstring for why)."""
+    arguments = json.dumps({"directory": str(directory), "variant": variant, "params": params, **options})
+    code = ("import json, sys; from pathlib import Path; from tests.support.llm_programs import export_llama_program;"
+            " a = json.loads(sys.argv[1]); a['directory'] = Path(a['directory']);"
+            " a['eos_ids'] = tuple(a['eos_ids']); export_llama_program(**a)")
+    done = subprocess.run([sys.executable, "-c", code, arguments], cwd=Path(__file__).parents[2],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:
+        raise RuntimeError(f"export_llama of {variant!r} failed:\n{done.stderr[-4000:]}")
 
 
 def _metadata(pte: Path) -> dict:
@@ -123,8 +157,14 @@ def _cached(key: str, export) -> Path:
         return directory / "model.pte"
 
 
-def llama_program(variant: str) -> LlmProgram:
-    pte = _cached(f"llm-llama-{variant}-{_VERSION}", lambda d: export_llama_program(d, variant, llama_args()))
+def llama_program(variant: str, eos_ids: tuple[int, ...] = (EOS_ID,), *,
+                  max_seq_len: int | None = None) -> LlmProgram:
+    """``max_seq_len`` defaults to MAX_SEQ_LEN, or to the context for "no-kv-cache"."""
+    if max_seq_len is None:
+        max_seq_len = MAX_CONTEXT_LEN if variant == "no-kv-cache" else MAX_SEQ_LEN
+    eos = "" if eos_ids == (EOS_ID,) else "-eos-" + hashlib.sha1(repr(eos_ids).encode()).hexdigest()[:8]
+    pte = _cached(f"llm-llama-{variant}-seq{max_seq_len}{eos}-{_VERSION}", lambda d: _export_apart(
+        d, variant, llama_args(), max_seq_len=max_seq_len, eos_ids=list(eos_ids)))
     data = pte.with_suffix(".ptd") if variant.endswith("-ptd") else None
     position = None if variant == "no-kv-cache" else "input_pos"
     return LlmProgram(pte, tokenizer_path(), _metadata(pte), position, data)

@@ -14,14 +14,15 @@ import typer
 from rich.table import Table
 
 from pterun import Runtime
+from pterun.cli.batch import batch
 from pterun.cli.bundled import run_tests
 from pterun.cli.compare import compare
 from pterun.cli.generate import generate
 from pterun.cli.inputs import load_inputs, random_inputs
+from pterun.cli.inspect import inspect
 from pterun.cli.options import device_option, example_program
 from pterun.cli.profile import profile
-from pterun.cli.report import console, esc, reported, state, visible
-from pterun.core.dtype import name as dtype_name
+from pterun.cli.report import console, esc, reported, state
 from pterun.version import VERSION
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run and inspect ExecuTorch programs (.pte).")
@@ -99,61 +100,7 @@ def run(
     )
 
 
-@app.command()
-def inspect(
-    program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
-    code: bool = typer.Option(
-        False, "--code", help="Also print the Python each method compiles into, and its threads."
-    ),
-    data: Optional[list[Path]] = typer.Option(None, "--data", "-d"),
-) -> None:
-    """Show a program's methods, inputs, outputs, operators, delegates and memory arenas."""
-    path = program or example_program()
-    with reported():
-        loaded = Runtime.get().load_program(path, data_path=data or None)
-        size = path.stat().st_size
-        names = ", ".join(esc(name) for name in sorted(loaded.method_names))
-        console.print(f"[bold]{esc(path)}[/bold]  {size:,} bytes  methods: {names}")
-        for name in sorted(loaded.method_names):
-            meta = loaded.metadata(name)
-            _show_method(meta)
-            if code:
-                method = loaded.load_method(name)
-                console.print(f"intra-op threads per call: {method.num_threads} ({esc(method.num_threads_reason)})")
-                # Generated from the file's names: printed as text, control characters made visible.
-                console.print(visible(method.source, lines=True), highlight=False, markup=False)
-
-
-def _io_rows(table: Table, meta, which: str) -> None:
-    count = meta.num_inputs() if which == "input" else meta.num_outputs()
-    for i in range(count):
-        tag = meta.input_tag(i) if which == "input" else meta.output_tag(i)
-        if tag == "Tensor":
-            info = meta.input_tensor_meta(i) if which == "input" else meta.output_tensor_meta(i)
-            table.add_row(f"{which} {i}", dtype_name(info.dtype()), str(list(info.sizes())),
-                          str(list(info.dim_order())), "planned" if info.is_memory_planned() else "caller's memory",
-                          f"{info.nbytes():,}")
-        else:
-            table.add_row(f"{which} {i}", esc(tag), "", "", "", "")
-
-
-def _show_method(meta) -> None:
-    console.rule(f"method {esc(meta.name())}")
-    table = Table(show_edge=False)
-    for column in ("value", "dtype", "sizes", "dim order", "memory", "bytes"):
-        table.add_column(column)
-    _io_rows(table, meta, "input")
-    _io_rows(table, meta, "output")
-    console.print(table)
-    arenas = [
-        f"{i}: {meta.memory_planned_buffer_size(i):,} bytes on {meta.memory_planned_buffer_device(i)}"
-        for i in range(meta.num_memory_planned_buffers())
-    ]
-    console.print(f"memory arenas: {'; '.join(arenas) or 'none'}")
-    backends = [esc(meta.get_backend_name(i)) for i in range(meta.num_backends())]
-    console.print(f"delegates: {', '.join(backends) or 'none'}")
-    ops = [esc(op) for op in meta.operators()]
-    console.print(f"instructions: {meta.num_instructions()}  operators ({len(ops)}): {', '.join(ops)}")
+app.command()(inspect)
 
 
 @app.command()
@@ -221,6 +168,7 @@ app.command("test")(run_tests)
 app.command()(profile)
 app.command()(compare)
 app.command()(generate)
+app.command()(batch)
 
 
 def main() -> None:

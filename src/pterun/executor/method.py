@@ -194,7 +194,7 @@ class Method:
 
     @property
     def compile_status(self) -> str:
-        """With ``compile=True``: "compiled", or "not compiled: <why>" (it then runs as plain Python)."""
+        """With ``compile=True``: ``"compiled"``, or ``"not compiled: <why>"`` (it then runs as plain Python)."""
         compiled = self._loaded.compiled_function
         return compiled.status if compiled is not None else self._loaded.compile_status
 

@@ -22,6 +22,8 @@ from pterun.format import DataFile, ProgramFile
 
 @dataclass
 class Program:
+    """A loaded program (``Runtime.load_program``): its methods, loaded on first use, and their metadata."""
+
     file: ProgramFile
     registries: Registries
     data_files: Sequence[DataFile] = ()

@@ -18,8 +18,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale_q: float,
     return scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale_q * scale_k).flatten(0, -3)
 
 
+def _into(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    # A dynamic out arrives emptied (the executor sizes outputs as the kernels do): sized here, within its bound.
+    if out.shape != result.shape:
+        out.resize_(result.shape)
+    return out.copy_(result)
+
+
 def attention_out(q, k, v, scale_q, scale_k, mask=None, *, out: torch.Tensor) -> torch.Tensor:
-    return out.copy_(attention(q, k, v, scale_q, scale_k, mask))
+    return _into(out, attention(q, k, v, scale_q, scale_k, mask))
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -28,4 +35,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def rms_norm_out(x, weight, eps, *, out: torch.Tensor) -> torch.Tensor:
-    return out.copy_(rms_norm(x, weight, eps))
+    return _into(out, rms_norm(x, weight, eps))
+
+
+def rms_norm_cast(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """weight * (x * rsqrt(mean(x^2, -1) + eps)) cast to the weight's dtype before the product, as models that
+    normalise half-precision activations in float32 write it."""
+    return torch.mul(weight, torch.rms_norm(x, (x.shape[-1],), None, eps).to(weight.dtype))
+
+
+def rms_norm_cast_out(x, weight, eps, *, out: torch.Tensor) -> torch.Tensor:
+    return torch.mul(weight, torch.rms_norm(x, (x.shape[-1],), None, eps).to(weight.dtype), out=out)

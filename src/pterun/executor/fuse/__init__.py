@@ -13,7 +13,8 @@ left out of the functional form for ``torch.compile``, which keeps the steps.
 A chain is replaced only when nothing outside it can tell: every value it
 computes on the way is read by its own steps only (no method output, no
 other reader, directly, through a view or through a view the exporter planned
-on the same bytes), written and bound by no other step, of static shape; and
+on the same bytes), written and bound by no other step (its shape may be
+dynamic: the patterns check the dimensions they rely on); and
 what the fused call reads is written by no other step between the chain's
 first read of it and the fused call. Methods with jumps are left as they are.
 """
@@ -28,7 +29,7 @@ from pterun.executor.fold import Rewriter, overlaps
 from pterun.executor.fuse import attention, rms_norm, swiglu
 from pterun.executor.fuse.common import Chain, Graph
 from pterun.executor.steps import KernelStep
-from pterun.format import Dynamism, JumpFalseCall, Plan, TensorSpec
+from pterun.format import JumpFalseCall, Plan, TensorSpec
 from pterun.kernels import KernelRegistry
 
 
@@ -88,7 +89,7 @@ def _unobserved(plan: Plan, rw: Rewriter, effects: MethodEffects, binders: dict[
         step = rw.steps[k]
         made = step.args[-1]
         spec = plan.values[made]
-        if not isinstance(spec, TensorSpec) or spec.dynamism != Dynamism.STATIC or made in outputs or made in inputs:
+        if not isinstance(spec, TensorSpec) or made in outputs or made in inputs:
             return False
         # A mutable buffer or a constant, or memory other steps write too (a step that declares no writes, as a
         # cast, is taken to write everything it is passed) or bind.

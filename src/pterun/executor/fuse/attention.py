@@ -5,25 +5,34 @@ from __future__ import annotations
 import math
 
 from pterun.executor.fuse.common import Chain, Graph, last_dim, scalar
+from pterun.format import Dynamism
 from pterun.kernels import Binding, Functional
 from pterun.kernels import fused as kernels
 
 
 def _noop_expand(g: Graph, n: int | None) -> bool:
+    """An ``expand_copy`` to its source's own sizes. Of a dynamic source, a size computed at run time stands for
+    the source's size there: the exporter broadcasts from a dimension only where it is a static 1, so a dynamic
+    dimension is only ever expanded to itself."""
     if g.op(n) != "aten::expand_copy.out":
         return False
-    source = g.spec(g.arg(n, 0))
-    return source is not None and list(g.value(g.arg(n, 1))) == list(source.sizes)
+    source, sizes = g.tensor(g.arg(n, 0)), g.value(g.arg(n, 1))
+    if source is None or len(sizes) != len(source.sizes):
+        return False
+    if source.dynamism == Dynamism.STATIC:
+        return list(sizes) == list(source.sizes)
+    items = g.plan.values[g.arg(n, 1)].items
+    return all(g.is_dynamic_int(item) or size == bound for item, size, bound in zip(items, sizes, source.sizes))
 
 
 def match(g: Graph, n2: int) -> Chain | None:
     """softmax(q*a @ (k^T*b) [+ mask]) @ v ending at the ``bmm`` at step ``n2``."""
     if g.op(n2) != "aten::bmm.out":
         return None
-    pe, ve = g.maker_of(n2, 0), g.maker_of(n2, 1)
+    (pe, pviews), (ve, vviews) = g.maker_through_views(n2, 0), g.maker_through_views(n2, 1)
     if not (_noop_expand(g, pe) and _noop_expand(g, ve)):
         return None
-    chain = [n2, pe, ve]
+    chain = [n2, pe, ve, *pviews, *vviews]
     p = g.maker_of(pe, 0)
     if g.op(p) == "aten::where.self_out":
         sm, zeros, cond = g.maker_of(p, 2), g.maker_of(p, 1), g.maker_of(p, 0)
@@ -46,12 +55,14 @@ def match(g: Graph, n2: int) -> Chain | None:
         if scalar(g, g.arg(scores, 2)) != 1:
             return None
         chain.append(scores)
-        mask, scores = g.arg(scores, 1), g.maker_of(scores, 0)
+        mask, (scores, views) = g.arg(scores, 1), g.maker_through_views(scores, 0)
+        chain += views
     if mask is not None and p == sm:
         return None  # a plain softmax of a row the mask hides entirely is NaN; fused attention's is zeros
     if g.op(scores) != "aten::bmm.out":
         return None
-    qe, ke = g.maker_of(scores, 0), g.maker_of(scores, 1)
+    (qe, qviews), (ke, kviews) = g.maker_through_views(scores, 0), g.maker_through_views(scores, 1)
+    chain += [*qviews, *kviews]
     if not (_noop_expand(g, qe) and _noop_expand(g, ke)):
         return None
     qs, ks = g.maker_of(qe, 0), g.maker_of(ke, 0)
@@ -61,8 +72,11 @@ def match(g: Graph, n2: int) -> Chain | None:
     if g.op(kt) != "aten::permute_copy.out":
         return None
     q, k, v, out = g.arg(qs, 0), g.arg(kt, 0), g.arg(ve, 0), g.arg(n2, 2)
-    specs = [g.spec(i) for i in (q, k, v)]
-    if None in specs or g.spec(out) is None or (mask is not None and g.spec(mask) is None):
+    # Sizes of dynamic tensors are their bounds: the checks below hold for every run's sizes as they hold for
+    # the bounds, the exporter having given related dimensions one size.
+    specs = [g.tensor(i) for i in (q, k, v)]
+    ospec = g.tensor(out)
+    if None in specs or ospec is None or (mask is not None and g.tensor(mask) is None):
         return None
     qspec, kspec, vspec = specs
     rank = len(qspec.sizes)
@@ -75,11 +89,11 @@ def match(g: Graph, n2: int) -> Chain | None:
     *vbatch, vsource, ev = vspec.sizes
     dtype = qspec.scalar_type
     if (kbatch != batch or vbatch != batch or ke_ != e or vsource != source
-            or any(s.scalar_type != dtype for s in (*specs, g.spec(out)))
-            or tuple(g.spec(out).sizes) != (math.prod(batch), length, ev)):
+            or any(s.scalar_type != dtype for s in (*specs, ospec))
+            or tuple(ospec.sizes) != (math.prod(batch), length, ev)):
         return None
     if mask is not None:
-        mspec = g.spec(mask)
+        mspec = g.tensor(mask)
         target = (*batch, length, source)
         msizes = tuple(mspec.sizes)
         if (mspec.scalar_type != dtype or len(msizes) > rank

@@ -10,6 +10,7 @@ from pterun.executor.steps import KernelStep
 from pterun.format import Dynamism, Plan, TensorSpec
 from pterun.kernels import Binding
 
+ET_VIEW = "executorch_prim::et_view.default"
 
 @dataclass(frozen=True)
 class Chain:
@@ -71,9 +72,31 @@ class Graph:
                 return k if same else None
         return None
 
+    def maker_through_views(self, n: int, pos: int) -> tuple[int | None, tuple[int, ...]]:
+        """``maker_of``, also through ``et_view`` steps (a dynamic tensor's views are steps of their own): the
+        step that made the viewed tensor, and the view steps passed on the way."""
+        views: list[int] = []
+        made = self.maker_of(n, pos)
+        while self.op(made) == ET_VIEW:
+            views.append(made)
+            n, pos = made, 0
+            made = self.maker_of(n, pos)
+        return made, tuple(views)
+
+    def is_dynamic_int(self, vi: int) -> bool:
+        """Whether the int value ``vi`` is computed at run time (a size a step reads off a dynamic tensor)."""
+        return vi in self.maker
+
     def spec(self, vi: int) -> TensorSpec | None:
+        """The value's tensor spec where its sizes are the run's sizes (a static tensor), else None."""
+        value = self.tensor(vi)
+        return value if value is not None and value.dynamism == Dynamism.STATIC else None
+
+    def tensor(self, vi: int) -> TensorSpec | None:
+        """The value's tensor spec, static or not: its dtype, rank and dim order hold on every run; a dynamic
+        tensor's sizes are its bounds."""
         value = self.plan.values[vi]
-        return value if isinstance(value, TensorSpec) and value.dynamism == Dynamism.STATIC else None
+        return value if isinstance(value, TensorSpec) else None
 
 
 def contiguous(spec: TensorSpec) -> bool:
@@ -86,7 +109,7 @@ def scalar(g: Graph, vi: int) -> float | None:
 
 
 def last_dim(g: Graph, vi: int, dim) -> bool:
-    spec = g.spec(vi)
+    spec = g.tensor(vi)
     return spec is not None and dim in (-1, len(spec.sizes) - 1)
 
 
@@ -97,3 +120,11 @@ def operand(g: Graph, n: int, op: str) -> tuple[int | None, int | None]:
         if g.op(made) == op:
             return made, g.arg(n, 1 - pos)
     return None, None
+
+
+def plain_cast(g: Graph, n: int) -> bool:
+    """Whether the ``_to_dim_order_copy`` at step ``n`` only changes the dtype: contiguous in, contiguous out."""
+    source, made = g.tensor(g.arg(n, 0)), g.tensor(g.made_value(n))
+    order = g.value(g.arg(n, 2))
+    return (source is not None and made is not None and contiguous(source) and contiguous(made)
+            and (order is None or list(order) == list(range(len(made.sizes)))))

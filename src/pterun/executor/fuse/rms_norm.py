@@ -1,21 +1,38 @@
-"""RMSNorm as the exporter decomposes it, run as ``torch.rms_norm``."""
+"""RMSNorm as the exporter decomposes it, run as ``torch.rms_norm``.
+
+Models that keep their activations in half precision normalise in float32
+between two casts (Hugging Face's Llama: ``weight * x.float() * rsqrt(...)``
+cast back before the weight's product); the chain then ends at the product of
+the weight and the cast, and the fused call casts where the chain did.
+Dynamic shapes are fused too: every dimension but the last may vary, as the
+chain's own broadcasts require.
+"""
 
 from __future__ import annotations
 
 import torch
 
-from pterun.executor.fuse.common import Chain, Graph, last_dim, operand, scalar
+from pterun.executor.fuse.common import Chain, Graph, last_dim, operand, plain_cast, scalar
 from pterun.kernels import Binding, Functional
 from pterun.kernels import fused as kernels
 
+_CAST = "dim_order_ops::_to_dim_order_copy.out"
+
 
 def match(g: Graph, n: int) -> Chain | None:
-    """weight * (x * rsqrt(mean(x^2, -1, keepdim) + eps)) ending at the ``mul`` at step ``n`` (x^2: pow or x * x)."""
+    """weight * [cast](x * rsqrt(mean(x^2, -1, keepdim) + eps)) ending at the ``mul`` at step ``n`` (x^2: pow
+    or x * x)."""
     if g.op(n) != "aten::mul.out":
         return None
-    y, weight = operand(g, n, "aten::mul.out")
-    if y is None:
-        return None
+    cast, weight = operand(g, n, _CAST)
+    if cast is not None:
+        y = g.maker_of(cast, 0)
+        if g.op(y) != "aten::mul.out" or not plain_cast(g, cast):
+            return None
+    else:
+        y, weight = operand(g, n, "aten::mul.out")
+        if y is None:
+            return None
     r, x = operand(g, y, "aten::rsqrt.out")
     if r is None:
         return None
@@ -32,18 +49,27 @@ def match(g: Graph, n: int) -> Chain | None:
     if not squares or g.arg(sq, 0) != x or g.value(g.arg(m, 2)) is not True or g.value(g.arg(m, 3)) is not None:
         return None
     dims = g.value(g.arg(m, 1))
-    xspec, wspec, ospec = g.spec(x), g.spec(weight), g.spec(g.arg(n, 2))
-    if None in (xspec, wspec, ospec) or not isinstance(dims, (list, tuple)) or len(dims) != 1:
+    out = g.arg(n, 2)
+    # The weight and eps are constants of fixed size; x and the result may be dynamic (sizes then bounds).
+    xspec, ospec, wspec, espec = g.tensor(x), g.tensor(out), g.spec(weight), g.spec(g.arg(a, 1))
+    if (None in (xspec, ospec, wspec, espec) or not isinstance(dims, (list, tuple)) or len(dims) != 1
+            or not xspec.sizes or not last_dim(g, x, dims[0]) or tuple(wspec.sizes) != tuple(xspec.sizes[-1:])
+            or ospec.sizes != xspec.sizes or xspec.scalar_type != espec.scalar_type
+            or ospec.scalar_type != wspec.scalar_type):
         return None
-    espec = g.spec(g.arg(a, 1))
-    if (espec is None or not xspec.sizes or not last_dim(g, x, dims[0])
-            or tuple(wspec.sizes) != tuple(xspec.sizes[-1:]) or ospec.sizes != xspec.sizes
-            or len({xspec.scalar_type, wspec.scalar_type, ospec.scalar_type, espec.scalar_type}) != 1):
-        return None
-    binding = Binding(kernels.rms_norm_out, (0, 1, 2), (("out", 3),), convert=((2, _eps),), writes=(3,),
-                      strided=True, functional=Functional(kernels.rms_norm, outputs=(3,)))
-    return Chain("pterun::rms_norm", frozenset((n, y, r, a, m, sq)), binding,
-                 (x, weight, g.arg(a, 1), g.arg(n, 2)), (x, weight))
+    steps = {n, y, r, a, m, sq}
+    if cast is None:
+        if xspec.scalar_type != ospec.scalar_type:
+            return None
+        fused, functional = kernels.rms_norm_out, kernels.rms_norm
+    else:
+        if g.tensor(g.made_value(cast)).scalar_type != ospec.scalar_type:
+            return None
+        steps.add(cast)
+        fused, functional = kernels.rms_norm_cast_out, kernels.rms_norm_cast
+    binding = Binding(fused, (0, 1, 2), (("out", 3),), convert=((2, _eps),), writes=(3,),
+                      strided=True, functional=Functional(functional, outputs=(3,)))
+    return Chain("pterun::rms_norm", frozenset(steps), binding, (x, weight, g.arg(a, 1), out), (x, weight))
 
 
 def _eps(tensor: torch.Tensor) -> float:

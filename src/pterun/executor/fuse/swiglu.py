@@ -73,13 +73,15 @@ def _factors(g: Graph, n: int, one: str, other: str) -> tuple[int | None, int | 
 
 
 def _types(g: Graph, x: int, half: set[int], wide: set[int]) -> bool:
-    """x and the products in bf16 or fp16, SiLU in float32, every value but x of one shape, all contiguous."""
-    specs = [g.spec(v) for v in (x, *half, *wide)]
+    """x and the products in bf16 or fp16, SiLU in float32, every value but x of one shape, all contiguous.
+
+    The rows may be dynamic (every value then has them from x, through the products); sizes are then bounds."""
+    specs = [g.tensor(v) for v in (x, *half, *wide)]
     if None in specs:
         return False
     dtype = specs[0].scalar_type
     sizes = specs[1].sizes
     return (to_torch(dtype) in (torch.bfloat16, torch.float16)
-            and all(g.spec(v).scalar_type == dtype for v in half)
-            and all(to_torch(g.spec(v).scalar_type) == torch.float32 for v in wide)
+            and all(g.tensor(v).scalar_type == dtype for v in half)
+            and all(to_torch(g.tensor(v).scalar_type) == torch.float32 for v in wide)
             and all(s.sizes == sizes for s in specs[1:]) and all(contiguous(s) for s in specs))

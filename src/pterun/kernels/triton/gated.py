@@ -55,6 +55,8 @@ def applies(x: torch.Tensor, gate_t: torch.Tensor, up_t: torch.Tensor, out: torc
 
 def swiglu_out(x: torch.Tensor, gate_t: torch.Tensor, up_t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """The fused step's kernel: ``gate_t``/``up_t`` are the transposed weights the exported ``mm`` reads."""
+    if out.shape != (x.shape[0], gate_t.shape[1]):
+        out.resize_(x.shape[0], gate_t.shape[1])  # a dynamic out arrives emptied: sized here, within its bound
     if applies(x, gate_t, up_t, out):
         return gate_up(gate_t.t(), up_t.t(), x[0], out[0])
     gate = torch.mm(x, gate_t).float()

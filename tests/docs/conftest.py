@@ -1,0 +1,54 @@
+"""What the docs' snippets refer to, made once per session: ``model.pte`` (an image model taking ``x``, a
+[1, 3, 224, 224] tensor), its weights as ``model.ptd``, its ETRecord as ``etrecord.bin`` and ``model.etrecord``,
+and the bundled example LLM as ``llama.pte`` with its ``tokenizer.json``."""
+
+from __future__ import annotations
+
+import shutil
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.support.exporting import ExportSpec, export_program
+from tests.support.inspecting import Recorded, export_recorded
+
+INPUT = (1, 3, 224, 224)
+
+
+class SmallCnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng():  # seeded weights, and the process's generator left as it was
+            torch.manual_seed(0)
+            self.features = torch.nn.Sequential(
+                torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()
+            )
+            self.head = torch.nn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+def example_input() -> torch.Tensor:
+    return torch.randn(INPUT, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture(scope="session")
+def doc_files(tmp_path_factory) -> Path:
+    """A directory of the files the snippets name; each page runs in a copy of it."""
+    recorded = export_recorded("docs-small-cnn", lambda: Recorded(SmallCnn(), (example_input(),)))
+    external = export_program(
+        "docs-small-cnn-ptd", lambda: ExportSpec(SmallCnn(), (example_input(),), config={"external_constants": True})
+    )
+    assert len(external.ptd) == 1, external.ptd  # the premise of model.ptd: the weights, outside the program
+    root = tmp_path_factory.mktemp("doc-files")
+    shutil.copyfile(recorded.pte, root / "model.pte")
+    shutil.copyfile(external.ptd[0], root / "model.ptd")
+    shutil.copyfile(recorded.etrecord, root / "etrecord.bin")
+    shutil.copyfile(recorded.etrecord, root / "model.etrecord")
+    examples = resources.files("pterun.examples")
+    shutil.copyfile(str(examples / "llm_tiny.pte"), root / "llama.pte")
+    shutil.copyfile(str(examples / "llm_tiny.tokenizer.json"), root / "tokenizer.json")
+    return root
