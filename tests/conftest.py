@@ -1,4 +1,7 @@
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +14,42 @@ def pytest_addoption(parser):
         "--no-skips", action="store_true",
         help="fail every test that skips (the GPU suite uses it: a skipped GPU test is a test that did not run)",
     )
+
+
+_PROGRAMS = pytest.StashKey[Path]()
+
+
+class _SharedPrograms:
+    """One directory of exported programs for a run and all its xdist workers (made by the controller),
+    so each program is exported once per run, not once per worker. Gone when the run ends."""
+
+    def __init__(self) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="pterun-programs-"))
+
+    def pytest_configure_node(self, node) -> None:  # xdist: what a worker is started with
+        node.workerinput["pterun_programs"] = str(self.directory)
+
+
+def pytest_configure(config):
+    from tests.support import exporting
+
+    if os.environ.get("PTERUN_PROGRAM_CACHE"):
+        return  # the developer's cache, kept across runs
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        exporting.use_root(Path(workerinput["pterun_programs"]))
+        return
+    shared = _SharedPrograms()
+    exporting.use_root(shared.directory)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(shared, "pterun-shared-programs")
+    config.stash[_PROGRAMS] = shared.directory
+
+
+def pytest_unconfigure(config):
+    directory = config.stash.get(_PROGRAMS, None)
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -57,7 +57,7 @@ def _convert_inputs(inputs: Sequence, method_name: str, entry: str, *, one_tenso
             f"{entry}(): incompatible function arguments. The inputs must be {accepted}; "
             f"invoked with {type(inputs)}"
         )
-    converted = []
+    converted: list = []
     for i, value in enumerate(inputs):
         if type(value) is torch.Tensor:
             if value.numel() != 0 and value.device.type not in _DEVICE_TYPES:
@@ -288,7 +288,8 @@ def _load_for_executorch_from_bundled_program(
     data = data_path if data_path is not None else data_map_buffer
     if isinstance(data, (str, os.PathLike)):
         data = read_source(os.fspath(data), what="data file")
-    return _load_for_executorch_from_buffer(ptr.file.program, data, enable_etdump, debug_buffer_size)
+    return _load_for_executorch_from_buffer(ptr.file.program, data, enable_etdump,  # type: ignore[arg-type]
+                                            debug_buffer_size)
 
 
 def _load_bundled_program_from_buffer(buffer: bytes, non_const_pool_size: int = 16 * 1024) -> BundledModule:

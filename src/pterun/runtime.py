@@ -80,7 +80,7 @@ class Runtime:
 
     @staticmethod
     @functools.cache
-    def get() -> "Runtime":
+    def get() -> Runtime:
         """The process-wide runtime, made on first use (as ``executorch.runtime.Runtime.get()``)."""
         return Runtime()
 
@@ -90,20 +90,20 @@ class Runtime:
 
     def load_program(
         self,
-        data: "bytes | bytearray | memoryview | BinaryIO | Path | str",
+        data: bytes | bytearray | memoryview | BinaryIO | Path | str,
         *,
         verification: Verification = Verification.InternalConsistency,
         enable_etdump: bool = False,
         debug_buffer_size: int = 0,
-        data_path: "str | os.PathLike | bytes | Sequence | None" = None,
-        device: "str | torch.device | Device | None" = None,
+        data_path: str | os.PathLike | bytes | Sequence | None = None,
+        device: str | torch.device | Device | None = None,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
         cuda_graphs: bool = True,
         compile: bool = False,
         allow_tf32: bool = False,
         fuse: bool = True,
         num_threads: int | None = None,
-        cache_dir: "str | os.PathLike | bool | None" = None,
+        cache_dir: str | os.PathLike | bool | None = None,
         device_positions: bool | None = None,
     ) -> Program:
         """Loads a program; ``data_path`` names .ptd files (paths or bytes) holding tensors it stores outside.
@@ -153,6 +153,7 @@ class Runtime:
         num_threads = check_num_threads(num_threads)
         cache = LoadCache.from_option(cache_dir)
         file = ProgramFile(data, Verification(verification), marks=cache)
+        sources: list
         if data_path is None:
             sources = []
         elif isinstance(data_path, (list, tuple)):

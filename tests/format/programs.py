@@ -23,7 +23,7 @@ import torch
 
 from pterun.backends import BackendInitContext, BackendInterface
 from pterun.errors import DelegateInvalidCompatibility, DelegateInvalidHandle
-from tests.support.exporting import Exported, ExportSpec, cache_root, export_program
+from tests.support.exporting import Exported, ExportSpec, export_program, locked, publish, scratch
 
 BLOB_MAGIC = b"pterun-sin-v1"
 SCALE_KEY = "sin_scale"
@@ -215,20 +215,21 @@ def trainable_external() -> Exported:
     The joint forward-backward graph is made between torch.export and to_edge,
     a step ``export_program`` has no hook for, so this one is exported here.
     """
-    directory = cache_root() / "fmt-train-external"
-    pte = directory / "program.pte"
     inputs = {"forward": (torch.randn(1, 2), torch.ones(1, dtype=torch.int64))}
-    if not pte.exists():
-        from executorch.exir import ExecutorchBackendConfig, to_edge
-        from torch.export import export
-        from torch.export.experimental import _export_forward_backward
+    with locked("fmt-train-external") as directory:
+        pte = directory / "program.pte"
+        if not pte.exists():
+            from executorch.exir import ExecutorchBackendConfig, to_edge
+            from torch.export import export
+            from torch.export.experimental import _export_forward_backward
 
-        exported = _export_forward_backward(export(_seeded(Trainable), inputs["forward"], strict=True))
-        program = to_edge(exported).to_executorch(config=ExecutorchBackendConfig(external_mutable_weights=True))
-        directory.mkdir(parents=True, exist_ok=True)
-        program.write_tensor_data_to_file(str(directory))
-        pte.write_bytes(program.buffer)
-    return Exported(directory.name, pte, sorted(directory.glob("*.ptd")), inputs)
+            exported = _export_forward_backward(export(_seeded(Trainable), inputs["forward"], strict=True))
+            program = to_edge(exported).to_executorch(config=ExecutorchBackendConfig(external_mutable_weights=True))
+            partial = scratch(directory)
+            program.write_tensor_data_to_file(str(partial))
+            (partial / "program.pte").write_bytes(program.buffer)
+            publish(partial, directory)
+        return Exported(directory.name, pte, sorted(directory.glob("*.ptd")), inputs)
 
 
 def inline_constants() -> Path:
@@ -238,17 +239,19 @@ def inline_constants() -> Path:
     still has the lower half that writes a Program as one flatbuffer, so the
     program is read back and written out again with its constants inline.
     """
-    path = cache_root() / "fmt-affine-inline" / "program.pte"
-    if path.exists():
-        return path
-    from executorch.exir._serialize._program import _program_to_flatbuffer, deserialize_pte_binary
-    from executorch.exir.schema import SubsegmentOffsets
+    source = affine().pte
+    with locked("fmt-affine-inline") as directory:
+        path = directory / "program.pte"
+        if path.exists():
+            return path
+        from executorch.exir._serialize._program import _program_to_flatbuffer, deserialize_pte_binary
+        from executorch.exir.schema import SubsegmentOffsets
 
-    program = deserialize_pte_binary(affine().pte.read_bytes()).program
-    assert len(program.constant_buffer) > 1, "the constants were not restored into constant_buffer"
-    program.constant_segment = SubsegmentOffsets(segment_index=0, offsets=[])
-    program.segments = []
-    data = _program_to_flatbuffer(program).data
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    return path
+        program = deserialize_pte_binary(source.read_bytes()).program
+        assert len(program.constant_buffer) > 1, "the constants were not restored into constant_buffer"
+        program.constant_segment = SubsegmentOffsets(segment_index=0, offsets=[])
+        program.segments = []
+        partial = scratch(directory)
+        (partial / "program.pte").write_bytes(_program_to_flatbuffer(program).data)
+        publish(partial, directory)
+        return path

@@ -3,24 +3,34 @@
 ``export_program(key, build)`` calls ``build()`` for an :class:`ExportSpec`,
 exports it and writes the .pte (and any .ptd files) under the cache
 directory, keyed by ``key``; later calls with the same key reuse the files.
-The cache lives in the test run's temporary directory, or in
-``$PTERUN_PROGRAM_CACHE`` when that is set (handy while developing, and for
-carrying fixtures to a GPU machine).
+The cache lives in ``$PTERUN_PROGRAM_CACHE`` when that is set (handy while
+developing, and for carrying fixtures to a GPU machine), else in a temporary
+directory that tests/conftest.py makes for the run and shares with its xdist
+workers.
+
+Several processes (xdist workers, two runs on one ``$PTERUN_PROGRAM_CACHE``)
+may want one key at once: :func:`locked` holds a key against every other
+thread and process, and an export is written into a scratch directory that
+:func:`publish` renames into place, so nobody reads half a program and an
+export cut short leaves nothing that looks finished.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from filelock import FileLock
 
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # one export at a time in a process; reentrant: a build may need another key
 _ROOT: Path | None = None
 
 
@@ -31,6 +41,38 @@ def cache_root() -> Path:
         _ROOT = Path(env) if env else Path(tempfile.mkdtemp(prefix="pterun-programs-"))
         _ROOT.mkdir(parents=True, exist_ok=True)
     return _ROOT
+
+
+def use_root(path: Path) -> None:
+    """Makes ``path`` this process's cache (tests/conftest.py: one directory for a run and its workers)."""
+    global _ROOT
+    path.mkdir(parents=True, exist_ok=True)
+    _ROOT = path
+
+
+@contextmanager
+def locked(key: str) -> Iterator[Path]:
+    """``key``'s directory in the cache, held against other threads and processes making it."""
+    root = cache_root()
+    locks = root / ".locks"
+    locks.mkdir(exist_ok=True)
+    with _LOCK, FileLock(locks / f"{key}.lock"):
+        yield root / key
+
+
+def scratch(final: Path) -> Path:
+    """An empty directory beside ``final`` to export into (call while holding ``final``'s key)."""
+    partial = final.with_name(f".{final.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)  # left by an export cut short
+    partial.mkdir(parents=True)
+    return partial
+
+
+def publish(partial: Path, final: Path) -> None:
+    """Puts a finished export in place in one step (call while holding ``final``'s key)."""
+    if final.is_dir():  # an unfinished export from before exports were published this way
+        shutil.rmtree(final)
+    partial.rename(final)
 
 
 @dataclass
@@ -65,7 +107,7 @@ class Exported:
         return self.inputs["forward"]
 
 
-def _export(spec: ExportSpec, directory: Path) -> Exported:
+def _export(spec: ExportSpec, directory: Path) -> None:
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
     from torch.export import export
 
@@ -96,22 +138,18 @@ def _export(spec: ExportSpec, directory: Path) -> Exported:
     if spec.passes is not None:
         edge = spec.passes(edge)
     program = edge.to_executorch(config=ExecutorchBackendConfig(**spec.config))
-    directory.mkdir(parents=True, exist_ok=True)
-    pte = directory / "program.pte"
-    pte.write_bytes(program.buffer)
-    ptd = []
+    (directory / "program.pte").write_bytes(program.buffer)
     if getattr(program, "_tensor_data", None):
         program.write_tensor_data_to_file(str(directory))
-        ptd = sorted(directory.glob("*.ptd"))
     torch.save(inputs, directory / "inputs.pt")
-    return Exported(directory.name, pte, ptd, inputs)
 
 
 def export_program(key: str, build: Callable[[], ExportSpec]) -> Exported:
-    directory = cache_root() / key
-    with _LOCK:
+    with locked(key) as directory:
         pte = directory / "program.pte"
-        if pte.exists() and (directory / "inputs.pt").exists():
-            inputs = torch.load(directory / "inputs.pt", weights_only=False)
-            return Exported(key, pte, sorted(directory.glob("*.ptd")), inputs)
-        return _export(build(), directory)
+        if not (pte.exists() and (directory / "inputs.pt").exists()):
+            partial = scratch(directory)
+            _export(build(), partial)
+            publish(partial, directory)
+        inputs = torch.load(directory / "inputs.pt", weights_only=False)
+        return Exported(key, pte, sorted(directory.glob("*.ptd")), inputs)

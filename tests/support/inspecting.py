@@ -9,7 +9,6 @@ program on a runtime whose ``Runtime.get().load_program(..., enable_etdump=, deb
 
 from __future__ import annotations
 
-import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,9 +19,8 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from tests.support.compare import FLOAT_RTOL
-from tests.support.exporting import cache_root
+from tests.support.exporting import locked, publish, scratch
 
-_LOCK = threading.Lock()
 DEBUG_BUFFER = 1 << 24  # room for every intermediate tensor of the test programs, for several runs
 # The events ExecuTorch's runtime names itself, outside any instruction.
 FRAMEWORK_EVENTS = {"Method::init", "Program::load_method", "Method::execute"}
@@ -51,15 +49,16 @@ class RecordedProgram:
 
 
 def export_recorded(key: str, build: Callable[[], Recorded]) -> RecordedProgram:
-    directory = cache_root() / f"etrecord-{key}"
-    files = (directory / "program.pte", directory / "etrecord.bin", directory / "inputs.pt")
-    with _LOCK:
+    with locked(f"etrecord-{key}") as directory:
+        files = (directory / "program.pte", directory / "etrecord.bin", directory / "inputs.pt")
         if not all(f.exists() for f in files):
-            _export(build(), directory, *files)
+            partial = scratch(directory)
+            _export(build(), *(partial / f.name for f in files))
+            publish(partial, directory)
         return RecordedProgram(key, files[0], files[1], torch.load(files[2], weights_only=False))
 
 
-def _export(spec: Recorded, directory: Path, pte: Path, etrecord: Path, inputs: Path) -> None:
+def _export(spec: Recorded, pte: Path, etrecord: Path, inputs: Path) -> None:
     from executorch.exir import to_edge_transform_and_lower
     from torch.export import export
 
@@ -72,10 +71,9 @@ def _export(spec: Recorded, directory: Path, pte: Path, etrecord: Path, inputs: 
     record = program.get_etrecord()
     # calculate_numeric_gap runs the exported graph on these (ETRecord keeps none of its own).
     record.update_representative_inputs(list(tree_leaves(spec.inputs)))
-    directory.mkdir(parents=True, exist_ok=True)
     record.save(str(etrecord))
     torch.save(spec.inputs, inputs)
-    pte.write_bytes(program.buffer)  # last: its presence says the others are there
+    pte.write_bytes(program.buffer)
 
 
 def executorch_runtime():

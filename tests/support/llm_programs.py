@@ -42,23 +42,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from tests.support.exporting import cache_root
+from tests.support.exporting import locked, publish, scratch
 from tests.support.llm_tokenizers import BOS_ID, EOS_ID, VOCAB, tokenizer_path
 
 MAX_SEQ_LEN = 32  # longest prefill chunk the runner feeds (the dynamic programs take one less)
 MAX_CONTEXT_LEN = 64
 LLAMA_VARIANTS = ("dynamic", "static", "dynamic-bf16", "no-kv-cache", "xnnpack-8da4w", "xnnpack-8da4w-ptd")
 _VERSION = "v1"  # bump to re-export the programs after a recipe change
-_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -152,14 +149,12 @@ def _metadata(pte: Path) -> dict:
 
 def _cached(key: str, export) -> Path:
     """``export(directory)`` once; an export cut short leaves nothing a later run would take for finished."""
-    directory = cache_root() / key
-    with _LOCK:
+    with locked(key) as directory:
         if not directory.exists():
-            partial = directory.with_name(f"{key}.partial")
-            shutil.rmtree(partial, ignore_errors=True)
+            partial = scratch(directory)
             export(partial)
-            partial.rename(directory)
-    return directory / "model.pte"
+            publish(partial, directory)
+        return directory / "model.pte"
 
 
 def llama_program(variant: str, eos_ids: tuple[int, ...] = (EOS_ID,), *,

@@ -27,11 +27,10 @@ from __future__ import annotations
 import base64
 import io
 import json
-import threading
 from functools import partial
 from pathlib import Path
 
-from tests.support.exporting import cache_root
+from tests.support.exporting import cache_root, locked
 
 CORPUS = Path(__file__).parent / "text" / "corpus.txt"
 VOCAB = 512
@@ -41,7 +40,6 @@ FILES = {"hf": "tokenizer.json", "sentencepiece": "tokenizer.model", "llama2c": 
          "tiktoken": "tokenizer.tiktoken", "tekken": "tekken.json", "bytes": "bytes.tokenizer.json"}
 FORMATS = ("hf", "sentencepiece", "llama2c", "tiktoken", "tekken")  # every token whole ASCII text
 _VERSION = "v1"  # bump to rebuild after a recipe change
-_LOCK = threading.RLock()
 
 
 def _paragraphs() -> list[str]:
@@ -115,10 +113,10 @@ _WRITERS = {"hf": train_tokenizer, "sentencepiece": _sentencepiece, "llama2c": _
 
 def tokenizer_path(kind: str = "hf") -> Path:
     path = cache_root() / f"llm-tokenizer-{_VERSION}" / FILES[kind]
-    with _LOCK:
+    with locked(f"llm-tokenizer-{_VERSION}-{kind}"):
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             unfinished = path.with_name(path.name + ".partial")
             _WRITERS[kind](unfinished)
             unfinished.rename(path)
-    return path
+        return path

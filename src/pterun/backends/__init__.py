@@ -20,5 +20,6 @@ def default_backend_registry() -> BackendRegistry:
 
 
 __all__ = [
-    "BackendInitContext", "BackendInterface", "BackendRegistry", "CompileSpec", "DelegateTracer", "default_backend_registry",
+    "BackendInitContext", "BackendInterface", "BackendRegistry", "CompileSpec", "DelegateTracer",
+    "default_backend_registry",
 ]

@@ -11,6 +11,7 @@ are and results are written straight into the outer outputs, with no copy.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -22,7 +23,7 @@ BACKEND_ID = "PterunCudaBackend"
 
 @dataclass
 class _Handle:
-    method: object
+    method: Any  # the nested program's Method (the executor's, a layer above backends)
     inputs: int
     bound: list = field(default_factory=list)  # per output: the outer tensor bound to it, or None
     copied: set = field(default_factory=set)  # outputs the nested method does not write in place
@@ -48,7 +49,8 @@ class CudaBackend(BackendInterface):
         n, outputs, count = handle.inputs, len(handle.bound), len(args)
         if count != n + outputs:
             raise InvalidProgram(
-                f"{BACKEND_ID}: the nested method takes {n} inputs and {outputs} outputs; the call passes {count} values"
+                f"{BACKEND_ID}: the nested method takes {n} inputs and {outputs} outputs; "
+                f"the call passes {count} values"
             )
         return sorted(handle.method.written_inputs) + list(range(n, count))
 

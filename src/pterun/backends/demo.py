@@ -27,7 +27,9 @@ from pterun.backends.interface import BackendInterface
 from pterun.errors import DelegateInvalidCompatibility, InvalidArgument, NotSupported
 
 NAME = "BackendWithCompilerDemo"
-_OP = re.compile(r"op:demo::(?P<op>[^,]+), numel:(?P<numel>-?\d+), dtype:(?P<dtype>[^<]*)<debug_handle>(?P<handle>-?\d+)")
+_OP = re.compile(
+    r"op:demo::(?P<op>[^,]+), numel:(?P<numel>-?\d+), dtype:(?P<dtype>[^<]*)<debug_handle>(?P<handle>-?\d+)"
+)
 _SUPPORTED = ("aten.add.Tensor", "aten.mm.default", "aten.sin.default")
 
 

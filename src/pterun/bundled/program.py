@@ -24,7 +24,13 @@ from pterun.bundled.compare import OutputCheck, compare
 from pterun.core.dtype import storage_dtype
 from pterun.core.layout import strides_for
 from pterun.errors import (
-    IndexOutOfRange, InvalidArgument, InvalidArgumentType, InvalidProgram, NotFound, NotSupported, PteError,
+    IndexOutOfRange,
+    InvalidArgument,
+    InvalidArgumentType,
+    InvalidProgram,
+    NotFound,
+    NotSupported,
+    PteError,
 )
 from pterun.executor import Method, Program
 from pterun.format.bundled import BundledFile, BundledTensor, TestCase, UnknownValue, kind_of
@@ -90,7 +96,7 @@ class BundledProgram:
     @property
     def program(self) -> Program:
         if self._program is None:
-            self._program = Runtime.get().load_program(self.program_bytes, **self._options)
+            self._program = Runtime.get().load_program(self.program_bytes, **self._options)  # type: ignore[arg-type]
         return self._program
 
     @property
@@ -141,7 +147,7 @@ class BundledProgram:
             checks = self._compare(method_name, index, outputs, rtol, atol)
         except PteError as exc:
             return CaseResult(method_name, index, False, error=exc, seconds=time.perf_counter() - start)
-        return CaseResult(method_name, index, all(c.ok for c in checks), checks, None,
+        return CaseResult(method_name, index, all(c.ok for c in checks), tuple(checks), None,
                           time.perf_counter() - start, outputs)
 
     def verify(self, method_name: str, index: int, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> list:

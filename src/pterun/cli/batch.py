@@ -45,6 +45,7 @@ def batch(
             raise UserError(f"--output {output}: exists and is not an empty folder")
         try:
             import ray
+
             from pterun.ray import PteRunner
             from pterun.ray.sources import read_input
         except ImportError as error:

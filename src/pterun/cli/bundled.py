@@ -32,7 +32,7 @@ def run_tests(
             if name not in names:
                 raise UserError(f"--method {name!r}: {bundle.name} has test cases for {', '.join(names) or 'none'}")
         names = [n for n in names if not method or n in method]
-        loaded.program  # a program that does not load is one error, not one per case
+        _ = loaded.program  # a program that does not load is one error, not one per case
         total = sum(len(loaded.test_cases(n)) for n in names)
         with nullcontext() if as_json else console.status("") as status:
             for name in names:
@@ -74,8 +74,8 @@ def _as_dict(r: CaseResult) -> dict:
     return {
         "method": r.method, "index": r.index, "passed": r.passed, "max_abs_error": _number(r.max_abs_error),
         "seconds": r.seconds,
-        "outputs": [{"index": o.index, "ok": o.ok, "max_abs_error": _number(o.max_abs_error), "mismatched": o.mismatched,
-                     "numel": o.numel, "detail": o.detail} for o in r.outputs],
+        "outputs": [{"index": o.index, "ok": o.ok, "max_abs_error": _number(o.max_abs_error),
+                     "mismatched": o.mismatched, "numel": o.numel, "detail": o.detail} for o in r.outputs],
         "error": None if r.error is None else {"code": int(r.error.code), "name": r.error.code.name,
                                                "message": r.error.message},
     }

@@ -21,9 +21,13 @@ def generate(
         help="tokenizer.json, a tiktoken or SentencePiece model, or Llama 2's tokenizer.bin (the example's with it).",
     ),
     prompt: str = typer.Option("Once upon a time", "--prompt", "-p", help="The text to continue."),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", "-n", help="At most this many new tokens (-1: until the context is full)."),
+    max_new_tokens: int = typer.Option(
+        64, "--max-new-tokens", "-n", help="At most this many new tokens (-1: until the context is full)."
+    ),
     temperature: float = typer.Option(0.0, "--temperature", help="0 picks the likeliest token; above 0 samples."),
-    seq_len: int = typer.Option(-1, "--seq-len", help="At most this many tokens in all, prompt included (-1: the model's)."),
+    seq_len: int = typer.Option(
+        -1, "--seq-len", help="At most this many tokens in all, prompt included (-1: the model's)."
+    ),
     echo: bool = typer.Option(True, "--echo/--no-echo", help="Print the prompt before what is generated."),
     seed: Optional[int] = typer.Option(
         None, "--seed", help="Seed of the sampler (with --temperature above 0); by default the time, as ExecuTorch's."
@@ -42,7 +46,7 @@ def generate(
     """
     from pterun.llm import GenerationConfig, TextLLMRunner
 
-    stats_seen = []
+    stats_seen: list = []
     with reported():
         if program is None:
             program, example_tokenizer = example_llm()

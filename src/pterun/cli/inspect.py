@@ -12,12 +12,11 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from pterun import Runtime
+from pterun import MethodMeta, Runtime
 from pterun.cli.memory_plan import ArenaSummary, largest, picture, plot, summarise, summary_line, tensor_name
 from pterun.cli.options import example_program
 from pterun.cli.report import console, esc, reported, visible
 from pterun.core.dtype import name as dtype_name
-from pterun import MethodMeta
 from pterun.format import Dynamism, Plan, TensorSpec
 from pterun.format.lifetimes import memory_plan
 
@@ -27,7 +26,9 @@ _DYNAMISM = {Dynamism.STATIC: "static", Dynamism.DYNAMIC_BOUND: "bounded", Dynam
 
 def inspect(
     program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
-    code: bool = typer.Option(False, "--code", help="Also print the Python each method compiles into, and its threads."),
+    code: bool = typer.Option(
+        False, "--code", help="Also print the Python each method compiles into, and its threads."
+    ),
     data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help=".ptd file(s) with external tensors."),
     plot_path: Optional[Path] = typer.Option(
         None, "--plot", help="Also draw the memory plan into this .svg or .png file (needs matplotlib)."
@@ -73,8 +74,8 @@ def _io(plan: Plan, meta: MethodMeta, which: str) -> list[tuple[TensorSpec | Non
     """Per input or output: its tensor (None for another kind of value) and its kind as ExecuTorch names it."""
     values = plan.inputs if which == "input" else plan.outputs
     tag = meta.input_tag if which == "input" else meta.output_tag
-    return [(plan.values[vi] if isinstance(plan.values[vi], TensorSpec) else None, tag(i))
-            for i, vi in enumerate(values)]
+    specs = [plan.values[vi] for vi in values]
+    return [(spec if isinstance(spec, TensorSpec) else None, tag(i)) for i, spec in enumerate(specs)]
 
 
 def _io_rows(table: Table, plan: Plan, meta: MethodMeta, which: str) -> None:

@@ -16,21 +16,31 @@ from rich.table import Table
 from pterun import Runtime
 from pterun.cli.batch import batch
 from pterun.cli.bundled import run_tests
-from pterun.cli.inputs import load_inputs, random_inputs
 from pterun.cli.compare import compare
 from pterun.cli.generate import generate
+from pterun.cli.inputs import load_inputs, random_inputs
 from pterun.cli.inspect import inspect
 from pterun.cli.options import device_option, example_program
 from pterun.cli.profile import profile
 from pterun.cli.report import console, esc, reported, state
+from pterun.version import VERSION
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run and inspect ExecuTorch programs (.pte).")
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        typer.echo(f"pterun {VERSION}")
+        raise typer.Exit()
 
 
 @app.callback()
 def options(
     debug: bool = typer.Option(
         False, "--debug", envvar="PTERUN_DEBUG", help="Show the Python traceback of an error instead of one line."
+    ),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print pterun's version and exit."
     ),
 ) -> None:
     state.debug = debug
@@ -116,8 +126,8 @@ def bench(
     """Time pterun against other ways of running the same program, interleaved in one process."""
     import json
 
-    from pterun.cli.ways import other_ways, pterun_ways
     from pterun.cli.timing import measure
+    from pterun.cli.ways import other_ways, pterun_ways
 
     path = program or example_program()
     if against == "auto":

@@ -132,9 +132,9 @@ def plot(path: Path, methods: list[tuple[Plan, list[ArenaSummary]]]) -> int:
     if path.suffix.lower() not in PLOT_SUFFIXES:
         raise UserError(f"--plot {visible(path)}: expected a file ending in .svg or .png")
     try:
+        from matplotlib import colormaps
         from matplotlib.figure import Figure
         from matplotlib.patches import Rectangle
-        from matplotlib import colormaps
         from matplotlib.ticker import FuncFormatter, MultipleLocator
     except ImportError:
         raise UserError("--plot needs matplotlib, which is not installed: pip install 'pterun[plot]'") from None

@@ -12,8 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pterun.cli import traced
-from pterun.cli.profiling import Profile, chrome_trace, profile_rows
 from pterun.cli.options import device_option, example_program
+from pterun.cli.profiling import Profile, chrome_trace, profile_rows
 from pterun.cli.report import UserError, console, errors, esc, reported
 
 

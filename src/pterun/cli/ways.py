@@ -90,7 +90,9 @@ def _eager(spec: str | None, args: list, device: str) -> Way:
     try:
         call()  # fails here, not in the middle of timing
     except Exception as exc:  # noqa: BLE001 - the user's model does not take the program's inputs
-        raise UserError(f"--model {spec!r}: the model does not run on the program's inputs ({first_line(exc)})") from None
+        raise UserError(
+            f"--model {spec!r}: the model does not run on the program's inputs ({first_line(exc)})"
+        ) from None
     return Way("eager", call, device.startswith("cuda"))
 
 

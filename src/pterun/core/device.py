@@ -23,7 +23,7 @@ class Device:
     index: int = 0
 
     @classmethod
-    def parse(cls, spec: "str | torch.device | Device | None") -> "Device":
+    def parse(cls, spec: str | torch.device | Device | None) -> Device:
         if spec is None:
             return CPU
         if isinstance(spec, Device):
@@ -42,7 +42,7 @@ class Device:
         raise InvalidArgument(f"{spec!r} is not a device")
 
     @classmethod
-    def of(cls, tensor: torch.Tensor) -> "Device":
+    def of(cls, tensor: torch.Tensor) -> Device:
         return cls.parse(tensor.device)
 
     @property

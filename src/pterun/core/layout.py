@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-
 CHANNELS_LAST_4D = (0, 2, 3, 1)
 CHANNELS_LAST_5D = (0, 2, 3, 4, 1)
 

@@ -114,7 +114,7 @@ def scalar_binder(value, where: str) -> Binder:
             if isinstance(x, bool) or not isinstance(x, int) or x != expected:
                 raise InvalidArgument(f"{where}: the program was exported with {expected!r}; got {x!r}")
         elif kind == Kind.DOUBLE:
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not _close(float(x), expected):
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not _close(float(x), float(expected)):
                 raise InvalidArgument(f"{where}: the program was exported with {expected!r}; got {x!r}")
         elif kind == Kind.STRING:
             if x != expected:

@@ -67,7 +67,7 @@ class LoadCache:
         self._usable: bool | None = None
 
     @staticmethod
-    def from_option(option) -> "LoadCache | None":
+    def from_option(option) -> LoadCache | None:
         """The cache a ``cache_dir`` load option asks for: None for the default, False for none, or a path."""
         if option is False:
             return None

@@ -42,8 +42,8 @@ class _First:
 
 
 def _meta(spec: TensorSpec) -> torch.Tensor:
-    return torch.empty_strided(spec.sizes, strides_for(spec.sizes, spec.dim_order), dtype=storage_dtype(spec.scalar_type),
-                               device="meta")
+    strides = strides_for(spec.sizes, spec.dim_order)
+    return torch.empty_strided(spec.sizes, strides, dtype=storage_dtype(spec.scalar_type), device="meta")
 
 
 def _sample(plan: Plan, objects: list, vi: int):
@@ -108,7 +108,7 @@ def _check(step, plan: Plan, objects: list, converted: dict[int, object]):
             return None
         samples[pos] = sample
     mode = _First()
-    torch._C._push_on_torch_dispatch_stack(mode)
+    torch._C._push_on_torch_dispatch_stack(mode)  # type: ignore[arg-type]  # a mode by duck typing (above)
     try:
         fn(*[samples[p] for p in binding.positional], **{k: samples[p] for k, p in binding.keywords})
     except _Stop:

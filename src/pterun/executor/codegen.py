@@ -34,6 +34,7 @@ escaped (``ascii``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import torch
@@ -47,7 +48,6 @@ from pterun.executor.source import bind, comment, inline, kernel_name, literal, 
 from pterun.executor.steps import DelegateStep, KernelStep, Step, describe
 from pterun.format import FreeCall, JumpFalseCall, MoveCall, Plan
 
-
 FAST_CALLS = True  # call ATen out-variants through torch's Python bindings where they match (callforms.py)
 
 
@@ -57,7 +57,7 @@ class MethodValues:
 
     objects: list  # the load-time object of every value (None for parameters)
     params: list[int]  # value indices passed in on each call, in order
-    locals: set[int]  # value indices instructions assign
+    locals: AbstractSet[int]  # value indices instructions assign
     dynamic: set[int]  # tensors whose shape changes from call to call (emptied before torch writes them)
     list_items: dict[int, tuple[int, ...]] = field(default_factory=dict)  # list value -> item value indices (-1: None)
     # Dynamic tensors planned with a dim order other than contiguous (channels-last): kept in it after writes.

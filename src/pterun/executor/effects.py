@@ -28,7 +28,7 @@ import torch
 
 from pterun.core.dtype import storage_dtype
 from pterun.errors import InvalidProgram, PteError
-from pterun.executor.steps import describe, step_effect
+from pterun.executor.steps import Effect, describe, step_effect
 from pterun.format import DelegateCall, Kind, ListValue, Plan, TensorSpec
 
 _TENSOR_LISTS = (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)
@@ -44,8 +44,10 @@ class MethodEffects:
         self.delegate_writes = delegate_writes  # instruction index -> argument positions it writes
         # A step left as it was has the effect it had (``before``: the effects of the steps this rewrites).
         same = before.steps if before is not None and len(before.steps) == len(self.steps) else ()
-        self.effects = [before.effects[n] if same and same[n] is s else step_effect(s, delegate_writes.get(n, ()))
-                        for n, s in enumerate(steps)]
+        self.effects: list[Effect] = [
+            before.effects[n] if same and same[n] is s else step_effect(s, delegate_writes.get(n, ()))
+            for n, s in enumerate(steps)
+        ]
         self._points_to = self._bindings()
         self.written = [self.memory(*e.writes) for e in self.effects]  # per step: memory it writes
         self.read = [self.memory(*e.reads) for e in self.effects]

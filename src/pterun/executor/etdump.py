@@ -97,9 +97,9 @@ class _CudaClock:
         self.device = device
         self.events: list = []
         self.used = 0
-        self.origin = None
+        self.origin: torch.cuda.Event | None = None
         self.origin_ns = 0
-        self.stream = None
+        self.stream: torch.cuda.Stream | None = None
 
     def start(self) -> None:
         self.used = 0
@@ -202,7 +202,7 @@ class ProgramTrace:
                 f.write(debug_bytes)
         return True
 
-    def method(self, name: str, device: Device) -> "MethodTrace":
+    def method(self, name: str, device: Device) -> MethodTrace:
         return MethodTrace(self, name, device)
 
 
@@ -308,7 +308,7 @@ class MethodTrace:
             return tuple(original.args)
         return ()
 
-    def delegate_tracer(self, n: int) -> "DelegateEvents":
+    def delegate_tracer(self, n: int) -> DelegateEvents:
         return DelegateEvents(self, n)
 
 

@@ -25,6 +25,7 @@ jumps keep their copies: their instruction order is not the order they run in.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Set as AbstractSet
 
 import torch
 
@@ -43,7 +44,7 @@ class Rewriter:
     """Which copies of a method's steps could be views, and which views the exporter planned (fuse/ asks
     the same of a chain's intermediate values)."""
 
-    def __init__(self, plan: Plan, steps: list, objects: list, computed: set[int], effects: MethodEffects,
+    def __init__(self, plan: Plan, steps: list, objects: list, computed: AbstractSet[int], effects: MethodEffects,
                  original: MethodEffects) -> None:
         """``effects`` are those of ``steps``; ``original`` those of the method's steps before any were folded
         (a copy folded into a view of constants no longer writes its planned bytes, yet is no planned view)."""
@@ -101,7 +102,7 @@ class Rewriter:
         it. It reads the copy's bytes only if one of its readers runs after step ``n`` and no step in
         between writes the whole overlap again."""
         a = self.plan.values[alias]
-        if not overlaps(spec, a):
+        if not overlaps(spec, a):  # type: ignore[arg-type]  # a tensor: its kind was checked
             return False
         if not self.ordered:
             return True

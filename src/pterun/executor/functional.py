@@ -181,7 +181,7 @@ class _Writer:
             return "_device"
         spec = self.plan.values[out]
         name = f"x{n}_{key}"
-        self.env[name] = storage_dtype(spec.scalar_type) if key == "dtype" else _memory_format(spec)
+        self.env[name] = storage_dtype(spec.scalar_type) if key == "dtype" else _memory_format(spec)  # type: ignore[arg-type]
         return name
 
     def write(self) -> tuple:

@@ -21,6 +21,7 @@ always run eagerly.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -31,7 +32,7 @@ class CudaGraphRunner:
     def __init__(self, run: Callable, device: torch.device) -> None:
         self.run = run
         self.device = device
-        self.pool = None
+        self.pool: Any = None  # torch.cuda.graph_pool_handle(): an opaque token
         self.graph: torch.cuda.CUDAGraph | None = None
         self.key = None
         self.seen = _NOTHING  # the shapes of the last eager call (None is a key: a method of static shapes)

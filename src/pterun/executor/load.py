@@ -32,8 +32,8 @@ from pterun.executor.codegen import CompiledMethod, MethodValues, compile_method
 from pterun.executor.compiled import CompiledFunction
 from pterun.executor.context import LoadContext
 from pterun.executor.delegates import Delegates
-from pterun.executor.etdump import MethodTrace
 from pterun.executor.effects import MethodEffects, check_writes, delegate_writes, written_inputs
+from pterun.executor.etdump import MethodTrace
 from pterun.executor.fold import elide_view_copies, fold_constant_views, with_views
 from pterun.executor.functional import Unsupported, functional_method
 from pterun.executor.fuse import fuse_chains, patterns
@@ -140,7 +140,7 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     output_position: dict[int, int] = {}
     for pos, vi in enumerate(plan.outputs):
         output_position.setdefault(vi, pos)
-    slots = [OutputSlot(plan.values[vi], len(params_in) + k,
+    slots = [OutputSlot(plan.values[vi], len(params_in) + k,  # type: ignore[arg-type]  # outputs are tensors
                         context.device_for(plan.values[vi].device_type, plan.values[vi].device_index),
                         f"{where} output {output_position[vi]}")
              for k, vi in enumerate(outputs_unplanned)]

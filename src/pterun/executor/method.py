@@ -19,7 +19,6 @@ from pterun.executor.precision import Precision
 from pterun.executor.threads import Threads
 from pterun.format import Plan, TensorSpec
 
-
 _InferenceMode = torch._C._InferenceMode  # torch.inference_mode's guard, without its Python wrapper
 
 

@@ -78,7 +78,7 @@ class OutputSlot:
 def prepare(slots: list[OutputSlot], allocators: AllocatorRegistry, args: list) -> None:
     """Gives every slot that needs one a buffer. All or nothing: if one allocation fails, no buffer changes
     and the next call starts over. Allocates nothing when every slot has its buffer (the steady state)."""
-    fresh = None
+    fresh: list | None = None
     for slot in slots:
         if slot.needs_buffer:
             fresh = fresh or []

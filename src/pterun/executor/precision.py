@@ -122,14 +122,14 @@ class Precision:
         _SWITCHES.exit()
 
 
-def _pin(tf32: bool) -> tuple[list, dict]:
+def _pin(tf32: bool) -> tuple[list, dict[tuple[str, str], str]]:
     """Sets the switches for exact float32 (or TF32 on CUDA); returns what to put back.
 
     The legacy switches (``float32_matmul_precision``, cuDNN's ``allow_tf32``) also reset the
     per-operator values they cover, so they are put back first and the per-operator values after.
     """
     legacy: list = []
-    changed: dict = {}
+    changed: dict[tuple[str, str], str] = {}
 
     def pin(key, value):
         if _get(*key) != value:
@@ -166,7 +166,7 @@ def _pin(tf32: bool) -> tuple[list, dict]:
     return legacy, changed
 
 
-def _restore(saved: tuple[list, dict]) -> None:
+def _restore(saved: tuple[list, dict[tuple[str, str], str]]) -> None:
     legacy, changed = saved
     for setter, value in reversed(legacy):
         setter(value)

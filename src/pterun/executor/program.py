@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pterun.core.device import Device
+from pterun.errors import InvalidState
 from pterun.executor.cache import LoadCache
 from pterun.executor.context import LoadContext, Registries
-from pterun.errors import InvalidState
 from pterun.executor.data import ProgramData
 from pterun.executor.etdump import ProgramTrace
 from pterun.executor.meta import MethodMeta
@@ -97,7 +97,7 @@ class Program:
     def metadata(self, name: str) -> MethodMeta:
         return MethodMeta(self.file.plan(name))
 
-    def load_nested(self, data, device) -> "Program":
+    def load_nested(self, data, device) -> Program:
         """A program carried inside this one (a delegate blob), run by the same executor on ``device``."""
         # The outer method captures the whole call, nested program included.
         return Program(ProgramFile(bytes(data)), self.registries, device=Device.parse(device), cuda_graphs=False,

@@ -29,6 +29,7 @@ import re
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from pterun.executor.cache import LoadCache
 
@@ -44,7 +45,7 @@ def make_function(kind: str, name: str, body: Sequence[str], env: Mapping[str, o
     """
     names = sorted(env, key=_natural)
     source = "\n".join([f"def __make({', '.join(names)}):", *body, "    return run", ""])
-    scope: dict[str, object] = {}
+    scope: dict[str, Any] = {}
     if cache is None:
         filename = f"<pterun {kind} {name!r} #{next(_serial)}>"
         code = compile(source, filename, "exec")

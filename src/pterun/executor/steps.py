@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from pterun.core.device import DeviceType
 from pterun.errors import OperatorMissing
-from pterun.format import DelegateCall, FreeCall, JumpFalseCall, Kind, KernelCall, MoveCall, Plan, Scalar
+from pterun.format import DelegateCall, FreeCall, JumpFalseCall, KernelCall, Kind, MoveCall, Plan, Scalar
 from pterun.kernels import Binding, KernelRegistry
 
 

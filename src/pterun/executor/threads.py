@@ -37,7 +37,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -77,7 +77,7 @@ def _loaded_libraries() -> list[str]:
 
 
 @functools.cache
-def _setters():
+def _setters() -> tuple[Callable[[int], None], Callable[[int], int] | None] | None:
     """(set OpenMP's count for this thread, set MKL's for this thread or None), from the libraries
     PyTorch loaded; None when there is no OpenMP runtime to set."""
     if "OpenMP" not in torch.__config__.parallel_info():
@@ -212,7 +212,7 @@ class Threads:
             self._mkl = None  # MKL runs products this small on one thread by itself: one call in and out less
 
     @classmethod
-    def choose(cls, requested: int | None, plan: Plan, steps: Sequence) -> "Threads":
+    def choose(cls, requested: int | None, plan: Plan, steps: Sequence) -> Threads:
         if requested is not None:
             return cls(requested, "num_threads")
         small, written, most = small_method(plan, steps)

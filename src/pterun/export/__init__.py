@@ -4,7 +4,11 @@ Needs ExecuTorch (``pip install 'pterun[export]'``); the runtime never imports t
 """
 
 from pterun.export.cuda import (
-    BACKEND_ID, CudaPartitioner, PterunCudaBackend, device_resident_config, device_resident_options,
+    BACKEND_ID,
+    CudaPartitioner,
+    PterunCudaBackend,
+    device_resident_config,
+    device_resident_options,
 )
 
 __all__ = [

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
 def union_member(table, cls: type[T]) -> T:
     """The union member ``table`` (what a generated union accessor returns) read as ``cls``."""
-    member = cls()
+    member: Any = cls()  # a generated table class: it has Init
     member.Init(table.Bytes, table.Pos)
     return member
 

@@ -2,8 +2,19 @@
 
 from pterun.format.data_file import DataFile, TensorLayout
 from pterun.format.plan import (
-    DelegateCall, DelegateSpec, Dynamism, FreeCall, JumpFalseCall, Kind, KernelCall, ListValue, MoveCall, Plan,
-    Scalar, TensorSpec, Value,
+    DelegateCall,
+    DelegateSpec,
+    Dynamism,
+    FreeCall,
+    JumpFalseCall,
+    KernelCall,
+    Kind,
+    ListValue,
+    MoveCall,
+    Plan,
+    Scalar,
+    TensorSpec,
+    Value,
 )
 from pterun.format.program import ProgramFile, Verification
 

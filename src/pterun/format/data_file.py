@@ -70,7 +70,9 @@ class DataFile:
                 seg = root.Segments(i)
                 start, size = header.segment_base_offset + seg.Offset(), seg.Size()
                 if start + size > len(data):
-                    raise InvalidExternalData(f"segment {i} spans bytes {start}..{start + size} of a {len(data)}-byte file")
+                    raise InvalidExternalData(
+                        f"segment {i} spans bytes {start}..{start + size} of a {len(data)}-byte file"
+                    )
                 segments.append(data[start : start + size])
             self.entries: dict[str, NamedEntry] = {}
             for i in range(root.NamedDataLength()):

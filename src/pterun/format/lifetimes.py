@@ -21,7 +21,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pterun.format.plan import (
-    DelegateCall, JumpFalseCall, Kind, KernelCall, ListValue, MoveCall, Plan, TensorSpec,
+    DelegateCall,
+    JumpFalseCall,
+    KernelCall,
+    Kind,
+    ListValue,
+    MoveCall,
+    Plan,
+    TensorSpec,
 )
 
 _TENSOR_LISTS = (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)
@@ -69,7 +76,8 @@ class ArenaPlan:
     @property
     def unshared_bytes(self) -> int:
         """What one buffer per tensor would take: the bytes of every buffer (a view and its base counted once)."""
-        total, seen = 0, {}
+        total = 0
+        seen: dict[tuple[int, int], int] = {}  # (offset, bytes) -> the last instruction it is alive at
         for t in sorted(self.tensors, key=lambda t: (t.offset, t.nbytes, t.first if t.first is not None else -1)):
             key = (t.offset, t.nbytes)
             last = seen.get(key)

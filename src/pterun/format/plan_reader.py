@@ -18,7 +18,15 @@ from pterun.format._generated import program_generated as fb
 from pterun.format._generated import program_layout as layout
 from pterun.format.budget import charge, read_budget, string
 from pterun.format.plan import (
-    DelegateCall, DelegateSpec, FreeCall, Instruction, JumpFalseCall, KernelCall, MoveCall, Plan, check_plan,
+    DelegateCall,
+    DelegateSpec,
+    FreeCall,
+    Instruction,
+    JumpFalseCall,
+    KernelCall,
+    MoveCall,
+    Plan,
+    check_plan,
 )
 from pterun.format.value_reader import check_device, read_values
 

@@ -19,7 +19,7 @@ from typing import Protocol
 from pterun.errors import InvalidArgument, InvalidProgram, NotFound, PteError
 from pterun.flatbuf.bulk import Bytes
 from pterun.flatbuf.tables import vector_span
-from pterun.flatbuf.verify import verify_buffer
+from pterun.flatbuf.verify import Verifier, verify_buffer
 from pterun.format._generated import program_generated as fb
 from pterun.format._generated import program_layout
 from pterun.format.budget import charge, ints, read_budget, string
@@ -58,7 +58,7 @@ class ProgramFile:
         header = read_program_header(data)
         self.header = header
         self._program_bytes = data[: header.program_size]
-        self._verifier = None
+        self._verifier: Verifier | None = None
         self._marks = marks
         self._digest: bytes | None = None
         self._verified: set[str] = set()  # methods whose tables passed the verifier
@@ -225,7 +225,9 @@ class ProgramFile:
                 )
             return segment[offset : offset + nbytes]
         if not 0 <= buffer_idx < self._inline_constants:
-            raise InvalidArgument(f"constant {buffer_idx} is past the program's {self._inline_constants} constant buffers")
+            raise InvalidArgument(
+                f"constant {buffer_idx} is past the program's {self._inline_constants} constant buffers"
+            )
         what = f"constant buffer {buffer_idx}"
         storage = self._byte_vector(lambda: self._root.ConstantBuffer(buffer_idx), what, need=nbytes)
         return storage[:nbytes]

@@ -73,7 +73,7 @@ def read_values(data: Bytes, positions: np.ndarray, where: str) -> tuple[Value, 
         chosen = np.flatnonzero(tags == kind)
         made = _read_kind(data, kind, members[chosen], where)
         if kind == Kind.TENSOR:
-            made = [_tensor(*fields, i, where) for fields, i in zip(made, chosen.tolist())]
+            made = [_tensor(*fields, i, where) for fields, i in zip(made, chosen.tolist())]  # type: ignore[call-arg]
         for i, value in zip(chosen.tolist(), made):
             values[i] = value
     return tuple(values)
@@ -121,7 +121,7 @@ def _tensor_fields(data: Bytes, at: np.ndarray) -> list[tuple]:
             a.scalar("memory_offset_high", "<u4").astype(np.int64) << 32)
         for i, m, o in zip(planned.tolist(), a.scalar("memory_id", "<u4").tolist(), offsets.tolist()):
             memory_id[i], offset[i] = m, o
-    extra = [None] * n
+    extra: list[tuple | None] = [None] * n
     info = t.ref("extra_tensor_info")
     has_info = np.flatnonzero(info != ABSENT)
     if len(has_info):

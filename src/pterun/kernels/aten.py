@@ -119,7 +119,7 @@ def view_of(name: str):
     return overload_of(f"aten::{op[: -len('_copy')]}.{'default' if overload == 'out' else overload[: -len('_out')]}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def functional_of(name: str) -> Functional | None:
     """The functional form of an ATen operator: for an out-variant, the overload that returns what it
     writes (``aten::add.out`` -> ``aten::add.Tensor``); for any other, the overload itself."""
@@ -174,7 +174,7 @@ def schema_kernel(overload, name: str) -> KernelFactory:
     return exact_count(binding, n + 1, name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def aten_provider(name: str) -> KernelFactory | None:
     if not name.startswith("aten::"):
         return None

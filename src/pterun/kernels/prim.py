@@ -178,7 +178,8 @@ _UNARY = {
 
 
 _NUMBER = frozenset({"int", "double", "bool"})
-_TENSOR, _INT, _BOOL, _INT_LIST = frozenset({"tensor"}), frozenset({"int"}), frozenset({"bool"}), frozenset({"int_list"})
+_TENSOR, _INT = frozenset({"tensor"}), frozenset({"int"})
+_BOOL, _INT_LIST = frozenset({"bool"}), frozenset({"int_list"})
 
 
 def _traceable(fn, nargs: int, name: str, **effects):
@@ -210,5 +211,5 @@ def register(registry: KernelRegistry) -> None:
     # The schema returns nothing; emitters have passed the three arguments alone and with a result slot.
     # It grows a tensor in place: no functional form.
     name = "executorch_prim::et_copy_index.tensor"
-    registry.register(name, exact_count(Binding(_et_copy_index, (0, 1, 2), mutates=(0,), accepts=(_TENSOR, _TENSOR, _INT)),
-                                        4, name, also=(3,)))
+    binding = Binding(_et_copy_index, (0, 1, 2), mutates=(0,), accepts=(_TENSOR, _TENSOR, _INT))
+    registry.register(name, exact_count(binding, 4, name, also=(3,)))

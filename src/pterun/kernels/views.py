@@ -25,7 +25,7 @@ def _copier(view):
     return copy
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def view_copy_provider(name: str) -> KernelFactory | None:
     view = view_of(name)
     out_variant = overload_of(name)

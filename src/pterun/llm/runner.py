@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
+from typing import Any
 
 import torch
 
@@ -53,7 +54,9 @@ class TextLLMRunner:
         self.eos_ids = frozenset(self.metadata.eos_ids if self.metadata.eos_ids is not None
                                  else (self.tokenizer.eos_tok,))
         self._sampler_seed = seed
-        self.prefiller = self.decoder = self.sampler = None
+        self.prefiller: TextDecoder | None = None
+        self.decoder: TextDecoder | None = None
+        self.sampler: Sampler | None = None
         self.pos = 0
         self._prefill_next: int | None = None
         self._stop = threading.Event()
@@ -68,7 +71,7 @@ class TextLLMRunner:
         if self.is_loaded():
             return
         meta = self.metadata
-        options = dict(max_seq_len=meta.max_seq_len, parallel_prefill=meta.enable_dynamic_shape,
+        options: dict[str, Any] = dict(max_seq_len=meta.max_seq_len, parallel_prefill=meta.enable_dynamic_shape,
                        stats=self.stats)
         prefiller = TextDecoder(self.program, self._prefill_name, self._device, **options)
         self.decoder = TextDecoder(self.program, self._decode_name, self._device, **options) \

@@ -10,20 +10,11 @@ def time_in_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-_FIELDS = (
-    "model_load_start_ms", "model_load_end_ms", "inference_start_ms", "token_encode_end_ms",
-    "model_execution_start_ms", "model_execution_end_ms", "prompt_eval_end_ms", "first_token_ms",
-    "inference_end_ms", "aggregate_sampling_time_ms", "aggregate_model_execution_time_ms",
-    "num_prompt_tokens", "num_generated_tokens",
-)
 _JSON_TIMES = (
     "model_load_start_ms", "model_load_end_ms", "inference_start_ms", "inference_end_ms",
     "model_execution_start_ms", "model_execution_end_ms", "prompt_eval_end_ms", "first_token_ms",
     "aggregate_sampling_time_ms", "aggregate_model_execution_time_ms",
 )
-# Device memory, reported only where it was measured (None: not measured; ExecuTorch keeps uint64 -1).
-_GPU_FIELDS = ("gpu_total_bytes", "gpu_free_before_load_bytes", "gpu_free_after_load_bytes",
-               "gpu_free_after_generate_bytes", "gpu_peak_usage_mb")
 
 
 def _number(value: float) -> str:
@@ -35,6 +26,27 @@ class Stats:
     """ExecuTorch's ``Stats``, constructible and writable from Python (ExecuTorch's are read-only)."""
 
     SCALING_FACTOR_UNITS_PER_SECOND = 1000
+
+    # ExecuTorch's fields (milliseconds of time_in_ms(), and token counts), 0 until measured.
+    model_load_start_ms: int
+    model_load_end_ms: int
+    inference_start_ms: int
+    token_encode_end_ms: int
+    model_execution_start_ms: int
+    model_execution_end_ms: int
+    prompt_eval_end_ms: int
+    first_token_ms: int
+    inference_end_ms: int
+    aggregate_sampling_time_ms: int
+    aggregate_model_execution_time_ms: int
+    num_prompt_tokens: int
+    num_generated_tokens: int
+    # Device memory, reported only where it was measured (None: not measured; ExecuTorch keeps uint64 -1).
+    gpu_total_bytes: int | None
+    gpu_free_before_load_bytes: int | None
+    gpu_free_after_load_bytes: int | None
+    gpu_free_after_generate_bytes: int | None
+    gpu_peak_usage_mb: float | None
 
     def __init__(self, **values: int) -> None:
         for name in _FIELDS:
@@ -63,7 +75,7 @@ class Stats:
 
     def reset(self, all_stats: bool = False) -> None:
         """Zeroes the figures of a generation; ``all_stats`` the model-load times too."""
-        keep = ("model_load_start_ms", "model_load_end_ms", "token_encode_end_ms")
+        keep: tuple[str, ...] = ("model_load_start_ms", "model_load_end_ms", "token_encode_end_ms")
         if all_stats:
             keep = ("token_encode_end_ms",)
         for name in _FIELDS:
@@ -104,3 +116,7 @@ class Stats:
             else 0.0
         return (f"<Stats num_prompt_tokens={self.num_prompt_tokens} "
                 f"num_generated_tokens={self.num_generated_tokens} tokens_per_second={rate:f}>")
+
+
+_GPU_FIELDS = tuple(name for name in Stats.__annotations__ if name.startswith("gpu_"))
+_FIELDS = tuple(name for name in Stats.__annotations__ if name.endswith(("_ms", "_tokens")))

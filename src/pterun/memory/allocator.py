@@ -90,7 +90,9 @@ class AllocatorRegistry:
         """Registers an allocator made on first use, so registering touches no device."""
         with self._table.lock:
             if device_type in self._table:
-                raise AllocatorAlreadyRegistered(f"an allocator is already registered for device type {device_type.name}")
+                raise AllocatorAlreadyRegistered(
+                    f"an allocator is already registered for device type {device_type.name}"
+                )
             self._table.add_factory(device_type, factory)
 
     def get(self, device_type: DeviceType) -> Allocator:

@@ -54,7 +54,8 @@ class DeviceMemoryBuffer:
         self.memory = memory
         self.device = device
         self.nbytes = nbytes
-        self._host = None  # a weak reference to the bytes as one NumPy array, while a view of host memory lives
+        # A weak reference to the bytes as one NumPy array, while a view of host memory lives.
+        self._host: weakref.ref[np.ndarray] | None = None
 
     @property
     def data_ptr(self) -> int:
@@ -77,7 +78,7 @@ class DeviceMemoryBuffer:
             return torch.from_numpy(host[offset : offset + nbytes])
         return torch.as_tensor(_CudaRange(self.data_ptr + offset, nbytes, self), device=self.memory.device)
 
-    def copy_from_host(self, data: "bytes | memoryview | torch.Tensor", offset: int = 0) -> None:
+    def copy_from_host(self, data: bytes | memoryview | torch.Tensor, offset: int = 0) -> None:
         src = data if isinstance(data, torch.Tensor) else torch.frombuffer(bytearray(data), dtype=torch.uint8)
         self.memory[offset : offset + src.numel()].copy_(src.view(torch.uint8).reshape(-1))
 

@@ -40,7 +40,8 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype:
 
 def tensor_inputs(plan) -> tuple[list[tuple[int, TensorSpec]], dict[int, object]]:
     """The method's tensor inputs, and the value every other input was exported with (the only one it takes)."""
-    tensors, fixed = [], {}
+    tensors: list[tuple[int, TensorSpec]] = []
+    fixed: dict[int, object] = {}
     for i, vi in enumerate(plan.inputs):
         value = plan.values[vi]
         if isinstance(value, TensorSpec):
@@ -198,7 +199,9 @@ class Layout:
 
     def calls(self, keys: list) -> list[np.ndarray]:
         """The rows of each call: consecutive good rows of one shape, at most ``bound`` at a time."""
-        calls, run, last = [], [], None
+        calls: list[np.ndarray] = []
+        run: list[int] = []
+        last = None
         for r, key in enumerate(keys):
             if key is None:
                 continue

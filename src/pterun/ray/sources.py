@@ -111,7 +111,7 @@ class ImageFormat:
 
         c, h, w = self.sizes if self.channels_first else (self.sizes[2], self.sizes[0], self.sizes[1])
         with Image.open(path) as image:
-            pixels = np.asarray(image.convert("L" if c == 1 else "RGB").resize((w, h), Image.BILINEAR))
+            pixels = np.asarray(image.convert("L" if c == 1 else "RGB").resize((w, h), Image.Resampling.BILINEAR))
         pixels = pixels.reshape(h, w, c)
         if self.channels_first:
             pixels = pixels.transpose(2, 0, 1)

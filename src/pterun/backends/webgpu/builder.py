@@ -71,20 +71,6 @@ class NodeBuilder:
             raise InvalidProgram(f"{self.op.name}: value {vid} is not a list of tensors")
         return [self.tensor(i) for i in v.items]
 
-    def int(self, vid: int) -> Callable[[], int]:
-        """A getter for an int argument (a literal or a SymInt)."""
-        v = self.value(vid)
-        if isinstance(v, SymInt):
-            slot = self._slots.sym(vid)
-            self.node.deps.add(vid)
-            return lambda: slot.value
-        if isinstance(v, bool) or not isinstance(v, int):
-            if isinstance(v, float) and v.is_integer():
-                n = int(v)
-                return lambda: n
-            raise InvalidProgram(f"{self.op.name}: value {vid} is {v!r}, expected an int")
-        return lambda: v
-
     def opt_int(self, vid: int, default=None) -> Callable[[], int | None]:
         return (lambda: default) if self.value(vid) is None else self.int(vid)
 
@@ -176,6 +162,21 @@ class NodeBuilder:
         d = Dispatch(render(family, **subs), list(bindings), params, grid)
         self.node.dispatches.append(d)
         return d
+
+    # Last in the class: below it, ``int`` in an annotation would name this method.
+    def int(self, vid: int) -> Callable[[], int]:
+        """A getter for an int argument (a literal or a SymInt)."""
+        v = self.value(vid)
+        if isinstance(v, SymInt):
+            slot = self._slots.sym(vid)
+            self.node.deps.add(vid)
+            return lambda: slot.value
+        if isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, float) and v.is_integer():
+                n = int(v)
+                return lambda: n
+            raise InvalidProgram(f"{self.op.name}: value {vid} is {v!r}, expected an int")
+        return lambda: v
 
 
 Builder = Callable[[NodeBuilder, Op], None]

@@ -20,7 +20,7 @@ NAMED = 0xFFFFFFFFFFFFFFFF  # VkBytes.offset of a constant kept in the program's
 
 
 # VkDataType as an enum: the generated class is a plain namespace of ints.
-DType = enum.IntEnum("DType", {k: v for k, v in vars(fb.VkDataType).items() if not k.startswith("_")})
+DType = enum.IntEnum("DType", {k: v for k, v in vars(fb.VkDataType).items() if not k.startswith("_")})  # type: ignore[misc]
 
 
 @dataclass

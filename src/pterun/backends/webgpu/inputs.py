@@ -107,7 +107,8 @@ class _Conversion:
         self.staging = Storage(self.width * slot.capacity, INPUT)
         self.staging.buffer = gpu.buffer(self.width * slot.capacity + 4, gpu.STORAGE, f"stage{slot.vid}")
         self.params = ParamBlocks(gpu, 1, "stage-params")
-        self.dispatch = Dispatch(render("convert", T_OUT=slot.elem), [self.staging, slot], list, tuple)
+        # write() sets the grid itself: the params and grid functions are never called.
+        self.dispatch = Dispatch(render("convert", T_OUT=slot.elem), [self.staging, slot], list, tuple)  # type: ignore[arg-type]
         bind(gpu, self.dispatch, self.params, 0)
 
     def write(self, x: torch.Tensor) -> Dispatch:

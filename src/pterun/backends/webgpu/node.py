@@ -11,6 +11,7 @@ import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pterun.backends.webgpu.device import PARAM_WORDS
 from pterun.backends.webgpu.slots import SSlot
@@ -40,7 +41,7 @@ class Dispatch:
     params: Callable[[], list]
     grid: Callable[[], tuple[int, int, int]]
     words: list = field(default_factory=list)
-    block: object = None  # this dispatch's words in the program's parameter array, once memory is bound
+    block: Any = None  # this dispatch's words in the program's parameter array, once memory is bound
     pipeline: object = None
     bind_group: object = None
     current: tuple = (0, 0, 0)

@@ -70,7 +70,8 @@ class TensorOutput:
 
 def readback(gpu: Gpu, slots: list) -> tuple[list, object]:
     """The outputs' handlers and the one mappable buffer they land in, each at an 8-byte aligned offset."""
-    outputs, total = [], 0
+    outputs: list[TensorOutput | SymIntOutput] = []
+    total = 0
     for k, slot in enumerate(slots):
         if isinstance(slot, TSlot):
             outputs.append(TensorOutput(k, slot, total))

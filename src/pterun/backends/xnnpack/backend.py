@@ -32,7 +32,12 @@ from pterun.backends.xnnpack.optimize import optimize
 from pterun.backends.xnnpack.profile import NodeHooks
 from pterun.core.layout import CHANNELS_LAST_4D, strides_for
 from pterun.errors import (
-    DelegateInvalidCompatibility, DelegateInvalidHandle, Internal, InvalidArgument, InvalidProgram, PteError,
+    DelegateInvalidCompatibility,
+    DelegateInvalidHandle,
+    Internal,
+    InvalidArgument,
+    InvalidProgram,
+    PteError,
 )
 
 NAME = "XnnpackBackend"
@@ -104,7 +109,8 @@ class XnnpackDelegate:
             )
         for value in (*self.graph.inputs, *self.graph.outputs):
             arg = args[value.external_id]
-            what = f"{NAME}: argument {value.external_id} (graph value {value.id}, {value.type_name} {list(value.dims)})"
+            what = (f"{NAME}: argument {value.external_id} "
+                    f"(graph value {value.id}, {value.type_name} {list(value.dims)})")
             if not isinstance(arg, torch.Tensor):
                 raise InvalidProgram(f"{what} is given {type(arg).__name__}, not a tensor")
             dtype = Datatype.STORAGE.get(value.datatype)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from types import CodeType
 from typing import Any, Protocol
 
@@ -293,7 +293,7 @@ class Hooks(Protocol):
 
 
 def translate(graph: Graph, device: torch.device, cache: dict, input_shapes: dict[int, Shape],
-              translators: dict[str, Callable[[Node, Builder], None]], options: dict | None = None,
+              translators: Mapping[str, Callable[[Node, Builder], None]], options: dict | None = None,
               compile_code: Callable[[str, str], CodeType] | None = None, hooks: Hooks | None = None) -> Translation:
     b = Builder(graph, device, cache, input_shapes, options)
     for node in graph.nodes:
@@ -358,7 +358,7 @@ def _is_int(value) -> bool:
     return type(value) is int  # not bool, not a numpy integer: their text is not always a literal
 
 
-def numel(shape: Shape) -> int:
+def numel(shape: Sequence[int]) -> int:
     return math.prod(shape)
 
 

@@ -221,7 +221,7 @@ class _Reader:
             if quant:
                 qvalue = fb.XNNQuantizedTensorValue()
                 qvalue.Init(self.blob.flatbuffer, int(unions[index]))
-            yield self.value(*fields[row[index]], qvalue)
+            yield self.value(*fields[row[index]], qvalue)  # type: ignore[call-arg]  # mypy: * then one more
 
     def value(self, datatype: int, num_dims: int, dims: list, buffer: int, external: int, flags: int, vid: int,
               dq_datatype: int, qvalue) -> Value:

@@ -67,7 +67,8 @@ def members(node: Node) -> list[Node]:
 
 def labels(graph: Graph) -> dict[int, tuple[int, str]]:
     """For each node of the graph, by index: the debug handle its report carries (-1: none) and its name."""
-    numbers, count = {}, Counter()
+    numbers: dict[int, str] = {}
+    count: Counter[str] = Counter()
     for n in sorted((m for node in graph.nodes for m in members(node)), key=lambda n: n.index):
         count[n.kind] += 1
         numbers[n.index] = f"{n.kind} #{count[n.kind]}"

@@ -25,7 +25,7 @@ from collections import Counter
 
 from pterun.core.device import DeviceType
 from pterun.executor.effects import MethodEffects
-from pterun.executor.fold import overlaps, Rewriter
+from pterun.executor.fold import Rewriter, overlaps
 from pterun.executor.fuse import attention, rms_norm, swiglu
 from pterun.executor.fuse.common import Chain, Graph
 from pterun.executor.steps import KernelStep

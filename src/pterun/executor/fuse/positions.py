@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from pterun.core.dtype import to_torch
 from pterun.core.device import DeviceType
+from pterun.core.dtype import to_torch
 from pterun.executor.effects import MethodEffects
 from pterun.executor.fold import overlaps
 from pterun.executor.steps import KernelStep
@@ -132,7 +132,7 @@ def _group(plan: Plan, steps: list, effects: MethodEffects, kernels: KernelRegis
             consumers[k] = _step(kernels, device_type, name, args, step.name)
         else:
             return None
-    for made, (k, host) in ends.items():
+    for made, (k, _host) in ends.items():
         # Every use of position + host is the end of a slice starting at the position.
         if any(j != k and (pos != 3 or steps[j].name != SLICE or j not in slices) for j, pos in uses.get(made, ())):
             return None

@@ -84,7 +84,7 @@ def embedding_kernel(bits: int, with_dtype: bool) -> Callable:
             return _embedding(weight, weight_scales, weight_zero_points, quant_min, quant_max, indices, dtype,
                               out, bits, name)
     else:
-        def kernel(weight, weight_scales, weight_zero_points, quant_min, quant_max, indices, out):
+        def kernel(weight, weight_scales, weight_zero_points, quant_min, quant_max, indices, out):  # type: ignore[misc]
             return _embedding(weight, weight_scales, weight_zero_points, quant_min, quant_max, indices, None,
                               out, bits, name)
     return kernel

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -19,7 +20,7 @@ def _softmax(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 
 # XNNPACK unary node -> a torch function writing ``out`` from ``x`` (called as fn(x, out=out)).
-_UNARY = {
+_UNARY: dict[str, Callable[..., torch.Tensor]] = {
     "XNNAbs": torch.abs,
     "XNNNegate": torch.neg,
     "XNNSquare": torch.square,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from pterun.backends.xnnpack.nodes import qlinear
 
-
 MIN_RUN = 16  # bytes of a window row below which gathering windows costs more than the float convolution
 
 

@@ -113,7 +113,10 @@ def _emit_onednn(b, xu: str, zero_point: int, packed, n: int, out: str) -> None:
 def _unsigned(b, rows_name: str, shape) -> str:
     """int8 rows as uint8 rows plus 128 (the top bit flipped), in a buffer."""
     flipped = b.scratch(shape, torch.uint8)
-    source = b.bind(b.env[rows_name].view(torch.uint8), "xu") if rows_name in b.env else f"{rows_name}.view(torch.uint8)"
+    if rows_name in b.env:
+        source = b.bind(b.env[rows_name].view(torch.uint8), "xu")
+    else:
+        source = f"{rows_name}.view(torch.uint8)"
     b.emit(f"torch.bitwise_xor({source}, 128, out={flipped})")
     return flipped
 
