@@ -17,17 +17,19 @@ from tests.ray.programs import STATIC_BATCH, dynamic_mlp, static_classifier
 runner = CliRunner()
 
 
-def test_a_parquet_file_in_order_with_a_bad_row_recorded_then_refused(ray_cluster, tmp_path):
+def test_a_parquet_file_in_order_with_a_bad_row_recorded_then_refused(ray_cluster, tmp_path, monkeypatch):
     program = dynamic_mlp()
+    # Relative paths are the caller's, though Ray's workers run in another working directory.
+    monkeypatch.chdir(tmp_path)
     rng = np.random.default_rng(3)
     x, y = rng.standard_normal((20, 6)).astype(np.float32), rng.standard_normal((20, 3)).astype(np.float32)
     rows = list(x)
     rows[13] = np.ones(7, np.float32)  # one value too many
     pd.DataFrame({"x": rows, "y": list(y)}).to_parquet(tmp_path / "in.parquet", row_group_size=6)
     assert pq.ParquetFile(tmp_path / "in.parquet").num_row_groups == 4, "the premise: several row groups"
-    args = ["batch", str(program.pte), "-i", str(tmp_path / "in.parquet"), "--batch-size", "5", "--workers", "1"]
+    args = ["batch", str(program.pte), "-i", "in.parquet", "--batch-size", "5", "--workers", "1"]
 
-    result = runner.invoke(app, args + ["-o", str(tmp_path / "out"), "--preserve-order", "--on-error", "record"])
+    result = runner.invoke(app, args + ["-o", "out", "--preserve-order", "--on-error", "record"])
     assert result.exit_code == 0, result.output
     assert "1 rows failed" in result.stdout and "20 rows in" in result.stdout and "rows/s" in result.stdout
     out = pq.read_table(tmp_path / "out").to_pandas()
@@ -39,7 +41,7 @@ def test_a_parquet_file_in_order_with_a_bad_row_recorded_then_refused(ray_cluste
     expected = method.execute([torch.from_numpy(x[good[:8]]), torch.from_numpy(y[good[:8]])])[0]
     torch.testing.assert_close(np.stack(out["output_0"][good[:8]]), expected.numpy())
 
-    refused = runner.invoke(app, args + ["-o", str(tmp_path / "refused")])
+    refused = runner.invoke(app, args + ["-o", "refused"])
     assert refused.exit_code == 1 and refused.output.count("error:") == 1 and "Traceback" not in refused.output
     assert "row 13, input 0 (column 'x')" in refused.output and "NotSupported 0x10" in refused.output
 

@@ -35,7 +35,11 @@ def batch(
     compile: bool = typer.Option(False, "--compile", help="torch.compile each method in each actor."),
 ) -> None:
     """Run a method over every row of a dataset with Ray Data and write the outputs as Parquet."""
-    path = program or example_program()
+    # Ray's workers read and write files from their own working directory: relative paths are made the
+    # caller's here.
+    path = (program or example_program()).resolve()
+    input, output = input.resolve(), output.resolve()
+    data = [p.resolve() for p in data] if data else None
     with reported():
         if on_error not in ("raise", "record"):
             raise UserError(f"--on-error {on_error!r}: expected raise or record")
