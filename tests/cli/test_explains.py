@@ -35,15 +35,26 @@ def test_every_option_has_help_and_every_command_examples():
     assert all((p.help or "").strip() for p in group.params if p.param_type_name == "option")
 
 
+def _examples(help_text: str) -> list[str]:
+    """The lines of the help's fenced example block."""
+    _, _, rest = help_text.partition("```\n")
+    block, _, _ = rest.partition("```")
+    return [line.strip() for line in block.splitlines() if line.strip()]
+
+
 @pytest.mark.parametrize("columns", [80, 120])
 def test_the_examples_print_as_a_block_of_whole_commands(columns):
-    result = runner.invoke(app, ["run", "--help"], env={"COLUMNS": str(columns)}, terminal_width=columns)
-    assert result.exit_code == 0, result.output
-    lines = [line.strip() for line in result.output.splitlines()]
-    assert "Examples" in lines
-    # One example a line, kept whole (no fence, no markup left over).
-    assert "pterun run model.pte --inputs inputs.pt --device cuda" in lines
-    assert "```" not in result.output and "**" not in result.output
+    commands = _commands()
+    assert _examples(commands["run"].help)[1] == "pterun run model.pte --inputs inputs.pt --device cuda"
+    for name, command in commands.items():
+        result = runner.invoke(app, [name, "--help"], env={"COLUMNS": str(columns)}, terminal_width=columns)
+        assert result.exit_code == 0, result.output
+        assert max(len(line) for line in result.output.splitlines()) == columns  # the premise: drawn this wide
+        lines = [line.strip() for line in result.output.splitlines()]
+        # One example a line, kept whole, and no fence or markup left over.
+        for example in _examples(command.help):
+            assert example in lines, f"pterun {name} --help at {columns} columns breaks {example!r}"
+        assert "```" not in result.output and "**" not in result.output
 
 
 def test_run_says_it_fed_random_inputs_from_the_metadata_and_the_seed():
@@ -79,3 +90,19 @@ def test_progress_is_drawn_on_a_terminal_only_and_never_in_json(monkeypatch):
     assert json.loads(result.stdout)["results"][0]["name"] == "pterun"
     drawn = terminal.getvalue()
     assert "loading llama_tiny.pte" in drawn and "warm-up" in drawn and "rounds" in drawn
+
+
+def test_compile_reaches_the_loader_and_run_says_how_it_went(monkeypatch):
+    from pterun import Runtime
+
+    asked, load = [], Runtime.load_program
+
+    def recording(self, *args, **kwargs):
+        asked.append(kwargs.get("compile"))
+        return load(self, *args, **{**kwargs, "compile": False})  # torch.compile itself takes minutes here
+
+    monkeypatch.setattr(Runtime, "load_program", recording)
+    result = runner.invoke(app, ["run", "--compile", "-n", "1", "--warmup", "0"])
+    assert result.exit_code == 0, result.output
+    assert asked == [True]
+    assert "torch.compile: " in result.output

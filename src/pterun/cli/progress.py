@@ -9,9 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from pterun.cli import report
+
+
+class _Count(MofNCompleteColumn):
+    """``done/total`` for a counted step, nothing for the others."""
+
+    def render(self, task: Task) -> Text:
+        return super().render(task) if task.fields.get("counted") else Text("")
 
 
 class Steps:
@@ -22,13 +30,13 @@ class Steps:
 
     @contextmanager
     def step(self, text: str) -> Iterator[None]:
-        task = self._progress.add_task(text, total=None)
+        task = self._progress.add_task(text, total=None, counted=False)
         yield
         self._progress.update(task, total=1, completed=1)
 
     def counted(self, text: str, total: int) -> Callable[[], None]:
         """A bar of ``total`` units; the returned function advances it by one."""
-        task = self._progress.add_task(text, total=total)
+        task = self._progress.add_task(text, total=total, counted=True)
         return lambda: self._progress.advance(task)
 
 
@@ -36,7 +44,7 @@ class Steps:
 def steps() -> Iterator[Steps]:
     console = report.errors
     # stdout stays where it is: a redirected stdout would land on stderr while the bars are drawn.
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), _Count(),
                   TimeElapsedColumn(), console=console, transient=True, redirect_stdout=False,
                   disable=not console.is_terminal) as progress:
         yield Steps(progress)
