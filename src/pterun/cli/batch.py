@@ -18,7 +18,7 @@ def batch(
     program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
     input: Path = typer.Option(..., "--input", "-i", help="Parquet file or folder, .npy/.npz, or a folder of images."),
     output: Path = typer.Option(..., "--output", "-o", help="Folder the Parquet files are written to."),
-    method: str = typer.Option("forward", "--method", "-m"),
+    method: str = typer.Option("forward", "--method", "-m", help="The method to run on each row."),
     data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help=".ptd file(s) with external tensors."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda: each worker takes one GPU."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1,
@@ -34,7 +34,16 @@ def batch(
                                      "agrees columns and prints their distribution."),
     compile: bool = typer.Option(False, "--compile", help="torch.compile each method in each actor."),
 ) -> None:
-    """Run a method over every row of a dataset with Ray Data and write the outputs as Parquet."""
+    """Run a method over every row of a dataset with Ray Data and write the outputs as Parquet.
+
+    **Examples**
+
+    ```
+    pterun batch --input tokens.npy --output out/
+    pterun batch model.pte -i images/ -o out/ --device cuda --workers 2
+    pterun batch model.pte -i rows.parquet -o out/ --compare-with pkg.mod:make
+    ```
+    """
     # Ray's workers read and write files from their own working directory: relative paths are made the
     # caller's here.
     path = (program or example_program()).resolve()

@@ -23,7 +23,15 @@ def run_tests(
     atol: float = typer.Option(DEFAULT_ATOL, "--atol", min=0.0, help="Absolute tolerance, as ExecuTorch's."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
-    """Run every bundled test case of every method; exit status 1 when any fails."""
+    """Run every bundled test case of every method; exit status 1 when any fails.
+
+    **Examples**
+
+    ```
+    pterun test model.bpte
+    pterun test model.bpte --method forward --rtol 1e-3 --atol 1e-5 --json
+    ```
+    """
     results: list[CaseResult] = []
     with reported():
         loaded = BundledProgram(bundle, data_path=data or None)

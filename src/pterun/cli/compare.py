@@ -25,7 +25,7 @@ GROWTHS = 5  # tries with a debug buffer 4 times larger each time, when delegate
 
 def compare(
     program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
-    method: str = typer.Option("forward", "--method", "-m"),
+    method: str = typer.Option("forward", "--method", "-m", help="The method to run."),
     against: Optional[str] = typer.Option(
         None, "--against", help="The reference for the outputs: executorch (ExecuTorch's runtime) or etrecord (the "
                                 "ETRecord's exported program in eager PyTorch); etrecord when --etrecord is given, "
@@ -47,7 +47,16 @@ def compare(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
 ) -> None:
-    """Run a program on pterun and on a reference, and show how far apart their values are."""
+    """Run a program on pterun and on a reference, and show how far apart their values are.
+
+    **Examples**
+
+    ```
+    pterun compare
+    pterun compare model.pte --etrecord etrecord.bin
+    pterun compare model.pte --device cuda --threshold 1e-2 --json
+    ```
+    """
     path = program or example_program()
     with reported():
         device = device_option(device)

@@ -38,11 +38,12 @@ def generate(
 ) -> None:
     """Generate text from an exported LLM, streaming tokens as they come, and end with one stats line.
 
-    Examples:
+    **Examples**
 
-        pterun generate --prompt "Once upon a time"
-
-        pterun generate model.pte --tokenizer tokenizer.json --prompt "Hello" --max-new-tokens 128 --device cuda
+    ```
+    pterun generate --prompt "Once upon a time"
+    pterun generate model.pte -t tokenizer.json -p "Hello" -n 128 --device cuda
+    ```
     """
     from pterun.llm import GenerationConfig, TextLLMRunner
 

@@ -42,6 +42,16 @@ def random_inputs(meta: MethodMeta, device: str = "cpu", seed: int = 0) -> list:
     return inputs
 
 
+def describe(values: list) -> str:
+    """What a method is fed, value by value: a tensor's dtype and shape, else the value."""
+    def one(v) -> str:
+        if isinstance(v, torch.Tensor):
+            return f"{str(v.dtype).removeprefix('torch.')} {list(v.shape)}"
+        return f"{type(v).__name__} {v!r}"
+
+    return ", ".join(f"#{i} {one(v)}" for i, v in enumerate(values)) or "none"
+
+
 def load_inputs(path: Path, device: str = "cpu") -> list:
     """The inputs in ``path``: a .npz archive (its arrays in order) or a .pt file holding a tensor, or a
     list, tuple or dict of tensors and scalars."""

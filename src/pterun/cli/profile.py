@@ -8,18 +8,17 @@ from typing import Optional
 
 import torch
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from pterun.cli import traced
+from pterun.cli import progress, traced
 from pterun.cli.options import device_option, example_program
 from pterun.cli.profiling import Profile, chrome_trace, profile_rows
-from pterun.cli.report import UserError, console, errors, esc, reported
+from pterun.cli.report import UserError, console, esc, reported
 
 
 def profile(
     program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
-    method: str = typer.Option("forward", "--method", "-m"),
+    method: str = typer.Option("forward", "--method", "-m", help="The method to profile."),
     data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help=".ptd file(s) with external tensors."),
     inputs: Optional[Path] = typer.Option(None, "--inputs", "-i", help=".pt or .npz file of inputs."),
     device: Optional[str] = typer.Option(None, "--device", help="Run every kernel on this device (cpu, cuda)."),
@@ -35,15 +34,27 @@ def profile(
     top: int = typer.Option(0, "--top", min=0, help="List only the N slowest operators (0: all)."),
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
 ) -> None:
-    """Run a method with ETDump on and show its operators (and delegate nodes) by total time."""
+    """Run a method with ETDump on and show its operators (and delegate nodes) by total time.
+
+    **Examples**
+
+    ```
+    pterun profile
+    pterun profile model.pte --top 10 --trace trace.json
+    pterun profile model.pte --device cuda --iterations 50 --json
+    ```
+    """
     path = program or example_program()
     with reported():
         device = device_option(device)
         where = device or "cpu"
-        loaded = traced.runtime().load_program(path, data_path=data or None, device=device, enable_etdump=True)
-        m = loaded.load_method(method)
-        args = traced.method_inputs(m.metadata, inputs, where, seed)
-        _run(m, args.values, warmup, iterations, loaded, where)
+        with progress.steps() as shown:
+            with shown.step(f"loading {esc(path.name)}"):
+                loaded = traced.runtime().load_program(path, data_path=data or None, device=device,
+                                                       enable_etdump=True)
+                m = loaded.load_method(method)
+            args = traced.method_inputs(m.metadata, inputs, where, seed)
+            _run(m, args.values, warmup, iterations, loaded, where, shown.counted("profiling", warmup + iterations))
         blocks, dump, _ = traced.recorded(loaded)
         result = profile_rows(blocks, m.plan)
         if result.runs != iterations:
@@ -64,17 +75,14 @@ def profile(
         console.print(f"trace: {esc(trace)} (open it in ui.perfetto.dev or chrome://tracing)")
 
 
-def _run(method, args: list, warmup: int, iterations: int, program, where: str) -> None:
+def _run(method, args: list, warmup: int, iterations: int, program, where: str, advance) -> None:
     sync = torch.cuda.synchronize if where.startswith("cuda") else (lambda: None)
-    with Progress(TextColumn("profiling"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=errors, transient=True, disable=not errors.is_terminal) as progress:
-        task = progress.add_task("runs", total=warmup + iterations)
-        for i in range(warmup + iterations):
-            method.execute(args)
-            sync()
-            if i + 1 == warmup:
-                traced.recorded(program)  # the warm-up runs (and the load) are left out
-            progress.advance(task)
+    for i in range(warmup + iterations):
+        method.execute(args)
+        sync()
+        if i + 1 == warmup:
+            traced.recorded(program)  # the warm-up runs (and the load) are left out
+        advance()
 
 
 def _write(path: Path, data: bytes, option: str) -> None:

@@ -57,13 +57,20 @@ class Timing:
         return out
 
 
-def measure(ways: list[Way], *, warmup: int = 5, repeat: int = 50, min_seconds: float = 0.0) -> list[Timing]:
-    """Times every way ``repeat`` times (more if ``min_seconds`` is not reached), interleaved."""
+def _nothing() -> None:
+    pass
+
+
+def measure(ways: list[Way], *, warmup: int = 5, repeat: int = 50, min_seconds: float = 0.0,
+            warmed: Callable[[], None] = _nothing, timed: Callable[[], None] = _nothing) -> list[Timing]:
+    """Times every way ``repeat`` times (more if ``min_seconds`` is not reached), interleaved; ``warmed`` is
+    called after each warm-up call and ``timed`` after each round (to show progress)."""
     import torch
 
     for way in ways:
         for _ in range(warmup):
             way.call()
+            warmed()
         if way.cuda:
             torch.cuda.synchronize()
     timings = [Timing(way.name) for way in ways]
@@ -86,4 +93,5 @@ def measure(ways: list[Way], *, warmup: int = 5, repeat: int = 50, min_seconds: 
                 way.call()
                 timing.host_ms.append((time.perf_counter() - t0) * 1e3)
         rounds += 1
+        timed()
     return timings
