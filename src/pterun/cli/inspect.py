@@ -37,7 +37,13 @@ def inspect(
 ) -> None:
     """Show a program's methods, inputs, outputs, operators, delegates and memory plan.
 
-    Examples: `pterun inspect model.pte`, `pterun inspect --plot plan.png`, `pterun inspect --json model.pte`.
+    **Examples**
+
+    ```
+    pterun inspect model.pte
+    pterun inspect --plot plan.png
+    pterun inspect model.pte --json
+    ```
     """
     path = program or example_program()
     with reported():
