@@ -18,12 +18,18 @@ from tests.gpu.test_half_on_cuda import _close
 pytestmark = pytest.mark.gpu
 
 
+def _fused(name: str):
+    """The fixture's program, its forward loaded on CUDA with the SwiGLU chain fused (the premise, checked)."""
+    directory = FIXTURES / "half" / name
+    pte, _, calls, expected = load_fixture(directory if directory.is_dir() else None)
+    method = pterun.Runtime.get().load_program(pte, device="cuda").load_method("forward")
+    names = [s.name for s in method._loaded.steps if s is not None and hasattr(s, "name")]
+    assert FUSED in names and "aten::sigmoid.out" not in names, f"premise: the chain of {name} was fused"
+    return pte, method, calls, expected
+
+
 def test_swiglu_runs_fused_in_a_graph_with_the_unfused_outputs():
-    directory = FIXTURES / "half" / "swiglu-bfloat16"
-    pte, ptd, calls, expected = load_fixture(directory if directory.is_dir() else None)
-    fused = pterun.Runtime.get().load_program(pte, device="cuda").load_method("forward")
-    names = [s.name for s in fused._loaded.steps if s is not None and hasattr(s, "name")]
-    assert FUSED in names and "aten::sigmoid.out" not in names, "premise: the chain was fused"
+    pte, fused, calls, expected = _fused("swiglu-bfloat16")
     kernels = default_registry()
     del kernels._kernels[(FUSED, DeviceType.CUDA)]
     runtime = pterun.Runtime(Registries(kernels, default_backend_registry(), default_allocators()))
@@ -38,11 +44,7 @@ def test_swiglu_runs_fused_in_a_graph_with_the_unfused_outputs():
 
 
 def test_swiglu_over_dynamic_rows_is_fused_and_sizes_its_out():
-    directory = FIXTURES / "half" / "swiglu-bfloat16-dynamic"
-    pte, ptd, calls, expected = load_fixture(directory if directory.is_dir() else None)
-    method = pterun.Runtime.get().load_program(pte, device="cuda").load_method("forward")
-    names = [s.name for s in method._loaded.steps if s is not None and hasattr(s, "name")]
-    assert FUSED in names and "aten::sigmoid.out" not in names, "premise: the dynamic chain was fused"
+    _, method, calls, expected = _fused("swiglu-bfloat16-dynamic")
     for _ in range(2):
         for call, reference in zip(calls, expected):  # five rows, then one (the one-row Triton kernel), again
             ours = method.execute(on("cuda", call))[0]
