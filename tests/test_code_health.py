@@ -5,6 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # tens of seconds: such files run first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

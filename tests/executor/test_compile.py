@@ -11,6 +11,8 @@ from tests.support.differential import export_model, flat
 from tests.support.models import build
 from tests.support.oracle import reference_module, run_reference
 
+pytestmark = pytest.mark.slow  # tens of seconds: such files run first (tests/conftest.py)
+
 
 @pytest.mark.parametrize("name", ["llama", "mobilenet_v2", "et_llama_kv"])
 def test_compiled_method_matches_executorch(name):

@@ -14,6 +14,8 @@ from tests.llm.conftest import generate, one_token_llama
 from tests.support.llm_programs import MAX_CONTEXT_LEN
 from tests.support.llm_tokenizers import tokenizer_path as tokenizer_file
 
+pytestmark = pytest.mark.slow  # tens of seconds: such files run first (tests/conftest.py)
+
 PROMPT = "The quick brown fox"
 
 

@@ -30,6 +30,8 @@ from tests.support.compare import assert_matches
 from tests.support.llm_tokenizers import CORPUS, FORMATS, tokenizer_path
 from tests.support.oracle import reference_module
 
+pytestmark = pytest.mark.slow  # tens of seconds: such files run first (tests/conftest.py)
+
 PROGRAMS = (*programs.LLAMA_VARIANTS, "transformers-static-cache", "bundled-example")
 PROMPT = "The river runs past the mill and"
 NEW_TOKENS = 10

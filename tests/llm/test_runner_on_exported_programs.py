@@ -10,6 +10,8 @@ from pterun.llm import GenerationConfig, TextLLMRunner
 from tests.llm.conftest import generate
 from tests.support import llm_programs
 
+pytestmark = pytest.mark.slow  # tens of seconds: such files run first (tests/conftest.py)
+
 PROGRAMS = {
     "static-prefill": lambda: llm_programs.llama_program("static"),
     "xnnpack-8da4w": lambda: llm_programs.llama_program("xnnpack-8da4w"),

@@ -18,7 +18,7 @@ from tests.support.compare import assert_matches
 from tests.support.differential import flat
 from tests.support.oracle import run_reference
 
-pytestmark = needs_adapter
+pytestmark = [needs_adapter, pytest.mark.slow]  # slow: runs first (tests/conftest.py)
 
 
 def buffers(d: WebGPUDelegate) -> list[int]:

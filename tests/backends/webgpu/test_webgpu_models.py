@@ -15,7 +15,7 @@ from tests.support.compare import assert_matches
 from tests.support.differential import flat
 from tests.support.oracle import reference_module, run_reference
 
-pytestmark = needs_adapter
+pytestmark = [needs_adapter, pytest.mark.slow]  # slow: runs first (tests/conftest.py)
 
 # The operators each model's VulkanBackend delegates must hold (what the test claims to cover).
 CLAIMS = {
