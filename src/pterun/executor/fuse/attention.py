@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from pterun.executor.fuse.common import Chain, Graph, last_dim, scalar
-from pterun.format import Dynamism
+from pterun.format import Dynamism, ListValue
 from pterun.kernels import Binding, Functional
 from pterun.kernels import fused as kernels
 
@@ -21,8 +21,11 @@ def _noop_expand(g: Graph, n: int | None) -> bool:
         return False
     if source.dynamism == Dynamism.STATIC:
         return list(sizes) == list(source.sizes)
-    items = g.plan.values[g.arg(n, 1)].items
-    return all(g.is_dynamic_int(item) or size == bound for item, size, bound in zip(items, sizes, source.sizes))
+    listed = g.plan.values[g.arg(n, 1)]
+    if not isinstance(listed, ListValue):
+        return False
+    return all(g.is_dynamic_int(item) or size == bound
+               for item, size, bound in zip(listed.items, sizes, source.sizes))
 
 
 def match(g: Graph, n2: int) -> Chain | None:
