@@ -46,12 +46,26 @@ def report(title: str, rows: dict[str, list[Timing]], base: str, against: list[s
     table.add_row("median", *([""] * len(ways)), *(f"{summary.get(o, float('nan')):.2f}×" for o in against))
     console.print(table)
     if out_json:
-        out_json.write_text(json.dumps({"title": title, "results": results, "median_ratios": summary}, indent=1))
+        out_json.write_text(json.dumps({"title": title, "environment": environment(), "results": results,
+                                        "median_ratios": summary}, indent=1))
     return summary
 
 
 def environment() -> str:
+    """The software and the CPU a figure comes from: instruction sets, and the ceilings the process runs under
+    (speed and, for quantized programs, the products pterun takes depend on them)."""
+    import os
     import platform
 
+    from pterun.backends.xnnpack.nodes import isa
+
+    found = isa.features()
+    sets = [n for n in ("amx_int8", "avx512_vnni", "avx_vnni", "avx512_f", "avx2") if n in found]
+    ceilings = [f"{k}={os.environ[k]}" for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY") if k in os.environ]
+    cpu = isa.cpu()
+    products = "integer" if cpu.integer_products else "float"
     return (f"python {platform.python_version()}, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} intra-op threads, {platform.processor() or platform.machine()}")
+            f"{torch.get_num_threads()} intra-op threads, {platform.processor() or platform.machine()} "
+            f"({', '.join(sets) or 'no AVX2'}; ATen {torch.backends.cpu.get_cpu_capability()}"
+            f"{'; ' + ', '.join(ceilings) if ceilings else ''}; 8-bit products: {products}, "
+            f"8da4w: XNNPACK's {cpu.block_kernels} order)")

@@ -105,6 +105,17 @@ def test_delegates_are_counted_per_backend():
     assert _json(pte)["methods"][0]["delegates"] == {"XnnpackBackend": 2}
 
 
+def test_code_says_how_each_quantized_product_computes_on_this_cpu():
+    from pterun.backends.xnnpack.nodes import isa
+    from tests.backends.xnnpack.programs import export_8da4w
+
+    pte = str(export_8da4w().pte)
+    output = _words(_invoke(pte, "--code").output)
+    assert f"delegate 0: {isa.cpu().summary}" in output
+    order = f"4-bit block product in the order of XNNPACK's {isa.cpu().block_kernels} kernels"
+    assert output.count(order) == 2 and "node 1 (XNNFullyConnected, debug handle" in output
+
+
 def test_json_has_the_documented_keys():
     document = _json()
     assert document["schema"] == "pterun.inspect/1"

@@ -65,10 +65,22 @@ def inspect(
             if code:
                 method = loaded.load_method(plan.name)
                 console.print(f"intra-op threads per call: {method.num_threads} ({esc(method.num_threads_reason)})")
+                _show_routes(method)
                 # Generated from the file's names: printed as text, control characters made visible.
                 console.print(visible(method.source, lines=True), highlight=False, markup=False)
         if drawn is not None:
             console.print(f"memory plan drawn in {esc(plot_path)} ({drawn} tensors)")
+
+
+def _show_routes(method) -> None:
+    """How each delegate's quantized products compute on this CPU (XNNPACK delegates say; others do not)."""
+    for i, handle in enumerate(method.delegate_handles):
+        routes = getattr(handle, "routes", None)
+        if not routes:
+            continue
+        console.print(f"delegate {i}: {esc(handle.cpu)}", highlight=False)
+        for where, how in routes:
+            console.print(f"  {esc(where)}: {esc(how)}", highlight=False)
 
 
 def _sizes(spec: TensorSpec) -> str:

@@ -158,18 +158,40 @@ def assert_relative(actual: torch.Tensor, expected: torch.Tensor, rtol: float, w
     assert diff <= rtol * scale + 1e-30, f"{what}: max abs diff {diff:.3g} > {rtol:g} * {scale:.3g}"
 
 
+def _quantize_8da4w(module: torch.nn.Module, group: int) -> torch.nn.Module:
+    from torchao.quantization import quantize_
+    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
+
+    quantize_(module, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group)))
+    return module
+
+
 def export_8da4w() -> Exported:
     """Linear layers with 4-bit weights in blocks of 32 and activations quantized per row at run time (8da4w),
     as ExecuTorch's LLM exports quantize them."""
 
     def make() -> ExportSpec:
-        from torchao.quantization import quantize_
-        from torchao.quantization.granularity import PerGroup
-        from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
-
         torch.manual_seed(0)
         module = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)).eval()
-        quantize_(module, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
-        return ExportSpec(module, (torch.randn(8, 64),), lower=partitioners)
+        return ExportSpec(_quantize_8da4w(module, 32), (torch.randn(8, 64),), lower=partitioners)
 
     return export_program("xnnpack-q-8da4w", make)
+
+
+WIDE_8DA4W_ROWS = 32  # the upper bound of the wide program's dynamic rows
+
+
+def export_8da4w_wide() -> Exported:
+    """8da4w with blocks of 128 over 512 inputs, a layer without a bias, and 1 to 32 rows (dynamic): the
+    shapes of a decode step and of a prefill."""
+
+    def make() -> ExportSpec:
+        torch.manual_seed(1)
+        module = torch.nn.Sequential(torch.nn.Linear(512, 256, bias=False), torch.nn.ReLU(),
+                                     torch.nn.Linear(256, 128)).eval()
+        rows = torch.export.Dim("rows", min=1, max=WIDE_8DA4W_ROWS)
+        return ExportSpec(_quantize_8da4w(module, 128), (torch.randn(4, 512),), dynamic_shapes=({0: rows},),
+                          lower=partitioners)
+
+    return export_program("xnnpack-q-8da4w-wide", make)

@@ -1,29 +1,31 @@
 """Quantized fully connected layers and dense convolutions on the CPU multiply integers (torch._int_mm, or
-oneDNN's u8 x s8 product for large layers), and their results are ExecuTorch's XNNPACK results bit for bit
-where those are integer arithmetic: static 8-bit programs, whose outputs are dequantized from 8-bit values,
-and 8da4w layers, whose float steps are repeated in XNNPACK's order.
+oneDNN's u8 x s8 product for large layers, where this CPU runs them exactly: ``nodes/isa.py``; float products
+of the integers elsewhere), and their results are ExecuTorch's XNNPACK results bit for bit where those are
+integer arithmetic: static 8-bit programs, whose outputs are dequantized from 8-bit values, and 8da4w layers,
+whose float steps are repeated in the order of the XNNPACK kernels this CPU runs.
 
-Each test first asserts its premise: which product the generated code calls, and that no float matrix
-product stands in for it.
+Each test first asserts its premise: which product the generated code calls, as this CPU decides, and that
+no other product stands in for it. ``test_xnnpack_isa.py`` runs these programs under other instruction sets.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
 
 import pterun
 from pterun.backends.xnnpack.graph import Datatype, PerTensor
-from pterun.backends.xnnpack.nodes import qblock, qlinear
+from pterun.backends.xnnpack.nodes import isa, qblock, qlinear
 from tests.backends.xnnpack.programs import (
     assert_relative, export_8da4w, export_quantized, graphs, node_kinds, quantized_inputs,
 )
 from tests.support.oracle import run_reference
 
 _INT_MM, _ONEDNN = "torch._int_mm(", "torch.ops.onednn.qlinear_pointwise.binary("
-_PRODUCT = {"mlp": _INT_MM, "mlp256": _ONEDNN}
+_BIG = {"mlp": False, "mlp256": True}  # whether the layers are large enough for oneDNN
 
 
 def _method_and_source(pte):
@@ -31,13 +33,28 @@ def _method_and_source(pte):
     return method, "\n".join(handle.source for handle in method.delegate_handles)
 
 
-def _premise(source: str, model: str, onednn: int | None = None) -> None:
-    """The three layers multiply integers: all with ``_PRODUCT[model]``, or ``onednn`` of them with oneDNN."""
-    if onednn is None:
-        assert source.count(_PRODUCT[model]) == 3, f"the three layers do not call {_PRODUCT[model]}"
-    else:
-        assert (source.count(_ONEDNN), source.count(_INT_MM)) == (onednn, 3 - onednn)
-    assert "torch.mm(" not in source and "torch.addmm(" not in source, "a float product stands in"
+def _products(handles) -> tuple[int, int, int]:
+    """How many layers multiply on oneDNN, on _int_mm and as float products of their integers, as the delegates
+    say (``routes``); the generated code calls the integer products once per layer."""
+    routes = [how for handle in handles for _, how in handle.routes]
+    counts = (sum(r.startswith("onednn") for r in routes), sum(r.startswith("int_mm") for r in routes),
+              sum(r.startswith("float32 product of integers") for r in routes))
+    source = "\n".join(handle.source for handle in handles)
+    assert (source.count(_ONEDNN), source.count(_INT_MM)) == counts[:2], routes
+    return counts
+
+
+def _expected(layers: int, big: bool, onednn_layers: int | None = None) -> tuple[int, int, int]:
+    """The products of ``layers`` layers as this CPU decides: oneDNN's for large ones (``onednn_layers`` of
+    them where not all qualify), else _int_mm, else float products of the integers."""
+    cpu = isa.cpu()
+    on_onednn = (layers if onednn_layers is None else onednn_layers) if big and cpu.onednn else 0
+    rest = layers - on_onednn
+    return (on_onednn, rest, 0) if cpu.int_mm else (on_onednn, 0, rest)
+
+
+def _premise(handles, model: str) -> None:
+    assert _products(handles) == _expected(3, _BIG[model]), f"{isa.cpu().summary}: {_products(handles)}"
 
 
 @pytest.mark.parametrize("model", ["mlp", "mlp256"])
@@ -45,7 +62,7 @@ def _premise(source: str, model: str, onednn: int | None = None) -> None:
 def test_static_int8_layers_are_bit_exact(model, scheme):
     exported = export_quantized(model, scheme)
     method, source = _method_and_source(exported.pte)
-    _premise(source, model)
+    _premise(method.delegate_handles, model)
     for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0), (4, 100.0)):  # in range, nearly zero, saturating
         x = quantized_inputs(model, seed, scale)
         (actual,) = method.execute(list(x))
@@ -64,8 +81,14 @@ def test_static_int8_convolutions_are_bit_exact(model, scheme):
     few = sum(1 for p in dense if p.kernel_width > 1 and p.group_input_channels * p.kernel_width < 16)
     method, source = _method_and_source(exported.pte)
     assert len(dense) - few >= 1
-    assert source.count("torch._int_mm(") == len(dense) - few + kinds["XNNFullyConnected"]
-    assert source.count("torch.convolution(") == kinds["XNNDepthwiseConv2d"] + kinds["XNNConvTranspose2d"] + few
+    convolutions = kinds["XNNDepthwiseConv2d"] + kinds["XNNConvTranspose2d"] + few
+    if isa.cpu().int_mm:
+        assert source.count("torch._int_mm(") == len(dense) - few + kinds["XNNFullyConnected"]
+        assert source.count("torch.convolution(") == convolutions
+    else:  # float products of the integers: convolutions, pointwise ones and fully connected nodes as mm
+        assert "torch._int_mm(" not in source, isa.cpu().summary
+        float_products = source.count("torch.convolution(") + _products(method.delegate_handles)[2]
+        assert float_products == convolutions + len(dense) - few + kinds["XNNFullyConnected"]
     assert "max_pool2d" not in source  # 8-bit max pooling takes maxima of the 8-bit values, no float pass
     for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0), (4, 100.0)):
         x = quantized_inputs(model, seed, scale)
@@ -83,7 +106,8 @@ def test_dynamic_int8_layers_multiply_integers(model):
     sums = [v.data.abs().long().sum(1).max().item() for g in graphs(exported.pte) for v in g.values.values()
             if v.data is not None and v.datatype == Datatype.QCINT8]
     assert len(sums) == 3
-    _premise(source, model, sum(s * 128 < 1 << 24 for s in sums) if model == "mlp256" else None)
+    expected = _expected(3, _BIG[model], sum(s * 128 < 1 << 24 for s in sums))
+    assert _products(method.delegate_handles) == expected, isa.cpu().summary
     for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0)):
         x = quantized_inputs(model, seed, scale)
         (actual,) = method.execute(list(x))
@@ -91,20 +115,32 @@ def test_dynamic_int8_layers_multiply_integers(model):
         assert_relative(actual, expected, 1e-6, f"{model} dynamic x{scale}")
 
 
-@pytest.mark.parametrize("route", ["grouped", "onednn-per-block", "int_mm-per-block"])
+_BLOCK_ROUTES = {  # route: (kernel family, (oneDNN products, _int_mm products, batched float products))
+    "grouped": ("avx512vnni", (0, 2, 0)),
+    "onednn-per-block": ("avx512vnni", (2 + 4, 0, 0)),
+    "int_mm-per-block": ("avx512vnni", (0, 2 + 4, 0)),
+    "avx2": ("avx2", (0, 0, 2)),
+}
+
+
+@pytest.mark.parametrize("route", list(_BLOCK_ROUTES))
 def test_block_scaled_4bit_layers_are_bit_exact(route, monkeypatch):
     """8da4w: block sums are integer products, scaled and added block after block as XNNPACK's qd8_f32_qb4w
-    kernels add them, so the float outputs are ExecuTorch's bit for bit. Few rows go as block-diagonal
-    groups, many as a product per block (oneDNN's, or _int_mm's without it)."""
+    kernels add them, so the float outputs are ExecuTorch's bit for bit. Its avx512vnni kernels: few rows go
+    as block-diagonal groups, many as a product per block (oneDNN's, or _int_mm's without it). Its avx2
+    kernels: four lanes of block sums per output, from one batched product."""
+    family, products = _BLOCK_ROUTES[route]
+    if isa.cpu().block_kernels != family:
+        pytest.skip(f"ExecuTorch's XNNPACK runs its {isa.cpu().block_kernels} kernels on this CPU, not {family}'s "
+                    "(test_xnnpack_isa.py runs the avx2 kernels on an emulated AVX2 CPU)")
     exported = export_8da4w()  # 8 rows, 64 -> 128 -> 64, blocks of 32
-    if route != "grouped":
+    if route in ("onednn-per-block", "int_mm-per-block"):
         monkeypatch.setattr(qblock, "BLOCKWISE_ROWS", 1)
         monkeypatch.setattr(qblock, "ONEDNN_MIN_OUTPUTS", 1)
     if route == "int_mm-per-block":
-        monkeypatch.setattr(qlinear, "onednn_available", lambda: False)
+        monkeypatch.setattr(isa, "onednn_available", lambda: False)
     method, source = _method_and_source(exported.pte)
-    products = {"grouped": (0, 2), "onednn-per-block": (2 + 4, 0), "int_mm-per-block": (0, 2 + 4)}[route]
-    assert (source.count(_ONEDNN), source.count(_INT_MM)) == products
+    assert (source.count(_ONEDNN), source.count(_INT_MM), source.count("torch.bmm(")) == products
     assert "torch.mm(" not in source and "torch.addmm(" not in source, "a float product stands in"
     for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0), (4, 100.0)):
         x = [torch.randn(8, 64, generator=torch.Generator().manual_seed(seed)) * scale]
@@ -113,13 +149,19 @@ def test_block_scaled_4bit_layers_are_bit_exact(route, monkeypatch):
         assert torch.equal(actual, expected), f"8da4w {route} x{scale}: {(actual != expected).sum()} differ"
 
 
-def test_dynamic_quantization_of_edge_rows():
-    """Rows of zeros, of one value, of subnormals and huge values quantize as XNNPACK quantizes them."""
+@pytest.mark.parametrize("route", ["this CPU's", "float"])
+def test_dynamic_quantization_of_edge_rows(route, monkeypatch):
+    """Rows of zeros, of one value, of subnormals and huge values quantize as XNNPACK quantizes them, whichever
+    product follows (integer products take NaN's conversion to int8 as it comes; float ones would carry it)."""
     exported = export_quantized("mlp", "dynamic")
-    method, _ = _method_and_source(exported.pte)
+    if route == "float":
+        _forced(monkeypatch, "float")
+    method, source = _method_and_source(exported.pte)
+    assert route != "float" or _products(method.delegate_handles) == (0, 0, 3)
     x = torch.randn(8, 48, generator=torch.Generator().manual_seed(7))
     x[0], x[1], x[2], x[3], x[4] = 0.0, 3.0, -1e-38, 1e30, -2.0
     x[5, 5], x[6] = 1e-39, torch.linspace(0.0, 1.0, 48)
+    x[7, :24], x[7, 24:] = -1e-38, 0.0  # a range so small its scale is infinite, times zeros: NaN
     (actual,) = method.execute([x])
     (expected,) = run_reference(exported.pte, [x])
     assert not actual.isnan().any()
@@ -146,24 +188,60 @@ def test_unsigned_activations_shift_by_128(model):
     outputs = []
     for g in (graph, shifted):
         delegate = XnnpackDelegate(g, torch.device("cpu"))
-        if g is shifted:  # uint8 rows go to oneDNN as they are, to _int_mm with their top bit flipped
+        if g is shifted and isa.cpu().integer_products:
+            # uint8 rows go to oneDNN as they are, to _int_mm with their top bit flipped
             source = delegate.source
             assert source.count(_INT_MM) + source.count(_ONEDNN) >= 3
             assert source.count("torch.bitwise_xor(") == source.count(_INT_MM)
+        elif g is shifted:  # float products of the rows minus their zero point
+            assert _products([delegate])[2] >= 3 and "bitwise_xor" not in delegate.source
         (out,) = (torch.empty(v.dims) for v in g.outputs)
         delegate([x, out])
         outputs.append(out)
     assert torch.equal(outputs[0], outputs[1])
 
 
+def _forced(monkeypatch, route: str) -> None:
+    """Makes the next load take ``route`` for every 8-bit product: one of the products this CPU has exact."""
+    cpu = isa.cpu()
+    if route == "float":
+        forced = dataclasses.replace(cpu, int_mm=False, onednn=False)
+    else:
+        forced = dataclasses.replace(cpu, int_mm=route == "int_mm", onednn=route == "onednn")
+        monkeypatch.setattr(qlinear, "ONEDNN_MIN_MACS", 0 if route == "onednn" else 1 << 62)
+    monkeypatch.setattr(isa, "cpu", lambda: forced)
+
+
 @pytest.mark.parametrize("scheme", ["per-tensor", "per-channel", "dynamic"])
-def test_onednn_and_int_mm_agree_bit_for_bit(scheme, monkeypatch):
-    """oneDNN's float32 handover is one rounding of the exact sums, as _int_mm's int32 sums converted once."""
+def test_every_exact_product_agrees_bit_for_bit(scheme, monkeypatch):
+    """oneDNN's float32 handover is one rounding of the exact sums, as _int_mm's int32 sums converted once and
+    as the float products of the integers: each product this CPU runs exactly gives the same bits."""
+    cpu = isa.cpu()
+    routes = [r for r, exact in (("onednn", cpu.onednn), ("int_mm", cpu.int_mm), ("float", True)) if exact]
     exported = export_quantized("mlp256", scheme)
-    method, source = _method_and_source(exported.pte)
-    monkeypatch.setattr(qlinear, "ONEDNN_MIN_MACS", 1 << 62)
-    reference, reference_source = _method_and_source(exported.pte)
-    assert _ONEDNN in source and _ONEDNN not in reference_source
-    for seed, scale in ((1, 1.0), (3, 8.0), (4, 100.0)):
-        x = list(quantized_inputs("mlp256", seed, scale))
-        assert torch.equal(method.execute(x)[0], reference.execute(x)[0]), f"{scheme} x{scale}"
+    outputs = {}
+    for route in routes:
+        with monkeypatch.context() as patch:
+            _forced(patch, route)
+            method, source = _method_and_source(exported.pte)
+        counts = dict(zip(("onednn", "int_mm", "float"), _products(method.delegate_handles)))
+        assert counts[route] == 3 and sum(counts.values()) == 3, f"{route}: {counts}"
+        outputs[route] = [method.execute(list(quantized_inputs("mlp256", seed, scale)))[0]
+                          for seed, scale in ((1, 1.0), (3, 8.0), (4, 100.0))]
+    for route in routes[1:]:
+        for i, (a, b) in enumerate(zip(outputs[routes[0]], outputs[route])):
+            assert torch.equal(a, b), f"{scheme}: {routes[0]} and {route} differ on input {i}"
+
+
+def test_float_products_are_cut_where_float32_sums_would_round():
+    """A layer whose worst dot product passes 2**24 multiplies as float32 pieces, each exact, as few as the
+    weights allow; the pieces cover every input once."""
+    from pterun.backends.xnnpack.nodes import qmath
+
+    w = torch.full((4, 3000), 127.0, dtype=torch.float64)
+    w[1, :1500] = 0.0  # one channel's weights lighter: the worst channel decides
+    ranges = qmath.pieces(w.abs(), 255)
+    assert [stop - start for start, stop in ranges] == [518, 518, 518, 518, 518, 410]
+    assert ranges[0][0] == 0 and ranges[-1][1] == 3000 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    assert all(float(w[:, a:c].abs().sum(1).max()) * 255 < qmath.EXACT_F32 for a, c in ranges)
+    assert qmath.pieces(w[:, :500].abs(), 255) == [(0, 500)]

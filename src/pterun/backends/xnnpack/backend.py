@@ -27,7 +27,7 @@ from pterun.backends.interface import BackendInitContext, BackendInterface, Comp
 from pterun.backends.xnnpack.blob import split_blob
 from pterun.backends.xnnpack.compiler import Translation, translate
 from pterun.backends.xnnpack.graph import NODE_NAMES, Datatype, Graph, read_graph
-from pterun.backends.xnnpack.nodes import TRANSLATORS
+from pterun.backends.xnnpack.nodes import TRANSLATORS, isa
 from pterun.backends.xnnpack.optimize import optimize
 from pterun.backends.xnnpack.profile import NodeHooks
 from pterun.core.layout import CHANNELS_LAST_4D, strides_for
@@ -164,6 +164,18 @@ class XnnpackDelegate:
     def source(self) -> str:
         """The generated code for the serialized shapes (for debugging)."""
         return self._translations[self._key].source if self._key in self._translations else ""
+
+    @property
+    def routes(self) -> list[tuple[str, str]]:
+        """For the serialized shapes, how each quantized product computes on this CPU: (node, way), e.g.
+        ``("node #3 (XNNFullyConnected)", "onednn int8 product")``; ``cpu`` says why."""
+        translation = self._translations.get(self._key)
+        return list(translation.routes) if translation is not None else []
+
+    @property
+    def cpu(self) -> str:
+        """What this CPU decides for quantized products (``nodes/isa.py``), in a sentence."""
+        return isa.cpu().summary if self.device.type == "cpu" else f"runs on {self.device}"
 
 
 def _channels_last(t) -> bool:

@@ -53,11 +53,12 @@ class Translation:
     """What translating a graph for one set of input shapes produced."""
 
     def __init__(self, run: Callable[[list], None], source: str, shapes: dict[int, Shape],
-                 line_nodes: list[str]) -> None:
+                 line_nodes: list[str], routes: list[tuple[str, str]]) -> None:
         self.run = run
         self.source = source
         self.shapes = shapes
         self.line_nodes = line_nodes  # by source line (1-based): the node that line computes
+        self.routes = routes  # (node, how it computes) for nodes whose way depends on the CPU or the sizes
 
     def where(self, traceback) -> str | None:
         """The node whose line raised, from a traceback through ``run``."""
@@ -84,6 +85,7 @@ class Builder:
         self.prologue: list[str] = []
         self.lines: list[str] = []
         self.line_nodes: list[str] = []
+        self.routes: list[tuple[str, str]] = []
         self.shapes: dict[int, Shape] = {}
         self.names: dict[int, str] = {}
         self.dynamic: dict[int, Any] = {}  # qdint8 values: nodes.convert.DynamicQuant
@@ -275,6 +277,10 @@ class Builder:
     def emit(self, line: str) -> None:
         self.lines.append(line)
 
+    def route(self, how: str) -> None:
+        """Says how the current node computes, where that is a choice (``XnnpackDelegate.routes``)."""
+        self.routes.append((self.where, how))
+
     def _next(self) -> int:
         self._n += 1
         return self._n
@@ -324,7 +330,7 @@ def translate(graph: Graph, device: torch.device, cache: dict, input_shapes: dic
     namespace = dict(b.env)
     exec(code, namespace)  # noqa: S102 - our own generated source
     line_nodes = ["entry"] * (len(head) + len(b.prologue)) + b.line_nodes + ["exit"]
-    return Translation(namespace["run"], source, b.shapes, line_nodes)
+    return Translation(namespace["run"], source, b.shapes, line_nodes, b.routes)
 
 
 _ASSIGNED = re.compile(r"^([A-Za-z_]\w*) = ")

@@ -87,8 +87,9 @@ def convolution(node: Node, b: Builder) -> None:
     if isinstance(x.quant, DynamicRows):
         return _dynamic(node, b, x, f, bias, y, xshape, shape, cout, symmetric)
     quantized = qmath.is_q8(x) and f.datatype in (Datatype.QCINT8, Datatype.QINT8)
-    if quantized and qconv.takes(node, b, xshape[3]) and qmath.is_q8(y) and y.datatype == x.datatype:
-        return qconv.static_q8(node, b, x, f, bias, y, xshape, shape)
+    if (quantized and qconv.takes(node, b, xshape[3]) and qmath.is_q8(y) and y.datatype == x.datatype
+            and qconv.static_q8(node, b, x, f, bias, y, xshape, shape)):
+        return
     if not quantized:
         require_float(node, x, f, y, *([bias] if bias is not None else []))
         pad = (p.padding_top, p.padding_left, p.padding_bottom, p.padding_right)
@@ -119,6 +120,7 @@ def convolution(node: Node, b: Builder) -> None:
             return wt, bias_int.to(dtype).to(b.device), scales.to(b.device), dtype
 
         wt, bias_t, rq, dtype = b.cached("q8", prepare)
+        b.route(f"{'float32' if dtype == torch.float32 else 'float64'} convolution of integers")
         xf = b.scratch(_padded(xshape, p, symmetric), dtype, fill=None if symmetric else 0.0)
         b.emit(f"{_interior(b, xf, xshape, p, symmetric)}.copy_({b.ref(x.id)})")
         if zx:
@@ -175,6 +177,7 @@ def _dynamic(node: Node, b: Builder, x, f, bias, y, xshape, shape, cout: int, sy
         return wt, qmath.weight_scales(f, cout, node.where).to(b.device), dtype
 
     wt, wscale, dtype = b.cached("qd8", prepare)
+    b.route(f"{'float32' if dtype == torch.float32 else 'float64'} convolution of integers")
     o = b.define(y.id, shape)
     rows = q.centered(b)
     src = b.bind(b.env[rows].view(xshape), "xq") if dtype == torch.float32 else b.scratch(xshape, dtype)

@@ -141,12 +141,16 @@ def _dynamic_quantize(node: Node, b: Builder, x, y, shape) -> None:
         "torch.gt({}, {}, out={})".format(*halves(err), cond),
         f"torch.sub({pair(-128.0, 127.0)}, {scaled}, out={cand})",
         "torch.where({}, {}, {}, out={})".format(cond, *halves(cand), zp),
+        # XNNPACK's x86 max(zp, qmin) is `qmin < zp ? zp : qmin`, which takes qmin for a NaN zero point (an
+        # infinite scale, for a range below 255 / FLT_MAX, times the 0 end of the range)
+        f"{zp}.nan_to_num_(nan=-128.0)",
         f"{zp}.clamp_(-128.0, 127.0)",
         f"torch.round({zp}, out={zp})",
         # the rows: clamp(rint(x * s) + zp)
         f"torch.mul({x2}, {s}, out={q})",
         f"torch.round({q}, out={q})",
         f"{q}.add_({zp})",
+        f"{q}.nan_to_num_(nan=-128.0)",  # 0 times an infinite scale: x86's conversion of NaN saturates to qmin
         f"{q}.clamp_(-128.0, 127.0)",
         f"torch.reciprocal({s}, out={inv})",
     ):

@@ -73,32 +73,57 @@ def _static_q8(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
     so, zo = qmath.per_tensor(y, node.where)
     qmin, qmax = qmath.output_bounds(node, y, node.where)
     lo, hi = qmath.qrange(x)
-    if b.device.type == "cpu":
-        return qlinear.static_q8(node, b, x, w, bias, y, rows, k, n, shape, transposed)
+    if b.device.type == "cpu" and qlinear.static_q8(node, b, x, w, bias, y, rows, k, n, shape, transposed):
+        return
 
     def prepare():
         wnk = qlinear.constant_filter(node, w, transposed).to(torch.float64)  # [N, K]
         scales = qmath.weight_scales(w, n, node.where)
         bias_int = qlinear.int_bias(node, bias, n).to(torch.float64)
-        dtype = qmath.accumulator_dtype(wnk.abs().sum(1), max(hi - zx, zx - lo), bias_int.abs())
-        return (wnk.t().contiguous().to(dtype).to(b.device), bias_int.to(dtype).to(b.device),
-                qmath.requant_scales(sx, scales, so, node.where).to(b.device), dtype)
+        span = max(hi - zx, zx - lo)
+        ranges = qmath.pieces(wnk.abs(), span)
+        # the bias joins the float32 product where the sums stay exact with it, else the float64 sum
+        worst = float(wnk.abs().sum(1).max()) * span if k else 0.0
+        in_product = len(ranges) == 1 and worst + (float(bias_int.abs().max()) if n else 0.0) < qmath.EXACT_F32
+        added = bias_int.float() if in_product else bias_int
+        return (wnk.t().contiguous().float().to(b.device), added.to(b.device),
+                qmath.requant_scales(sx, scales, so, node.where).to(b.device), ranges)
 
-    wkn, bias_f, rq, dtype = b.cached("q8", prepare)
-    wname, bname, sname = b.bind(wkn, "w"), b.bind(bias_f, "bias"), b.bind(rq, "rq")
+    wkn, bias_t, rq, ranges = b.cached("q8", prepare)
     b.define(y.id, shape)
     x2, o2 = b.view(x.id, (rows, k)), b.view(y.id, (rows, n))
-    xf = b.scratch((rows, k), dtype)
-    acc = b.scratch((rows, n), dtype)
+    xf, acc = b.scratch((rows, k)), b.scratch((rows, n))
     b.emit(f"{xf}.copy_({x2})")
     if zx:
         b.emit(f"{xf}.sub_({b.number(zx)})")
-    b.emit(f"torch.addmm({bname}, {xf}, {wname}, out={acc})")
-    if dtype != torch.float32:
-        acc32 = b.scratch((rows, n))
-        b.emit(f"{acc32}.copy_({acc})")
-        acc = acc32
-    qmath.emit_requantize(b, acc, sname, zo, qmin, qmax, o2)
+    _emit_exact_product(b, xf, wkn, ranges, bias_t, acc, rows, n)
+    qmath.emit_requantize(b, acc, b.bind(rq, "rq"), zo, qmin, qmax, o2)
+
+
+def _emit_exact_product(b, xf: str, wkn: torch.Tensor, ranges, bias: torch.Tensor | None, out: str, rows: int,
+                        n: int) -> None:
+    """float32 ``out`` [M, N] = float32 rows of integers ``xf`` [M, K] times integer weights ``wkn`` [K, N]
+    (float32) plus ``bias``, rounded once: one float32 product where its sums are exact (a float32 bias is
+    added in it), else a float32 product per range of ``ranges`` (each exact) summed in float64 with the
+    (float64) bias."""
+    w = b.bind(wkn, "w")
+    if len(ranges) == 1 and (bias is None or bias.dtype == torch.float32):
+        if bias is None:
+            b.emit(f"torch.mm({xf}, {w}, out={out})")
+        else:
+            b.emit(f"torch.addmm({b.bind(bias, 'bias')}, {xf}, {w}, out={out})")
+        b.route("float32 product of integers")
+        return
+    parts = b.scratch((len(ranges), rows, n))
+    for i, (start, stop) in enumerate(ranges):
+        piece = b.bind(b.env[xf][:, start:stop], "xpiece")
+        b.emit(f"torch.mm({piece}, {b.bind(wkn[start:stop], 'wpiece')}, out={b.bind(b.env[parts][i], 'part')})")
+    total = b.scratch((rows, n), torch.float64)
+    b.emit(f"torch.sum({parts}, 0, dtype=torch.float64, out={total})")
+    if bias is not None:
+        b.emit(f"{total}.add_({b.bind(bias, 'bias')})")
+    b.emit(f"{out}.copy_({total})")
+    b.route(f"float32 product of integers in {len(ranges)} pieces, summed in float64")
 
 
 def _dynamic(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
@@ -110,9 +135,11 @@ def _dynamic(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
     q = b.dynamic.get(x.id)
     if q is None:
         raise unsupported(node, x)
-    if b.device.type == "cpu" and not isinstance(w.quant, Blockwise):
-        return qlinear.dynamic(node, b, q, w, bias, y, rows, k, n, shape, transposed)
-    if b.device.type == "cpu" and not transposed and qblock.applies(w, k, n):
+    cpu = b.device.type == "cpu"
+    if cpu and not isinstance(w.quant, Blockwise) and qlinear.dynamic(node, b, q, w, bias, y, rows, k, n, shape,
+                                                                       transposed):
+        return
+    if cpu and not transposed and isinstance(w.quant, Blockwise) and qblock.applies(w, k, n):
         if q.rows != rows:
             raise InvalidArgument(f"XNNPACK {node.where}: {q.rows} quantized rows for {rows} input rows")
         emit_float_clamp(node, b, qblock.dynamic(node, b, q, w, bias, y, rows, k, n, shape))
@@ -129,32 +156,27 @@ def _dynamic(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
                 ints.view(n, -1, size).mul_(scales.unsqueeze(2))
             else:
                 ints = ints * scales.repeat_interleave(size, dim=1)[:, :k]
-            return ints.t().contiguous().to(b.device), torch.ones(n, device=b.device), torch.float32
+            return ints.t().contiguous().to(b.device), torch.ones(n, device=b.device), None
         if w.datatype in _4BIT_WEIGHTS:
             if transposed:
                 raise unsupported(node, w)
             wnk = qlinear.unpack_4bit(qlinear.constant_filter(node, w, transposed), k, torch.float64)
         else:
             wnk = qlinear.constant_filter(node, w, transposed).to(torch.float64)
-        dtype = qmath.accumulator_dtype(wnk.abs().sum(1), 255, None)
         scales = qmath.weight_scales(w, n, node.where)
-        return wnk.t().contiguous().to(dtype).to(b.device), scales.to(b.device), dtype
+        return wnk.t().contiguous().float().to(b.device), scales.to(b.device), qmath.pieces(wnk.abs(), 255)
 
-    wkn, wscale, dtype = b.cached("qd8", prepare)
+    wkn, wscale, ranges = b.cached("qd8", prepare)
     if q.rows != rows:
         raise InvalidArgument(f"XNNPACK {node.where}: {q.rows} quantized rows for {rows} input rows")
-    qname, scale_name = q.centered(b), q.scales
     o = b.define(y.id, shape)
     o2 = b.view(y.id, (rows, n))
-    wname, wsname = b.bind(wkn, "w"), b.bind(wscale, "wscale")
-    if dtype == torch.float32:
-        b.emit(f"torch.mm({qname}, {wname}, out={o2})")
+    if ranges is None:  # block-scaled weights folded into floats
+        b.emit(f"torch.mm({q.centered(b)}, {b.bind(wkn, 'w')}, out={o2})")
+        b.route("float32 product of block-scaled weights")
     else:
-        xf, acc = b.scratch((rows, k), dtype), b.scratch((rows, n), dtype)
-        b.emit(f"{xf}.copy_({qname})")
-        b.emit(f"torch.mm({xf}, {wname}, out={acc})")
-        b.emit(f"{o2}.copy_({acc})")
-    qmath.emit_dequantize(b, o2, scale_name, wsname, bias)
+        _emit_exact_product(b, q.centered(b), wkn, ranges, None, o2, rows, n)
+    qmath.emit_dequantize(b, o2, q.scales, b.bind(wscale, "wscale"), bias)
     emit_float_clamp(node, b, o)
 
 

@@ -1,13 +1,23 @@
 """Fully connected nodes with 4-bit weights in blocks along the input channels, times rows quantized at run
-time, on the CPU: XNNPACK's qd8_f32_qb4w GEMM (the 8da4w linear layers of LLM exports), step for step.
+time, on the CPU: XNNPACK's qd8_f32_qb4w GEMM (the 8da4w layers of LLM exports), step for step, in the order
+of the kernels ExecuTorch's runtime runs on this CPU (``isa.block_kernels``).
 
 XNNPACK sums each block's int8 x int4 products in int32. Per output it starts from the row's zero point
 times a float32 sum packed with the weights (``_start_sums``), adds float32(block sum) * block scale for
-each block in order, then multiplies by the row's scale and adds the bias. A block sum of a block of 64 or
-fewer inputs is below 2**16 in magnitude and a scale is a bf16 (8 significant bits), so each product is
-exact in float32 and every addition rounds once, fused multiply-add or not. Here:
+each block in order, then applies the row's scale and the bias. A block sum's product with its scale (a
+bf16, 8 significant bits) is exact in float32 for blocks of up to 256 inputs, so each addition rounds once,
+fused multiply-add or not. The two x86 kernel families differ after that:
 
-* block sums are integer products (``torch._int_mm``, int8 x int8 -> int32, exact);
+* ``avx512vnni`` (CPUs with AVX-512 VNNI): one running sum per output; then times the row's scale and plus
+  the bias, two roundings.
+* ``avx2`` (AVX2 without AVX-512 VNNI): four running sums per output, lane ``j`` taking the inputs ``k`` with
+  ``(k % 8) // 2 == j`` (its ``vpmaddwd`` pairs), the start value in lane 0; at the end ``(l0 + l1) + (l2 +
+  l3)``, then one fused multiply-add: ``sum * row scale + bias`` rounded once (``qmath.emit_fma``).
+
+Here, for ``avx512vnni``:
+
+* block sums are integer products (``torch._int_mm``, int8 x int8 -> int32, exact: 4-bit weights cannot
+  saturate oneDNN's 16-bit pair sums on any CPU);
 * the products with the scales are exact, and ``index_add_`` adds them onto the start value one block
   after the other (it adds the slices of its source in index order), or ``addcmul_`` adds each block's
   as it is made; for large blocks of outputs, oneDNN's u8 x s8 product with the block's scales as its
@@ -20,11 +30,15 @@ written on the diagonal of a block-diagonal matrix (zeros elsewhere, so other bl
 product with a group of blocks gives each block's sums as rows of its own, at ``GROUP`` times the
 multiply-adds. From ``BLOCKWISE_ROWS`` rows on, each block is a product of its own.
 
-Against ExecuTorch 1.5.1 on an x86-64 CPU with AVX-512 VNNI the outputs are equal bit for bit (tested).
-What can differ elsewhere, by float32 rounding only: XNNPACK's other kernels pack the weights into the
-start value 4 or 8 at a time (here 16, ``START_CHUNK``, its x86 packing), and kernels multiplying
-unsigned rows (value plus 128) start from another term; blocks of more than 64 inputs may have block
-sums past 2**16, whose float32 products with a scale round here, where a fused multiply-add does not.
+For ``avx2``, where PyTorch's integer products are a scalar loop, the lanes' block sums are one batched
+float32 product (exact: integers far below 2**24), scaled and added block after block with ``index_add_``;
+the weights are held as float32.
+
+Against ExecuTorch 1.5.1 the outputs are equal bit for bit on an x86-64 CPU with AVX-512 VNNI and on one
+with AVX2 only (tested, the latter under an emulated AVX2 CPU). What can differ elsewhere, by float32
+rounding only: XNNPACK's SSE and AVX kernels (x86 CPUs without AVX2) and its Arm kernels pack the start
+value and sum in other orders (``other`` takes the ``avx2`` order); blocks of more than 256 inputs may have
+block sums whose float32 products with a scale round here, where a fused multiply-add does not.
 """
 
 from __future__ import annotations
@@ -32,7 +46,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from pterun.backends.xnnpack.nodes import qlinear
+from pterun.backends.xnnpack.nodes import isa, qlinear, qmath
+from pterun.errors import DelegateInvalidCompatibility
 
 GROUP = 4  # blocks per block-diagonal product: 4x the multiply-adds for a quarter of the calls (best at 1 row)
 BLOCKWISE_ROWS = 16  # from this many rows on, a product per block (no wasted multiply-adds) costs less
@@ -40,6 +55,7 @@ BLOCKWISE_ROWS = 16  # from this many rows on, a product per block (no wasted mu
 # 128 x 2048 outputs per block on (measured: 123 us against 217 us there, 62 against 11 at 128 x 256)
 ONEDNN_MIN_OUTPUTS = 1 << 18
 START_CHUNK = 16  # XNNPACK's x86 packing folds the weights into the start value 16 at a time
+LANES = 4  # the avx2 kernels' running sums per output
 
 
 def applies(w, k: int, n: int) -> bool:
@@ -67,10 +83,16 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
     node's clamp); returns the output's name."""
     if rows == 0:
         return b.define(y.id, shape)
+    if isa.cpu().block_kernels == "avx512vnni":
+        return _vnni(b, q, w, bias, y, rows, k, n, shape)
+    return _avx2(b, q, w, bias, y, rows, k, n, shape)
+
+
+def _vnni(b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
     size = w.quant.block_size
     blocks = k // size
     grouped = rows < BLOCKWISE_ROWS
-    onednn = not grouped and rows * n >= ONEDNN_MIN_OUTPUTS and qlinear.onednn_available()
+    onednn = not grouped and rows * n >= ONEDNN_MIN_OUTPUTS and isa.onednn_available()
     group = max(g for g in range(1, min(GROUP, blocks) + 1) if blocks % g == 0) if grouped else 1
 
     def prepare():
@@ -88,6 +110,8 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
         return ops, scales.t().contiguous(), start
 
     ops, scales, start = b.cached(("qb4", grouped, onednn, group), prepare)
+    way = "block-diagonal _int_mm" if grouped else "oneDNN u8 x s8" if onednn else "_int_mm"
+    b.route(f"4-bit block product in the order of XNNPACK's avx512vnni kernels ({way} block sums)")
     o = b.define(y.id, shape)
     o2 = b.view(y.id, (rows, n))
     b.emit(f"torch.mul({q.zero_points}, {b.bind(start, 'start')}, out={o2})")
@@ -110,6 +134,54 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
     b.emit(f"{o2}.mul_({q.scales})")
     if bias is not None:
         b.emit(f"{o2}.add_({b.ref(bias.id)})")
+    return o
+
+
+def _avx2(b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
+    size = w.quant.block_size
+    blocks = k // size
+    if size % 8:
+        raise DelegateInvalidCompatibility(
+            f"XNNPACK {b.where}: blocks of {size} inputs; the avx2 kernels' order needs a multiple of 8 "
+            "(XNNPACK's own 4-bit kernels take multiples of 32)")
+    part = size // LANES  # each lane's inputs of a block
+
+    def prepare():
+        ints = qlinear.unpack_4bit(w.data, k)  # int16 [N, K]
+        scales = w.quant.scales.float()
+        start = _start_sums(ints, scales, size)
+        # [block, lane, input of the lane, output]: input k = block * size + 8 c + 2 lane + t is lane input 2 c + t
+        weights = (ints.float().view(n, blocks, size // 8, LANES, 2).permute(1, 3, 2, 4, 0)
+                   .reshape(blocks * LANES, part, n).contiguous())
+        return weights, scales.t().contiguous().view(blocks, 1, 1, n), start
+
+    weights, scales, start = b.cached(("qb4", "avx2"), prepare)
+    b.route("4-bit block product in the order of XNNPACK's avx2 kernels (float32 lane sums)")
+    o = b.define(y.id, shape)
+    o2 = b.view(y.id, (rows, n))
+    lanes_x = b.scratch((blocks * LANES, rows, part))
+    source = b.env[q.quantized].view(rows, blocks, size // 8, LANES, 2).permute(1, 3, 0, 2, 4)
+    b.emit(f"{b.bind(b.env[lanes_x].view(blocks, LANES, rows, size // 8, 2), 'lx')}.copy_({b.bind(source, 'rows')})")
+    sums = b.scratch((blocks * LANES, rows, n))
+    b.emit(f"torch.bmm({lanes_x}, {b.bind(weights, 'w')}, out={sums})")
+    products = b.bind(b.env[sums].view(blocks, LANES, rows, n), "p")
+    b.emit(f"{products}.mul_({b.bind(scales, 'scales')})")  # exact: a block sum times a bf16
+    acc = b.scratch((LANES, rows, n))
+    b.emit(f"torch.mul({q.zero_points}, {b.bind(start, 'start')}, out={b.bind(b.env[acc][0], 'lane0')})")
+    b.emit(f"{b.bind(b.env[acc][1:], 'lanes_rest')}.zero_()")
+    index = b.bind(torch.zeros(blocks, dtype=torch.int64), "first")
+    b.emit(f"{b.bind(b.env[acc].view(1, -1), 'lanes')}.index_add_(0, {index}, "
+           f"{b.bind(b.env[sums].view(blocks, -1), 'p_flat')})")
+    lane = [b.bind(b.env[acc][j], f"l{j}") for j in range(LANES)]
+    pair = b.scratch((rows, n))
+    b.emit(f"torch.add({lane[0]}, {lane[1]}, out={o2})")
+    b.emit(f"torch.add({lane[2]}, {lane[3]}, out={pair})")
+    b.emit(f"{o2}.add_({pair})")
+    if bias is None:
+        b.emit(f"{o2}.mul_({q.scales})")
+    else:
+        addend = b.cached("bias64", lambda: b.constant(bias).double())
+        qmath.emit_fma(b, o2, o2, q.scales, b.bind(addend, "bias64"), (rows, n))
     return o
 
 

@@ -6,7 +6,9 @@ convolution with unit strides and no padding reads the input's pixels as
 they are; any other gathers its windows (im2col) with one copy of a strided
 view. Padding holds the input's zero point, as XNNPACK pads, so it adds
 nothing once the zero point is folded into the bias: the int32 sums are
-XNNPACK's, and so, after its requantization, is every output.
+XNNPACK's, and so, after its requantization, is every output. Where no
+integer product is exact on this CPU (``isa.py``), ``static_q8`` declines and
+the node takes the float convolution of ``conv.py``, exact too.
 """
 
 from __future__ import annotations
@@ -25,13 +27,17 @@ def takes(node, b, cin: int) -> bool:
     return node.kind == "XNNConv2d" and p.groups == 1 and b.device.type == "cpu" and (pointwise or run >= MIN_RUN)
 
 
-def static_q8(node, b, x, f, bias, y, xshape, shape) -> None:
+def static_q8(node, b, x, f, bias, y, xshape, shape) -> bool:
+    """Emits the convolution as an integer product; False (nothing emitted) where none is exact here."""
     p = node.p
     n, h, w, cin = xshape
     _, oh, ow, cout = shape
     kh, kw = p.kernel_height, p.kernel_width
     pads = (p.padding_top, p.padding_bottom, p.padding_left, p.padding_right)
     rows, k = n * oh * ow, kh * kw * cin
+    plan = qlinear.static_plan(node, b, x, f, bias, y, (rows, k, cout), lambda: f.data)
+    if plan is None:
+        return False
     b.define(y.id, shape)
     o2 = b.view(y.id, (rows, cout))
     pointwise = kh == kw == 1 and p.subsampling_height == p.subsampling_width == 1 and not any(pads)
@@ -39,7 +45,8 @@ def static_q8(node, b, x, f, bias, y, xshape, shape) -> None:
         x2 = b.view(x.id, (rows, cin))
     else:
         x2 = _windows(node, b, x, xshape, (oh, ow), pads, rows, k)
-    qlinear.emit_static(node, b, x, f, bias, y, x2, o2, (rows, k, cout), lambda: f.data)
+    qlinear.emit_static(node, b, x, y, x2, o2, (rows, k, cout), plan)
+    return True
 
 
 def _windows(node, b, x, xshape, out_hw, pads, rows: int, k: int) -> str:

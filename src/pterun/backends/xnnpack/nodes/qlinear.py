@@ -19,6 +19,11 @@ layer whose sums may reach past 2**24 only goes this way when its output is
 8-bit and such a sum, times its requantization scale, saturates the output
 either way (checked per channel at load from the weights' absolute sums and
 the scales); else it stays with ``_int_mm``.
+
+Either integer product is used only where it is exact on this CPU
+(``isa.py``: VNNI, and a probe); where neither is, ``static_q8`` and
+``dynamic`` decline (return False) and the node takes the float products of
+``linear.py``, which are exact too.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from __future__ import annotations
 import torch
 
 from pterun.backends.xnnpack.graph import Datatype
-from pterun.backends.xnnpack.nodes import qmath
+from pterun.backends.xnnpack.nodes import isa, qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, unsupported
 from pterun.errors import InvalidArgument, InvalidProgram
 
@@ -81,14 +86,9 @@ def _operand(wnk: torch.Tensor) -> torch.Tensor:
     return wnk.to(torch.int8).contiguous().t()
 
 
-def onednn_available() -> bool:
-    """Whether this torch has oneDNN's prepacked u8 x s8 product."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")
-
-
 def _onednn(rows: int, k: int, n: int) -> bool:
-    """Whether a product is large enough for oneDNN (and this torch has it)."""
-    return rows * k * n >= ONEDNN_MIN_MACS and onednn_available()
+    """Whether a product is large enough for oneDNN (and oneDNN's product is exact on this CPU)."""
+    return rows * k * n >= ONEDNN_MIN_MACS and isa.cpu().onednn
 
 
 def _requantizes_exactly(worst: torch.Tensor, bias: torch.Tensor, rq: torch.Tensor) -> bool:
@@ -121,23 +121,26 @@ def _unsigned(b, rows_name: str, shape) -> str:
     return flipped
 
 
-def static_q8(node, b, x, w, bias, y, rows: int, k: int, n: int, shape, transposed: bool) -> None:
-    """8-bit activations and int8 weights, int32 bias, 8-bit output: XNNPACK's qs8 / qs8_qc8w GEMM."""
+def static_q8(node, b, x, w, bias, y, rows: int, k: int, n: int, shape, transposed: bool) -> bool:
+    """8-bit activations and int8 weights, int32 bias, 8-bit output: XNNPACK's qs8 / qs8_qc8w GEMM. False
+    (nothing emitted) where no integer product is exact here."""
+    plan = static_plan(node, b, x, w, bias, y, (rows, k, n), lambda: constant_filter(node, w, transposed))
+    if plan is None:
+        return False
     b.define(y.id, shape)
     x2, o2 = b.view(x.id, (rows, k)), b.view(y.id, (rows, n))
-    emit_static(node, b, x, w, bias, y, x2, o2, (rows, k, n), lambda: constant_filter(node, w, transposed))
+    emit_static(node, b, x, y, x2, o2, (rows, k, n), plan)
+    return True
 
 
-def emit_static(node, b, x, w, bias, y, x2: str, o2: str, mkn: tuple[int, int, int], filter_nk) -> None:
-    """Lines computing 8-bit ``o2`` [M, N] from 8-bit rows ``x2`` [M, K] times ``filter_nk()`` (int8 [N, K]),
-    ``x``, ``w``, ``bias`` and ``y`` being the values whose quantization they follow."""
+def static_plan(node, b, x, w, bias, y, mkn: tuple[int, int, int], filter_nk) -> tuple | None:
+    """How 8-bit rows [M, K] times ``filter_nk()`` (int8 [N, K]) multiply on this CPU: (product, weights, bias,
+    requantization scales), made once per node; None where neither integer product is exact here."""
     rows, k, n = mkn
     sx, zx = qmath.per_tensor(x, node.where)
-    so, zo = qmath.per_tensor(y, node.where)
-    qmin, qmax = qmath.output_bounds(node, y, node.where)
+    so, _ = qmath.per_tensor(y, node.where)
     unsigned = x.datatype == Datatype.QUINT8
     zx_signed = zx - 128 if unsigned else zx  # uint8 rows are multiplied as int8 rows: top bit flipped, minus 128
-
     lo, hi = qmath.qrange(x)
 
     def prepare():
@@ -147,9 +150,25 @@ def emit_static(node, b, x, w, bias, y, x2: str, o2: str, mkn: tuple[int, int, i
         worst = abs_sums * max(hi - zx, zx - lo)
         if _onednn(rows, k, n) and _requantizes_exactly(worst, ints, scales):
             return "onednn", torch.ops.onednn.qlinear_prepack(w8, [rows, k]), ints.float(), scales
-        return "int_mm", _operand(w8), (ints - zx_signed * sums).to(torch.int32), scales
+        if isa.cpu().int_mm:
+            return "int_mm", _operand(w8), (ints - zx_signed * sums).to(torch.int32), scales
+        return None
 
-    how, wkn, bias_t, rq = b.cached("q8i", prepare)
+    plan = b.cached("q8i", prepare)
+    if plan is not None:
+        b.route(f"{plan[0]} int8 product")
+    return plan
+
+
+def emit_static(node, b, x, y, x2: str, o2: str, mkn: tuple[int, int, int], plan: tuple) -> None:
+    """Lines computing 8-bit ``o2`` [M, N] from 8-bit rows ``x2`` [M, K] by ``plan`` (``static_plan``), ``x``
+    and ``y`` being the values whose quantization they follow."""
+    rows, k, n = mkn
+    _, zx = qmath.per_tensor(x, node.where)
+    _, zo = qmath.per_tensor(y, node.where)
+    qmin, qmax = qmath.output_bounds(node, y, node.where)
+    unsigned = x.datatype == Datatype.QUINT8
+    how, wkn, bias_t, rq = plan
     if how == "onednn":
         xu = x2 if unsigned else _unsigned(b, x2, (rows, k))
         acc = b.scratch((rows, n))
@@ -167,8 +186,9 @@ def emit_static(node, b, x, w, bias, y, x2: str, o2: str, mkn: tuple[int, int, i
     qmath.emit_requantize(b, acc, b.bind(rq, "rq"), zo, qmin, qmax, o2, work=b.scratch((rows, n)))
 
 
-def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed: bool) -> None:
-    """Rows quantized at run time times int8 (or 4-bit per-channel) weights, float output: qd8_f32_qc8w."""
+def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed: bool) -> bool:
+    """Rows quantized at run time times int8 (or 4-bit per-channel) weights, float output: qd8_f32_qc8w. False
+    (nothing emitted) where no integer product is exact here."""
 
     def prepare():
         data = constant_filter(node, w, transposed)
@@ -177,9 +197,15 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed
         if _onednn(rows, k, n) and float(abs_sums.max()) * 128 < qmath.EXACT_F32:  # |q|, |zp| <= 128
             packed = torch.ops.onednn.qlinear_prepack(w8, [rows, k])
             return "onednn", packed, -sums.float(), scales
-        return "int_mm", _operand(w8), sums.to(torch.int32), scales
+        if isa.cpu().int_mm:
+            return "int_mm", _operand(w8), sums.to(torch.int32), scales
+        return None
 
-    how, wkn, sums, wscale = b.cached("qd8i", prepare)
+    plan = b.cached("qd8i", prepare)
+    if plan is None:
+        return False
+    how, wkn, sums, wscale = plan
+    b.route(f"{how} int8 product")
     if q.rows != rows:
         raise InvalidArgument(f"XNNPACK {node.where}: {q.rows} quantized rows for {rows} input rows")
     ints, zero_points = q.ints(b)
@@ -192,9 +218,10 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed
         _emit_onednn(b, _unsigned(b, ints, (rows, k)), 128, wkn, n, acc)
         qmath.emit_dequantize(b, o2, q.scales, b.bind(wscale, "wscale"), bias, acc=acc)
         emit_float_clamp(node, b, o)
-        return
+        return True
     acc = b.scratch((rows, n), torch.int32)
     b.emit(f"torch._int_mm({ints}, {b.bind(wkn, 'w')}, out={acc})")
     b.emit(f"torch.addr({acc}, {zero_points}, {b.bind(sums, 'wsum')}, alpha=-1, out={acc})")
     qmath.emit_dequantize(b, o2, q.scales, b.bind(wscale, "wscale"), bias, acc=acc)
     emit_float_clamp(node, b, o)
+    return True

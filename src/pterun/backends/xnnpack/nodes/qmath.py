@@ -100,6 +100,23 @@ def accumulator_dtype(weight_abs_sums: torch.Tensor, input_span: int, bias_abs: 
     return torch.float32 if worst < EXACT_F32 else torch.float64
 
 
+def pieces(abs_weights: torch.Tensor, span: int) -> list[tuple[int, int]]:
+    """Contiguous ranges of the inputs, as few as possible, over each of which every partial sum of every
+    output's dot product is an exact float32 integer: sum |w| * span < 2**24 (``abs_weights`` [N, K], float64).
+    Each range's float32 product is then exact in any order, and the ranges' products sum exactly in float64."""
+    n, k = abs_weights.shape
+    if k == 0:
+        return [(0, 0)]
+    ends = torch.cat([torch.zeros(n, 1, dtype=torch.float64), abs_weights.cumsum(1) * span], 1)  # [N, K + 1]
+    ranges, start = [], 0
+    while start < k:
+        reach = (ends[:, start + 1:] - ends[:, start:start + 1]).amax(0)  # worst sum of start..end, per end
+        stop = start + max(1, int((reach < EXACT_F32).sum()))  # reach grows with end: the ends within it
+        ranges.append((start, stop))
+        start = stop
+    return ranges
+
+
 def emit_requantize(b, acc: str, scale: str, zero_point: int, qmin: int, qmax: int, out: str,
                     work: str | None = None) -> None:
     """Lines turning accumulator ``acc`` into 8-bit ``out``; ``scale`` is a name. A float32 ``acc`` is
@@ -127,3 +144,34 @@ def emit_dequantize(b, out: str, row_scales: str, weight_scales: str, bias, acc:
     b.emit(f"{out}.mul_({weight_scales})")
     if bias is not None:
         b.emit(f"{out}.add_({b.ref(bias.id)})")
+
+
+def emit_fma(b, out: str, a: str, m: str, c: str, shape) -> None:
+    """Lines setting float32 ``out`` to ``a * m + c`` rounded once, as a fused multiply-add does: float32 ``a``
+    and ``m``, float64 ``c`` holding float32 values (all broadcasting to ``shape``; ``out`` may be ``a``).
+
+    In float64 the product is exact (24 + 24 significant bits). The sum is rounded to odd: where it is
+    inexact (TwoSum's error is not zero) and its last bit is even, the neighbour on the error's side is
+    taken. A sum rounded to odd with two bits or more to spare (here 29) rounds to float32 as the exact sum
+    does."""
+    f64 = torch.float64
+    p, s, t, u = (b.scratch(shape, f64) for _ in range(4))
+    bits, inexact, even = b.scratch(shape, torch.int64), b.scratch(shape, torch.bool), b.scratch(shape, torch.bool)
+    infinity = b.bind(torch.tensor(math.inf, dtype=f64), "infinity")
+    b.emit(f"{p}.copy_({a})")
+    b.emit(f"{p}.mul_({m})")
+    b.emit(f"torch.add({p}, {c}, out={s})")
+    # TwoSum's error of p + c, step for step: t = s - p, u = p - (s - t), error = u + (c - t)
+    b.emit(f"torch.sub({s}, {p}, out={t})")
+    b.emit(f"torch.sub({s}, {t}, out={u})")
+    b.emit(f"torch.sub({p}, {u}, out={u})")
+    b.emit(f"torch.sub({c}, {t}, out={t})")
+    b.emit(f"{u}.add_({t})")
+    b.emit(f"torch.ne({u}, 0, out={inexact})")
+    b.emit(f"torch.bitwise_and({b.bind(b.env[s].view(torch.int64), 'sum_bits')}, 1, out={bits})")
+    b.emit(f"torch.eq({bits}, 0, out={even})")
+    b.emit(f"{inexact}.logical_and_({even})")
+    b.emit(f"{u}.mul_({infinity})")  # towards the error's side (nan where exact, never taken)
+    b.emit(f"torch.nextafter({s}, {u}, out={t})")
+    b.emit(f"torch.where({inexact}, {t}, {s}, out={s})")
+    b.emit(f"{out}.copy_({s})")
