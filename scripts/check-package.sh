@@ -28,8 +28,9 @@ python3 - "$wheel" "$work/tracked" <<'EOF'
 import sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
 tracked = [line.strip().removeprefix("src/") for line in open(sys.argv[2]) if line.strip()]
-# Notes for developers (README.md beside a backend) are not package data.
-missing = [path for path in tracked if path not in names and not path.endswith(".md")]
+# Notes for developers (README.md beside a backend) are not package data, nor the C sources the extension is
+# built from.
+missing = [path for path in tracked if path not in names and not path.endswith((".md", ".c", ".h"))]
 if missing:
     sys.exit("the wheel lacks these files of src/pterun (add them to [tool.setuptools.package-data]):\n  "
              + "\n  ".join(missing))
@@ -53,6 +54,21 @@ expected="pterun $(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.
 found="$("$bin/pterun" --version)"
 [ "$found" = "$expected" ] || { echo "pterun --version printed '$found', expected '$expected'"; exit 1; }
 echo "$found"
+step "the wheel's native kernels load and compute what the PyTorch path computes"
+"$bin/python" - <<'EOF'
+import torch
+from pterun.backends.xnnpack.nodes import native
+built, why = native.available()
+assert built, why
+print(why)
+# XNNPACK's dynamic quantization of rows, natively and in PyTorch's ops
+x = torch.randn(3, 64, generator=torch.Generator().manual_seed(0)) * 5
+q, zp, scale = torch.empty(3, 64, dtype=torch.int8), torch.empty(3), torch.empty(3)
+native._native.quantize_rows(x.data_ptr(), 3, 64, 64, q.data_ptr(), 64, zp.data_ptr(), scale.data_ptr())
+s = torch.div(torch.tensor(255.0), x.amax(1).clamp(min=0) - x.amin(1).clamp(max=0))  # (255.0 / t is 255 * (1 / t))
+assert torch.equal(scale, torch.reciprocal(s))
+assert torch.equal(q.float(), (torch.round(x * s[:, None]) + zp[:, None]).clamp(-128, 127))
+EOF
 "$bin/pterun" run --repeat 2 --warmup 0
 "$bin/pterun" inspect
 "$bin/pterun" generate --prompt "The river runs" --max-new-tokens 8

@@ -105,6 +105,7 @@ class Runtime:
         num_threads: int | None = None,
         cache_dir: str | os.PathLike | bool | None = None,
         device_positions: bool | None = None,
+        share_state: bool = True,
     ) -> Program:
         """Loads a program; ``data_path`` names .ptd files (paths or bytes) holding tensors it stores outside.
 
@@ -146,6 +147,11 @@ class Runtime:
         instruction as the file has it (no fused chains, no CUDA graph, no ``compile``); without it
         nothing is recorded and nothing costs anything (docs/profiling.md).
 
+        A program exported with shared mutable state (``MemoryPlanningPass(share_mutable_buffers=True)``: a
+        ``write`` and a ``read`` method over one state buffer) has its methods share that state, as
+        ExecuTorch's ``executorch.runtime`` programs do; ``share_state=False`` gives each method its own, as
+        ExecuTorch's pybindings modules do (docs/threads.md).
+
         What loading derives and can keep (each method's compiled code, which program bytes passed the
         verifier) is kept in ``cache_dir``: by default $PTERUN_CACHE_DIR, else $XDG_CACHE_HOME/pterun or
         ~/.cache/pterun; ``cache_dir=False`` (or PTERUN_CACHE_DIR=off) keeps nothing (docs/cache.md).
@@ -175,6 +181,7 @@ class Runtime:
             cache=cache,
             trace=ProgramTrace(int(debug_buffer_size)) if enable_etdump else None,
             device_positions=device_positions,
+            share_state=share_state,
         )
 
 

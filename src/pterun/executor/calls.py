@@ -29,9 +29,9 @@ _ADVICE = "use execute(), which is atomic, or one method per thread (program.loa
 
 
 class CallGuard:
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, lock: threading.Lock | None = None) -> None:
         self.where = where
-        self.lock = threading.Lock()
+        self.lock = lock or threading.Lock()  # another's: methods sharing memory take turns (shared.py)
         self.busy = False  # inside the compiled function, run by thread self.ran_by
         self.stepper: threading.Thread | None = None  # the thread between its set_input(s) and run
         self.ran_by: int | None = None  # the ident of the thread whose run produced the outputs

@@ -17,6 +17,7 @@ from pterun.core.device import Device, DeviceType
 from pterun.executor.cache import LoadCache
 from pterun.executor.data import ProgramData
 from pterun.executor.etdump import ProgramTrace
+from pterun.executor.shared import SharedArenas
 from pterun.kernels import KernelRegistry
 from pterun.memory import AllocatorRegistry
 
@@ -43,6 +44,7 @@ class LoadContext:
     num_threads: int | None = None  # intra-op threads per call; None: chosen per method (threads.py)
     trace: ProgramTrace | None = None  # profiling on: the program's ETDump (etdump.py)
     device_positions: bool | None = None  # start positions stay on the device (fuse/positions.py); None: on CUDA
+    shared: SharedArenas | None = None  # planned memory the program's methods share (shared.py); None: none
 
     def device_for(self, device_type: int, device_index: int) -> Device:
         """Where a value the plan tags with this device lives."""

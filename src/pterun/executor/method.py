@@ -17,6 +17,7 @@ from pterun.executor.meta import MethodMeta
 from pterun.executor.outputs import prepare
 from pterun.executor.precision import Precision
 from pterun.executor.threads import Threads
+from pterun.executor.values import shares_memory
 from pterun.format import Plan, TensorSpec
 
 _InferenceMode = torch._C._InferenceMode  # torch.inference_mode's guard, without its Python wrapper
@@ -47,7 +48,7 @@ class Method:
         self._precision = Precision(tf32=context.allow_tf32,
                                     host=context.run_device.type == DeviceType.CPU and not plan.delegates)
         self._threads = Threads.choose(context.num_threads, plan, loaded.steps)
-        self._calls = CallGuard(self._where)
+        self._calls = CallGuard(self._where, context.shared.lock if shares_memory(context, plan) else None)
         self.written_inputs = loaded.written_inputs  # inputs the method updates in place
         self._trace = loaded.trace
 

@@ -6,7 +6,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pterun.core.device import Device
@@ -17,6 +17,7 @@ from pterun.executor.data import ProgramData
 from pterun.executor.etdump import ProgramTrace
 from pterun.executor.meta import MethodMeta
 from pterun.executor.method import Method
+from pterun.executor.shared import SharedArenas
 from pterun.format import DataFile, ProgramFile
 
 
@@ -37,15 +38,17 @@ class Program:
     cache: LoadCache | None = None  # compiled code kept between loads (executor/cache.py)
     trace: ProgramTrace | None = None  # profiling: every run's events (and values) for an ETDump (executor/etdump.py)
     device_positions: bool | None = None  # start positions stay on the device (executor/fuse/positions.py)
+    share_state: bool = True  # methods share the state planned for sharing (executor/shared.py)
 
     def __post_init__(self) -> None:
         self._methods: dict[str, Method] = {}
         self._lock = threading.RLock()
         self.data = ProgramData(self.file, self.data_files, self.registries.allocators)
         self.named_data = self.data.named_data
+        shared = SharedArenas(self.file, self.registries.allocators) if self.share_state else None
         self._context = LoadContext(self.registries, self.data, self.device, self.backend_options, self.load_nested,
                                     self.compile, self.cuda_graphs, self.allow_tf32, self.cache, self.fuse,
-                                    self.num_threads, self.trace, self.device_positions)
+                                    self.num_threads, self.trace, self.device_positions, shared)
 
     # -- methods -----------------------------------------------------------------
 
@@ -56,13 +59,14 @@ class Program:
     def load_method(self, name: str, *, cached: bool = True) -> Method:
         """The method ``name``, loaded on first use and the same object on every later call.
 
-        ``cached=False`` loads a new, independent method every time: its own planned memory, delegate
-        state and compiled function, sharing only the program's read-only constants. Give each thread
+        ``cached=False`` loads a new, independent method every time: its own planned memory (the state the
+        program's methods share included), delegate state and compiled function, sharing only the program's
+        read-only constants. Give each thread
         its own (see docs/threads.md); a method holds state (inputs, outputs, mutable buffers such as a
         KV cache) that one call at a time can use.
         """
         if not cached:
-            return self._load(name)
+            return self._load(name, replace(self._context, shared=None))
         with self._lock:
             method = self._methods.get(name)
             if method is None:
@@ -70,13 +74,14 @@ class Program:
                 self._methods[name] = method
             return method
 
-    def _load(self, name: str) -> Method:
+    def _load(self, name: str, context: LoadContext | None = None) -> Method:
+        context = context or self._context
         if self.trace is None:
-            return Method(self._context, self.file.plan(name))
+            return Method(context, self.file.plan(name))
         start = time.perf_counter_ns()
         plan = self.file.plan(name)
         init = time.perf_counter_ns()
-        method = Method(self._context, plan)
+        method = Method(context, plan)
         self.trace.loaded(start, init, time.perf_counter_ns())
         return method
 

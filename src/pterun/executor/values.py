@@ -4,7 +4,8 @@ Each planned buffer (arena) is allocated from the allocator registered for
 the device the plan tags it with, or the device the program was loaded for.
 Planned tensors view their arena at their planned offset, so tensors the
 plan overlaps overlap here too and in-place updates alias as planned; initial
-values of mutable buffers are copied in. Constants view the program's data
+values of mutable buffers are copied in. Arenas of the state a program's methods
+share are the program's (shared.py). Constants view the program's data
 (data.py). Scalars and lists are plain Python values. Tensors with no plan
 and no data are the caller's: inputs are bound per call, outputs get buffers
 (outputs.py).
@@ -71,9 +72,18 @@ def make_values(context: LoadContext, plan: Plan) -> Values:
     return Values(arenas, objects, unplanned, scratch)
 
 
+def shares_memory(context: LoadContext, plan: Plan) -> bool:
+    """Whether the method's planned memory is partly the program's, shared with its other methods (shared.py)."""
+    return context.shared is not None and any(
+        context.shared.shares(memory_id, context.device_for(*plan.arena_device(memory_id)))
+        for memory_id in range(1, len(plan.buffer_sizes)))
+
+
 def _arena(context: LoadContext, plan: Plan, memory_id: int):
     device = context.device_for(*plan.arena_device(memory_id))
     size = plan.buffer_sizes[memory_id]
+    if context.shared is not None and context.shared.shares(memory_id, device):
+        return context.shared.arena(memory_id, device)
     try:
         return context.registries.allocators.allocate(size, device)
     except PteError as exc:

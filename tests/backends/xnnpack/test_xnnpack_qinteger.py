@@ -18,7 +18,7 @@ import torch
 
 import pterun
 from pterun.backends.xnnpack.graph import Datatype, PerTensor
-from pterun.backends.xnnpack.nodes import isa, qblock, qlinear
+from pterun.backends.xnnpack.nodes import isa, native, qblock, qlinear
 from tests.backends.xnnpack.programs import (
     assert_relative, export_8da4w, export_quantized, graphs, node_kinds, quantized_inputs,
 )
@@ -28,8 +28,9 @@ _INT_MM, _ONEDNN = "torch._int_mm(", "torch.ops.onednn.qlinear_pointwise.binary(
 _BIG = {"mlp": False, "mlp256": True}  # whether the layers are large enough for oneDNN
 
 
-def _method_and_source(pte):
-    method = pterun.Runtime.get().load_program(pte).load_method("forward")
+def _method_and_source(pte, **xnnpack_options):
+    options = {"XnnpackBackend": xnnpack_options} if xnnpack_options else None
+    method = pterun.Runtime.get().load_program(pte, backend_options=options).load_method("forward")
     return method, "\n".join(handle.source for handle in method.delegate_handles)
 
 
@@ -115,22 +116,24 @@ def test_dynamic_int8_layers_multiply_integers(model):
         assert_relative(actual, expected, 1e-6, f"{model} dynamic x{scale}")
 
 
-_BLOCK_ROUTES = {  # route: (kernel family, (oneDNN products, _int_mm products, batched float products))
-    "grouped": ("avx512vnni", (0, 2, 0)),
-    "onednn-per-block": ("avx512vnni", (2 + 4, 0, 0)),
-    "int_mm-per-block": ("avx512vnni", (0, 2 + 4, 0)),
-    "avx2": ("avx2", (0, 0, 2)),
+_BLOCK_ROUTES = {  # route: (kernel family, (oneDNN products, _int_mm products, batched float products, native))
+    "native": (None, (0, 0, 0, 2)),
+    "grouped": ("avx512vnni", (0, 2, 0, 0)),
+    "onednn-per-block": ("avx512vnni", (2 + 4, 0, 0, 0)),
+    "int_mm-per-block": ("avx512vnni", (0, 2 + 4, 0, 0)),
+    "avx2": ("avx2", (0, 0, 2, 0)),
 }
 
 
 @pytest.mark.parametrize("route", list(_BLOCK_ROUTES))
 def test_block_scaled_4bit_layers_are_bit_exact(route, monkeypatch):
-    """8da4w: block sums are integer products, scaled and added block after block as XNNPACK's qd8_f32_qb4w
-    kernels add them, so the float outputs are ExecuTorch's bit for bit. Its avx512vnni kernels: few rows go
-    as block-diagonal groups, many as a product per block (oneDNN's, or _int_mm's without it). Its avx2
-    kernels: four lanes of block sums per output, from one batched product."""
+    """8da4w: block sums are exact integers, scaled and added block after block as XNNPACK's qd8_f32_qb4w
+    kernels add them, so the float outputs are ExecuTorch's bit for bit: pterun's native kernels, and its
+    PyTorch path (``native=False``). There, for XNNPACK's avx512vnni kernels: few rows go as block-diagonal
+    groups, many as a product per block (oneDNN's, or _int_mm's without it); for its avx2 kernels: four lanes
+    of block sums per output, from one batched product."""
     family, products = _BLOCK_ROUTES[route]
-    if isa.cpu().block_kernels != family:
+    if family is not None and isa.cpu().block_kernels != family:
         pytest.skip(f"ExecuTorch's XNNPACK runs its {isa.cpu().block_kernels} kernels on this CPU, not {family}'s "
                     "(test_xnnpack_isa.py runs the avx2 kernels on an emulated AVX2 CPU)")
     exported = export_8da4w()  # 8 rows, 64 -> 128 -> 64, blocks of 32
@@ -139,8 +142,13 @@ def test_block_scaled_4bit_layers_are_bit_exact(route, monkeypatch):
         monkeypatch.setattr(qblock, "ONEDNN_MIN_OUTPUTS", 1)
     if route == "int_mm-per-block":
         monkeypatch.setattr(isa, "onednn_available", lambda: False)
-    method, source = _method_and_source(exported.pte)
-    assert (source.count(_ONEDNN), source.count(_INT_MM), source.count("torch.bmm(")) == products
+    if route == "native":
+        assert native.available()[0], native.available()[1]
+        method, source = _method_and_source(exported.pte)
+    else:
+        method, source = _method_and_source(exported.pte, native=False)
+    found = (source.count(_ONEDNN), source.count(_INT_MM), source.count("torch.bmm("), source.count("qb4w_run("))
+    assert found == products
     assert "torch.mm(" not in source and "torch.addmm(" not in source, "a float product stands in"
     for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0), (4, 100.0)):
         x = [torch.randn(8, 64, generator=torch.Generator().manual_seed(seed)) * scale]

@@ -27,7 +27,7 @@ from pterun.backends.interface import BackendInitContext, BackendInterface, Comp
 from pterun.backends.xnnpack.blob import split_blob
 from pterun.backends.xnnpack.compiler import Translation, translate
 from pterun.backends.xnnpack.graph import NODE_NAMES, Datatype, Graph, read_graph
-from pterun.backends.xnnpack.nodes import TRANSLATORS, isa
+from pterun.backends.xnnpack.nodes import TRANSLATORS, isa, native
 from pterun.backends.xnnpack.optimize import optimize
 from pterun.backends.xnnpack.profile import NodeHooks
 from pterun.core.layout import CHANNELS_LAST_4D, strides_for
@@ -174,8 +174,14 @@ class XnnpackDelegate:
 
     @property
     def cpu(self) -> str:
-        """What this CPU decides for quantized products (``nodes/isa.py``), in a sentence."""
-        return isa.cpu().summary if self.device.type == "cpu" else f"runs on {self.device}"
+        """What this CPU decides for quantized products (``nodes/isa.py``) and whether pterun's native kernels
+        take them (``nodes/native.py``), in a sentence."""
+        if self.device.type != "cpu":
+            return f"runs on {self.device}"
+        runs, which = native.available()
+        if runs and self.options.get("native", True) is False:
+            which = "pterun's native kernels turned off (native=False)"
+        return f"{isa.cpu().summary}; {which}"
 
 
 def _channels_last(t) -> bool:

@@ -214,7 +214,7 @@ class Builder:
             return name
         if name in self.env:
             return self.bind(self.env[name].view(shape), f"{name}_v")
-        local = f"{name}_v{self._next()}"
+        local = f"{name}_v{self.next_id()}"
         self.emit(f"{local} = {name}.{'reshape' if name in self.input_names else 'view'}({self.number(shape)})")
         return local
 
@@ -244,7 +244,7 @@ class Builder:
         t = self.allocate(("s", index, n), tuple(shape), dtype, private=fill is not None)
         if fill is not None:
             t.fill_(fill)
-        return self.bind(t, f"s{self._next()}")
+        return self.bind(t, f"s{self.next_id()}")
 
     def allocate(self, key, shape: Shape, dtype: torch.dtype, private: bool = False) -> torch.Tensor:
         """A buffer of ``shape``. Translations for different shapes run one at a time, so they share
@@ -270,7 +270,7 @@ class Builder:
     def bind(self, obj: Any, hint: str) -> str:
         name = hint
         while name in self.env:
-            name = f"{hint}_{self._next()}"
+            name = f"{hint}_{self.next_id()}"
         self.env[name] = obj
         return name
 
@@ -281,7 +281,8 @@ class Builder:
         """Says how the current node computes, where that is a choice (``XnnpackDelegate.routes``)."""
         self.routes.append((self.where, how))
 
-    def _next(self) -> int:
+    def next_id(self) -> int:
+        """A number no other name of this translation has (for locals of generated code)."""
         self._n += 1
         return self._n
 

@@ -142,9 +142,9 @@ class NodeHooks:
         """The expression logging value ``vid``, written by ``node``."""
         value = b.value(vid)
         rows = b.dynamic.get(vid)
-        if rows is not None:  # its integers are float32 rows, the product's operand (nodes/convert.py)
-            name = b.reshaped(rows.quantized, b.shape(vid))
-            return f"{b.permuted(name, _TO_NCHW) if vid in self.nhwc else name}.to(torch.int8)"
+        if rows is not None:  # its int8 rows, the product's operand (nodes/convert.py)
+            name = b.reshaped(rows.int8_rows(b), b.shape(vid))
+            return f"{b.permuted(name, _TO_NCHW) if vid in self.nhwc else name}.clone()"
         name = b.nchw(vid) if vid in self.nhwc else b.ref(vid)
         if (isinstance(value.quant, PerTensor) and value.datatype in (Datatype.QINT8, Datatype.QUINT8)
                 and node.kind != "XNNConvert"):

@@ -6,7 +6,9 @@ convolution nodes, so it is kept as what they consume, registered in
 quantized rows and one dequantization scale per row, from which a consumer
 asks for int8 rows and zero points (integer products) or float32 rows of
 ``q - zero_point`` (exact integers, for float products). Each form is computed
-once, by the first consumer that asks for it.
+once, by the first consumer that asks for it. Where pterun's native kernels
+run, they quantize the rows (one call, int8 rows first); elsewhere PyTorch's
+ops do, in the same arithmetic.
 """
 
 from __future__ import annotations
@@ -18,29 +20,38 @@ import torch
 
 from pterun.backends.xnnpack.compiler import Builder, numel
 from pterun.backends.xnnpack.graph import Datatype, DynamicRows, Node
-from pterun.backends.xnnpack.nodes import qmath
+from pterun.backends.xnnpack.nodes import native, qmath
 from pterun.backends.xnnpack.nodes.common import is_float, unsupported
 from pterun.errors import InvalidProgram
 
 
 @dataclass
 class DynamicQuant:
-    """A qdint8 value: ``quantized`` are float32 rows of integers in [-128, 127], ``zero_points`` float32
+    """A qdint8 value: its rows as float32 integers in [-128, 127] (``quantized``) or as int8 (``rows8``, where the
+    native kernels quantized them), whichever was made first, the other on demand; ``zero_points`` float32
     [rows, 1], ``scales`` the dequantization scale of each row [rows, 1]."""
 
-    quantized: str
+    quantized: str | None
     zero_points: str
     scales: str
     rows: int
-    _ints: tuple[str, str] | None = None
+    shape: tuple[int, int]
     _rows8: str | None = None
+    _ints: tuple[str, str] | None = None
     _centered: str | None = None
     forms: dict = field(default_factory=dict)  # other forms a consumer derives once (nodes/qblock.py)
+
+    def float_rows(self, b: Builder) -> str:
+        """float32 rows of integers [rows, length]."""
+        if self.quantized is None:
+            self.quantized = b.scratch(self.shape)
+            b.emit(f"{self.quantized}.copy_({self._rows8})")
+        return self.quantized
 
     def int8_rows(self, b: Builder) -> str:
         """int8 rows [rows, length]."""
         if self._rows8 is None:
-            self._rows8 = b.scratch(tuple(b.env[self.quantized].shape), torch.int8)
+            self._rows8 = b.scratch(self.shape, torch.int8)
             b.emit(f"{self._rows8}.copy_({self.quantized})")
         return self._rows8
 
@@ -56,8 +67,8 @@ class DynamicQuant:
     def centered(self, b: Builder) -> str:
         """float32 rows of q - zero_point."""
         if self._centered is None:
-            self._centered = b.scratch(tuple(b.env[self.quantized].shape))
-            b.emit(f"torch.sub({self.quantized}, {self.zero_points}, out={self._centered})")
+            self._centered = b.scratch(self.shape)
+            b.emit(f"torch.sub({self.float_rows(b)}, {self.zero_points}, out={self._centered})")
         return self._centered
 
 
@@ -110,6 +121,11 @@ def _dynamic_quantize(node: Node, b: Builder, x, y, shape) -> None:
     b.shapes[y.id] = tuple(shape)  # no buffer: consumers read the rows registered below
     x2 = b.view(x.id, (rows, length))
     col = (rows, 1)
+    if native.enabled(b):
+        q8, zp, inv = b.scratch((rows, length), torch.int8), b.scratch(col), b.scratch(col)
+        native.emit_quantize_rows(b, x2, rows, length, q8, zp, inv)
+        b.dynamic[y.id] = DynamicQuant(None, zp, inv, rows, (rows, length), _rows8=q8)
+        return
     d, s, zp, inv = (b.scratch(col) for _ in range(4))
     cond = b.scratch(col, torch.bool)
     q = b.scratch((rows, length))
@@ -150,12 +166,13 @@ def _dynamic_quantize(node: Node, b: Builder, x, y, shape) -> None:
         f"torch.mul({x2}, {s}, out={q})",
         f"torch.round({q}, out={q})",
         f"{q}.add_({zp})",
-        f"{q}.nan_to_num_(nan=-128.0)",  # 0 times an infinite scale: x86's conversion of NaN saturates to qmin
+        # 0 times an infinite scale is NaN, which XNNPACK's x86 min(x * scale, 32767) turns into 32767: 127
+        f"{q}.nan_to_num_(nan=127.0)",
         f"{q}.clamp_(-128.0, 127.0)",
         f"torch.reciprocal({s}, out={inv})",
     ):
         b.emit(line)
-    b.dynamic[y.id] = DynamicQuant(q, zp, inv, rows)
+    b.dynamic[y.id] = DynamicQuant(q, zp, inv, rows, (rows, length))
 
 
 TRANSLATORS = {"XNNConvert": convert}

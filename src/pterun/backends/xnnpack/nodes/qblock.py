@@ -46,7 +46,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from pterun.backends.xnnpack.nodes import isa, qlinear, qmath
+from pterun.backends.xnnpack.nodes import isa, native, qlinear, qmath
+from pterun.backends.xnnpack.nodes.common import emit_float_clamp
 from pterun.errors import DelegateInvalidCompatibility
 
 GROUP = 4  # blocks per block-diagonal product: 4x the multiply-adds for a quarter of the calls (best at 1 row)
@@ -78,14 +79,34 @@ def _start_sums(ints: torch.Tensor, scales: torch.Tensor, size: int) -> torch.Te
     return torch.from_numpy(start)
 
 
-def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
-    """Lines computing float ``y`` from the quantized rows ``q`` and blockwise 4-bit weights ``w`` (before the
-    node's clamp); returns the output's name."""
+def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape) -> None:
+    """Lines computing float ``y`` from the quantized rows ``q`` and blockwise 4-bit weights ``w``, and the node's
+    clamp: pterun's native kernels where they run, else PyTorch's products in the same order."""
     if rows == 0:
-        return b.define(y.id, shape)
-    if isa.cpu().block_kernels == "avx512vnni":
-        return _vnni(b, q, w, bias, y, rows, k, n, shape)
-    return _avx2(b, q, w, bias, y, rows, k, n, shape)
+        b.define(y.id, shape)
+        return
+    family = isa.cpu().block_kernels
+    if native.enabled(b):
+        _native(node, b, q, w, bias, y, rows, k, n, shape, "avx2" if family == "other" else family)
+        return
+    o = (_vnni if family == "avx512vnni" else _avx2)(b, q, w, bias, y, rows, k, n, shape)
+    emit_float_clamp(node, b, o)
+
+
+def _native(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, family: str) -> None:
+    size = w.quant.block_size
+
+    def prepare():
+        scales = w.quant.scales.float()
+        start = _start_sums(qlinear.unpack_4bit(w.data, k), scales, size)
+        return native.qb4w_pack(b, family, n, k, size, w.data, scales, start,
+                                None if bias is None else b.constant(bias), node.output_min, node.output_max)
+
+    layer = b.cached(("qb4", "native", family), prepare)
+    b.route(f"4-bit block product in the order of XNNPACK's {family} kernels (native, {native.qb4w_isa(layer)})")
+    b.define(y.id, shape)
+    o2 = b.view(y.id, (rows, n))
+    native.emit_qb4w(b, layer, rows, n, q.int8_rows(b), k, q.zero_points, q.scales, o2)
 
 
 def _vnni(b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
@@ -160,7 +181,7 @@ def _avx2(b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
     o = b.define(y.id, shape)
     o2 = b.view(y.id, (rows, n))
     lanes_x = b.scratch((blocks * LANES, rows, part))
-    source = b.env[q.quantized].view(rows, blocks, size // 8, LANES, 2).permute(1, 3, 0, 2, 4)
+    source = b.env[q.float_rows(b)].view(rows, blocks, size // 8, LANES, 2).permute(1, 3, 0, 2, 4)
     b.emit(f"{b.bind(b.env[lanes_x].view(blocks, LANES, rows, size // 8, 2), 'lx')}.copy_({b.bind(source, 'rows')})")
     sums = b.scratch((blocks * LANES, rows, n))
     b.emit(f"torch.bmm({lanes_x}, {b.bind(weights, 'w')}, out={sums})")
@@ -212,7 +233,7 @@ def _block_diagonal(b, q, rows: int, blocks: int, size: int, group: int) -> str:
         d = b.scratch((groups, group, rows, group * size), torch.int8, fill=0)
         into = b.bind(b.env[d].view(groups, group, rows, group, size).diagonal(dim1=1, dim2=3), "diag")
         # straight from the float rows of integers (the copy converts them exactly)
-        source = b.bind(b.env[q.quantized].view(rows, groups, group, size).permute(1, 0, 3, 2), "rows")
+        source = b.bind(b.env[q.float_rows(b)].view(rows, groups, group, size).permute(1, 0, 3, 2), "rows")
         b.emit(f"{into}.copy_({source})")
         q.forms[key] = d
     return q.forms[key]
@@ -228,7 +249,7 @@ def _block_rows(b, q, rows: int, blocks: int, size: int, dtype: torch.dtype) -> 
             top = b.bind(torch.tensor(128, dtype=torch.uint8), "top")  # a tensor: a Python 128 is wrapped per call
             b.emit(f"torch.bitwise_xor({b.bind(source.view(torch.uint8), 'rows')}, {top}, out={t})")
         else:  # straight from the float rows of integers
-            source = b.env[q.quantized].view(rows, blocks, size).transpose(0, 1)
+            source = b.env[q.float_rows(b)].view(rows, blocks, size).transpose(0, 1)
             b.emit(f"{t}.copy_({b.bind(source, 'rows')})")
         q.forms[key] = t
     return q.forms[key]

@@ -1,0 +1,119 @@
+/* Which instruction sets this CPU has (the compiler's cpuid builtins), and the workers kernels split work over. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "native.h"
+
+int pn_cpu_isa(void) {
+#if defined(__x86_64__) || defined(_M_X64)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512vnni"))
+    return PN_AVX512VNNI;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return PN_AVX2;
+#endif
+  return PN_PORTABLE;
+}
+
+const char* pn_isa_name(int isa) {
+  switch (isa) {
+    case PN_AVX512VNNI: return "avx512vnni";
+    case PN_AVX2: return "avx2";
+    default: return "portable";
+  }
+}
+
+/* A pool of sleeping workers. One parallel call at a time holds it (callers from several threads take turns);
+ * the calling thread works too, so `threads` workers in all, never more. */
+#define PN_MAX_WORKERS 255
+
+static pthread_mutex_t pool_call = PTHREAD_MUTEX_INITIALIZER;   /* one parallel call at a time */
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t pool_done = PTHREAD_COND_INITIALIZER;
+static int pool_started = 0;
+static unsigned long pool_generation = 0;
+static pn_task pool_task;
+static void* pool_ctx;
+static int64_t pool_count;
+static _Atomic int64_t pool_next;
+static int pool_wanted = 0;  /* workers taking part in the current call */
+static int pool_busy = 0;    /* of those, still working */
+
+static void run_tasks(void) {
+  for (;;) {
+    int64_t i = atomic_fetch_add(&pool_next, 1);
+    if (i >= pool_count) return;
+    pool_task(pool_ctx, i);
+  }
+}
+
+static void* worker(void* arg) {
+  int id = (int)(intptr_t)arg;
+  unsigned long seen = 0;
+  pthread_mutex_lock(&pool_lock);
+  for (;;) {
+    while (pool_generation == seen || id >= pool_wanted) {
+      if (pool_generation != seen) seen = pool_generation; /* a call without this worker */
+      pthread_cond_wait(&pool_wake, &pool_lock);
+    }
+    seen = pool_generation;
+    pthread_mutex_unlock(&pool_lock);
+    run_tasks();
+    pthread_mutex_lock(&pool_lock);
+    if (--pool_busy == 0) pthread_cond_signal(&pool_done);
+  }
+  return NULL;
+}
+
+/* A forked child has none of the parent's workers: it starts its own. */
+static void forget_workers(void) {
+  pthread_mutex_init(&pool_call, NULL);
+  pthread_mutex_init(&pool_lock, NULL);
+  pthread_cond_init(&pool_wake, NULL);
+  pthread_cond_init(&pool_done, NULL);
+  pool_started = 0;
+  pool_wanted = pool_busy = 0;
+}
+
+static pthread_once_t fork_handler = PTHREAD_ONCE_INIT;
+static void install_fork_handler(void) { pthread_atfork(NULL, NULL, forget_workers); }
+
+void pn_parallel(pn_task task, void* ctx, int64_t count, int threads) {
+  if (threads > count) threads = (int)count;
+  if (threads > PN_MAX_WORKERS + 1) threads = PN_MAX_WORKERS + 1;
+  if (threads <= 1) {
+    for (int64_t i = 0; i < count; i++) task(ctx, i);
+    return;
+  }
+  pthread_once(&fork_handler, install_fork_handler);
+  pthread_mutex_lock(&pool_call);
+  pthread_mutex_lock(&pool_lock);
+  while (pool_started < threads - 1) {
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int failed = pthread_create(&thread, &attr, worker, (void*)(intptr_t)pool_started);
+    pthread_attr_destroy(&attr);
+    if (failed) break;
+    pool_started++;
+  }
+  int helpers = pool_started < threads - 1 ? pool_started : threads - 1;
+  pool_task = task;
+  pool_ctx = ctx;
+  pool_count = count;
+  atomic_store(&pool_next, 0);
+  pool_wanted = helpers;
+  pool_busy = helpers;
+  pool_generation++;
+  pthread_cond_broadcast(&pool_wake);
+  pthread_mutex_unlock(&pool_lock);
+  run_tasks();
+  pthread_mutex_lock(&pool_lock);
+  while (pool_busy > 0) pthread_cond_wait(&pool_done, &pool_lock);
+  pool_wanted = 0;
+  pthread_mutex_unlock(&pool_lock);
+  pthread_mutex_unlock(&pool_call);
+}

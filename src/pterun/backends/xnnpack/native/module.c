@@ -1,0 +1,99 @@
+/* pterun.backends.xnnpack._native: the kernels of native.h, called from generated code with plain integers
+ * (tensors' data pointers and sizes) so that no call converts a tensor. The stable ABI (abi3) keeps the built
+ * module independent of the Python and torch versions.
+ *
+ * The callers (nodes/native.py) own every buffer and check every size against the graph before packing or
+ * calling: these functions trust the pointers and sizes they are given. */
+#define PY_SSIZE_T_CLEAN
+#define Py_LIMITED_API 0x030B0000
+#include <Python.h>
+
+#include "native.h"
+
+#define QB4W_CAPSULE "pterun.xnnpack.qb4w"
+
+static int ints(PyObject* const* args, Py_ssize_t count, long long* out) {
+  for (Py_ssize_t i = 0; i < count; i++) {
+    out[i] = PyLong_AsLongLong(args[i]);
+    if (out[i] == -1 && PyErr_Occurred()) return 0;
+  }
+  return 1;
+}
+
+static int arity(Py_ssize_t nargs, Py_ssize_t expected, const char* name) {
+  if (nargs == expected) return 1;
+  PyErr_Format(PyExc_TypeError, "%s takes %zd arguments, got %zd", name, expected, nargs);
+  return 0;
+}
+
+static PyObject* py_cpu_isa(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  return PyUnicode_FromString(pn_isa_name(pn_cpu_isa()));
+}
+
+/* quantize_rows(x, rows, cols, x_stride, q, q_stride, zero_point, scale) */
+static PyObject* py_quantize_rows(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[8];
+  if (!arity(nargs, 8, "quantize_rows") || !ints(args, 8, a)) return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  pn_quantize_rows((const float*)(intptr_t)a[0], a[1], a[2], a[3], (int8_t*)(intptr_t)a[4], a[5],
+                   (float*)(intptr_t)a[6], (float*)(intptr_t)a[7]);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+static void qb4w_destroy(PyObject* capsule) { pn_qb4w_free(PyCapsule_GetPointer(capsule, QB4W_CAPSULE)); }
+
+/* qb4w_pack(isa, family, n, k, block, weights, scales, start, bias, out_min, out_max) -> capsule (bias 0: none) */
+static PyObject* py_qb4w_pack(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[9];
+  if (!arity(nargs, 11, "qb4w_pack") || !ints(args, 9, a)) return NULL;
+  const double lo = PyFloat_AsDouble(args[9]), hi = PyFloat_AsDouble(args[10]);
+  if (PyErr_Occurred()) return NULL;
+  pn_qb4w* layer;
+  Py_BEGIN_ALLOW_THREADS
+  layer = pn_qb4w_pack((int)a[0], (int)a[1], a[2], a[3], a[4], (const uint8_t*)(intptr_t)a[5],
+                       (const float*)(intptr_t)a[6], (const float*)(intptr_t)a[7], (const float*)(intptr_t)a[8],
+                       (float)lo, (float)hi);
+  Py_END_ALLOW_THREADS
+  if (!layer) return PyErr_NoMemory();
+  PyObject* capsule = PyCapsule_New(layer, QB4W_CAPSULE, qb4w_destroy);
+  if (!capsule) pn_qb4w_free(layer);
+  return capsule;
+}
+
+static PyObject* py_qb4w_isa(PyObject* self, PyObject* capsule) {
+  (void)self;
+  const pn_qb4w* layer = PyCapsule_GetPointer(capsule, QB4W_CAPSULE);
+  return layer ? PyUnicode_FromString(pn_isa_name(pn_qb4w_isa(layer))) : NULL;
+}
+
+/* qb4w_run(layer, rows, x, x_stride, zero_point, scale, out, out_stride, threads) */
+static PyObject* py_qb4w_run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[8];
+  if (!arity(nargs, 9, "qb4w_run") || !ints(args + 1, 8, a)) return NULL;
+  const pn_qb4w* layer = PyCapsule_GetPointer(args[0], QB4W_CAPSULE);
+  if (!layer) return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  pn_qb4w_run(layer, a[0], (const int8_t*)(intptr_t)a[1], a[2], (const float*)(intptr_t)a[3],
+              (const float*)(intptr_t)a[4], (float*)(intptr_t)a[5], a[6], (int)a[7]);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"cpu_isa", py_cpu_isa, METH_NOARGS, "The best instruction set this CPU runs the kernels with."},
+    {"quantize_rows", (PyCFunction)(void (*)(void))py_quantize_rows, METH_FASTCALL, "XNNPACK's qd8 rows."},
+    {"qb4w_pack", (PyCFunction)(void (*)(void))py_qb4w_pack, METH_FASTCALL, "Packs a 4-bit block layer."},
+    {"qb4w_isa", py_qb4w_isa, METH_O, "The instruction set a packed layer runs with."},
+    {"qb4w_run", (PyCFunction)(void (*)(void))py_qb4w_run, METH_FASTCALL, "Runs a packed 4-bit block layer."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }

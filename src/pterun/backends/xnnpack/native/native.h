@@ -1,0 +1,54 @@
+/* pterun's native kernels for XNNPACK's quantized arithmetic: the C side of a small ABI.
+ *
+ * Each kernel repeats, for every output, the steps of the XNNPACK kernel ExecuTorch's runtime runs on the CPU in
+ * question (its "family"), in XNNPACK's order: integer sums are exact in any order, and the float steps after
+ * them are the same operations (fused multiply-adds where XNNPACK fuses). So outputs are XNNPACK's bit for bit.
+ * The instruction set an implementation uses (ISA) only changes speed; an ISA implements the family XNNPACK runs
+ * on CPUs that have it, and the portable C implementation runs every family.
+ *
+ * Floating point here must not be contracted: the extension is built with -ffp-contract=off, and every fused
+ * multiply-add is written as one (fmaf, _mm*_fmadd_ps).
+ */
+#ifndef PTERUN_NATIVE_H
+#define PTERUN_NATIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum pn_isa { PN_PORTABLE = 0, PN_AVX2 = 1, PN_AVX512VNNI = 2 };
+/* XNNPACK's qd8_f32_qb4w kernel families (backends/xnnpack/nodes/isa.py names them). */
+enum pn_family { PN_FAMILY_AVX512VNNI = 0, PN_FAMILY_AVX2 = 1 };
+
+/* The best ISA this CPU runs (cpuid), and a name for it. */
+int pn_cpu_isa(void);
+const char* pn_isa_name(int isa);
+
+/* Runs task(ctx, i) for i in [0, count) on up to `threads` threads (the caller's among them), returning when all
+ * are done. Workers are started on first use and sleep between calls. */
+typedef void (*pn_task)(void* ctx, int64_t index);
+void pn_parallel(pn_task task, void* ctx, int64_t count, int threads);
+
+/* XNNPACK's dynamic quantization (qd8) of `rows` float rows of `cols` values: per row the range widened to hold 0,
+ * scale 255 / range, the nudged zero point; each value min(x * scale, 32767) rounded half to even, plus the zero
+ * point, saturated to int8. Writes the int8 rows, each row's zero point and its dequantization scale (1 / scale),
+ * both as floats. */
+void pn_quantize_rows(const float* x, int64_t rows, int64_t cols, int64_t x_stride, int8_t* q, int64_t q_stride,
+                      float* zero_point, float* scale);
+
+/* A fully connected layer with 4-bit weights in blocks along the inputs (qd8_f32_qb4w), packed for one ISA. */
+typedef struct pn_qb4w pn_qb4w;
+
+/* Packs weights given as bytes [n, ceil(k / 2)] (element 2i in the low nibble, 2i + 1 in the high one, each
+ * stored plus 8), float32 block scales [n, k / block], XNNPACK's packed start values [n], an optional float32
+ * bias [n] and the output's clamp. Returns NULL when memory runs out, or when block is not a multiple of 32 or
+ * does not divide k. */
+pn_qb4w* pn_qb4w_pack(int isa, int family, int64_t n, int64_t k, int64_t block, const uint8_t* weights,
+                      const float* scales, const float* start, const float* bias, float out_min, float out_max);
+void pn_qb4w_free(pn_qb4w* layer);
+int pn_qb4w_isa(const pn_qb4w* layer);
+/* out [rows, n] (row stride out_stride) from int8 rows x [rows, k] (row stride x_stride) with their float zero
+ * points and dequantization scales. */
+void pn_qb4w_run(const pn_qb4w* layer, int64_t rows, const int8_t* x, int64_t x_stride, const float* zero_point,
+                 const float* scale, float* out, int64_t out_stride, int threads);
+
+#endif

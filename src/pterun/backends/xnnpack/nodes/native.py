@@ -1,0 +1,135 @@
+"""pterun's native kernels (``native/*.c``, the extension ``_native``) as the translators use them.
+
+The kernels repeat XNNPACK's quantized arithmetic in its order, bit for bit (``native/native.h``), at the speed
+of SIMD code with 4-bit weights held as 4 bits, where PyTorch's x86 build has no such kernels. They are built
+with the package (``setup.py``); where they are missing (a platform without a C compiler at install time) or
+turned off (``XnnpackBackend`` option ``native=False``), every node takes its PyTorch path, which computes the
+same bits. ``available`` says which, and why.
+
+Generated code calls them with integers: the data pointers of buffers fixed at translation are bound as numbers,
+others (the caller's arguments) are read with ``data_ptr()`` on each call, of a contiguous form. Every size passed
+is checked against the graph before packing, since the C side trusts what it is given.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from pterun.errors import DelegateInvalidCompatibility
+
+try:
+    import pterun.backends.xnnpack._native as _native
+except ImportError as exc:  # not built: the PyTorch paths take every node
+    _native = None
+    _MISSING = f"pterun's native kernels are not built ({exc})"
+else:
+    _MISSING = ""
+
+FAMILIES = {"avx512vnni": 0, "avx2": 1}  # native.h's pn_family, by isa.block_kernels' names
+_ISAS = {"portable": 0, "avx2": 1, "avx512vnni": 2}
+
+
+@functools.cache
+def available() -> tuple[bool, str]:
+    """Whether the native kernels run here, and a sentence saying which kernels and why."""
+    if _native is None:
+        return False, _MISSING + "; quantized layers take their PyTorch path"
+    return True, f"pterun's native kernels ({_native.cpu_isa()})"
+
+
+def kernel_isa() -> str:
+    """The instruction set the kernels use on this CPU ("avx512vnni", "avx2" or "portable")."""
+    return _native.cpu_isa()
+
+
+def enabled(b) -> bool:
+    """Whether the current translation uses them: on the CPU, where built, unless the caller turned them off."""
+    return b.device.type == "cpu" and _native is not None and b.options.get("native", True) is not False
+
+
+def _fixed(b, name: str) -> bool:
+    tensor = b.env.get(name)
+    return isinstance(tensor, torch.Tensor) and tensor.is_contiguous()
+
+
+def _pointer(b, name: str) -> str:
+    """The data pointer of fixed contiguous tensor ``name``, a number bound beside it (``<name>_ptr``: the source
+    stays the same from one process to the next, so the load cache keeps its code)."""
+    address, bound = b.env[name].data_ptr(), f"{name}_ptr"
+    return bound if b.env.get(bound) == address else b.bind(address, bound)
+
+
+def source(b, name: str) -> str:
+    """A pointer expression for tensor ``name`` read by a kernel as contiguous rows: a number where it is fixed,
+    else the pointer of its contiguous form, made on each call (the caller's tensor as it is where it is
+    contiguous already; the local keeps a copy alive through the call)."""
+    if _fixed(b, name):
+        return _pointer(b, name)
+    local = f"{name}_c{b.next_id()}"
+    b.emit(f"{local} = {name}.contiguous()")
+    return f"{local}.data_ptr()"
+
+
+def target(b, name: str, shape, dtype=torch.float32) -> tuple[str, str | None]:
+    """A pointer expression a kernel writes contiguous rows through, for tensor ``name``, and the buffer to copy
+    into ``name`` after the call (None where the kernel writes ``name`` itself: a fixed contiguous tensor). The
+    caller's tensors may have any strides, so kernels write those into a buffer of their own."""
+    if _fixed(b, name):
+        return _pointer(b, name), None
+    buffer = b.scratch(tuple(shape), dtype)
+    return _pointer(b, buffer), buffer
+
+
+def _function(b, name: str, function) -> str:
+    """``function`` under ``name`` in the generated code, bound once per translation."""
+    if b.env.get(name) is not function:
+        name = b.bind(function, name)
+    return name
+
+
+def threads(b) -> str:
+    """The intra-op threads of the call (the method's choice, set for the call)."""
+    return _function(b, "threads", torch.get_num_threads)
+
+
+def qb4w_pack(b, family: str, n: int, k: int, block: int, weights: torch.Tensor, scales: torch.Tensor,
+              start: torch.Tensor, bias: torch.Tensor | None, out_min: float, out_max: float):
+    """A packed 4-bit block layer (kept alive by the translation that binds it)."""
+    if weights.dtype != torch.uint8 or weights.numel() != n * ((k + 1) // 2) or not weights.is_contiguous():
+        raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: 4-bit weights of {weights.numel()} bytes for "
+                                           f"{n} x {k} values")
+    if block % 32 or k % block:
+        raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: blocks of {block} inputs over {k}; XNNPACK's "
+                                           "4-bit kernels take blocks of a multiple of 32 that divide the inputs")
+    scales = scales.float().contiguous()
+    start = start.float().contiguous()
+    bias = None if bias is None else bias.float().contiguous()
+    if tuple(scales.shape) != (n, k // block) or start.numel() != n or (bias is not None and bias.numel() != n):
+        raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: block scales, start values or bias do not fit "
+                                           f"{n} outputs of {k // block} blocks")
+    return _native.qb4w_pack(_ISAS[kernel_isa()], FAMILIES[family], n, k, block, weights.data_ptr(),
+                             scales.data_ptr(), start.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                             float(out_min), float(out_max))
+
+
+def qb4w_isa(layer) -> str:
+    return _native.qb4w_isa(layer)
+
+
+def emit_qb4w(b, layer, rows: int, n: int, x: str, x_stride: int, zero_points: str, scales: str, out: str) -> None:
+    """Lines computing ``out`` [rows, n] from int8 rows ``x`` with a packed layer."""
+    run = _function(b, "qb4w_run", _native.qb4w_run)
+    into, copy = target(b, out, (rows, n))
+    b.emit(f"{run}({b.bind(layer, 'layer')}, {rows}, {source(b, x)}, {x_stride}, {source(b, zero_points)}, "
+           f"{source(b, scales)}, {into}, {n}, {threads(b)}())")
+    if copy is not None:
+        b.emit(f"{out}.copy_({copy})")
+
+
+def emit_quantize_rows(b, x: str, rows: int, cols: int, q: str, zero_points: str, scales: str) -> None:
+    """Lines quantizing float rows ``x`` [rows, cols] into fixed int8 rows ``q``, zero points and scales."""
+    run = _function(b, "quantize_rows", _native.quantize_rows)
+    b.emit(f"{run}({source(b, x)}, {rows}, {cols}, {cols}, {_pointer(b, q)}, {cols}, {_pointer(b, zero_points)}, "
+           f"{_pointer(b, scales)})")

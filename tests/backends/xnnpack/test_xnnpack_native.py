@@ -1,0 +1,144 @@
+"""pterun's native kernels (``nodes/native.py``): built where CI runs, and bit for bit what the PyTorch path
+computes, for every instruction set this CPU has and both XNNPACK kernel orders, so every pairing is proven on
+any x86-64 machine. The PyTorch path is ExecuTorch's bits (test_xnnpack_qinteger.py, test_xnnpack_isa.py); the
+programs here also run against ExecuTorch directly."""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+
+import pytest
+import torch
+
+import pterun
+from pterun.backends.xnnpack.nodes import isa, native
+from tests.backends.xnnpack.programs import WIDE_8DA4W_ROWS, export_8da4w, export_8da4w_wide, export_quantized
+from tests.support.ci import on_ci
+from tests.support.oracle import run_reference
+
+X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+def test_the_native_kernels_are_built_where_ci_runs():
+    built, why = native.available()
+    if not built and (on_ci() or X86):
+        pytest.fail(f"{why} (the README's install builds them; CI must have them)", pytrace=False)
+    assert native.kernel_isa() in ("avx512vnni", "avx2", "portable")
+    if X86 and "avx2" in isa.features():
+        assert native.kernel_isa() != "portable"
+
+
+def _isas() -> list[str]:
+    best = native.kernel_isa() if native.available()[0] else "portable"
+    return {"avx512vnni": ["portable", "avx2", "avx512vnni"], "avx2": ["portable", "avx2"]}.get(best, ["portable"])
+
+
+def _method(pte, **options):
+    backend = {"XnnpackBackend": options} if options else None
+    return pterun.Runtime.get().load_program(pte, backend_options=backend).load_method("forward")
+
+
+def _routes(method) -> list[str]:
+    return [how for handle in method.delegate_handles for _, how in handle.routes]
+
+
+@pytest.mark.parametrize("family", ["avx512vnni", "avx2"])
+@pytest.mark.parametrize("kernel", _isas())
+def test_4bit_block_layers_match_the_pytorch_path_bit_for_bit(kernel, family, monkeypatch):
+    """Each instruction set's kernels in each XNNPACK order (the pairings XNNPACK itself never runs go to the
+    portable code), on decode and prefill shapes and blocks of 32 and 128, with and without a bias."""
+    monkeypatch.setattr(native, "kernel_isa", lambda: kernel)
+    forced = dataclasses.replace(isa.cpu(), block_kernels=family)
+    monkeypatch.setattr(isa, "cpu", lambda: forced)
+    # an instruction set runs the order XNNPACK runs with it (and AVX-512 CPUs the avx2 order with AVX2); the
+    # portable code every other pairing
+    expected = {("avx512vnni", "avx512vnni"): "avx512vnni", ("avx512vnni", "avx2"): "avx2",
+                ("avx2", "avx2"): "avx2"}.get((kernel, family), "portable")
+    for exported, shapes in ((export_8da4w(), [(8, 64)]),
+                             (export_8da4w_wide(), [(1, 512), (3, 512), (17, 512), (WIDE_8DA4W_ROWS, 512)])):
+        fast, plain = _method(exported.pte), _method(exported.pte, native=False)
+        assert all(f"({family}" not in r or f"native, {expected})" in r for r in _routes(fast)), _routes(fast)
+        assert not any("native" in r for r in _routes(plain))
+        for i, shape in enumerate(shapes):
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(i)) * (1.0, 30.0, 0.01, 4.0)[i % 4]
+            a, b = fast.execute([x])[0], plain.execute([x])[0]
+            assert torch.equal(a, b), f"{exported.key} {shape} on {kernel} in the {family} order: {(a != b).sum()} differ"
+
+
+def test_native_layers_match_executorch_at_every_row_count():
+    """The CPU's own kernels against ExecuTorch's runtime, rows 1 to 32: every remainder of the row blocks."""
+    exported = export_8da4w_wide()
+    method = _method(exported.pte)
+    assert any("native" in r for r in _routes(method)), _routes(method)
+    for rows in range(1, WIDE_8DA4W_ROWS + 1):
+        x = torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows)) * 3
+        (actual,) = method.execute([x])
+        (expected,) = run_reference(exported.pte, [x])
+        assert torch.equal(actual, expected), f"{rows} rows: {(actual != expected).sum()} differ"
+
+
+def test_native_quantization_feeds_integer_and_float_products_alike():
+    """Rows quantized natively (int8 first) and by PyTorch (floats first) give the same bits to 8-bit dynamic
+    layers, whichever product follows."""
+    exported = export_quantized("mlp256", "dynamic")
+    fast, plain = _method(exported.pte), _method(exported.pte, native=False)
+    assert "quantize_rows(" in fast.delegate_handles[0].source
+    assert "quantize_rows(" not in plain.delegate_handles[0].source
+    x = torch.randn(32, 256, generator=torch.Generator().manual_seed(3)) * 5
+    x[0], x[1, :128], x[1, 128:] = 0.0, -1e-38, 0.0  # a row of zeros; a range so small its scale is infinite
+    assert torch.equal(fast.execute([x])[0], plain.execute([x])[0])
+
+
+def test_native_off_is_said_and_the_layers_still_exact():
+    exported = export_8da4w()
+    method = _method(exported.pte, native=False)
+    assert "native kernels turned off" in method.delegate_handles[0].cpu
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(method.execute([x])[0], run_reference(exported.pte, [x])[0])
+
+
+def test_a_caller_output_of_any_strides_is_written_right():
+    """Kernels write contiguous rows: a delegate output the caller gave with other strides is written through a
+    buffer of their own, never past its end."""
+    from pterun.backends.xnnpack.backend import XnnpackDelegate
+    from tests.backends.xnnpack.programs import graphs
+
+    exported = export_8da4w()
+    (graph,) = graphs(exported.pte)
+    delegate = XnnpackDelegate(graph, torch.device("cpu"))
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(6))
+    wide = torch.full((8, 128), 7.0)
+    out = wide[:, ::2]  # [8, 64] with a stride of 2
+    delegate([x, out])
+    assert torch.equal(wide[:, 1::2], torch.full((8, 64), 7.0))  # nothing between the elements written
+    assert torch.equal(out, run_reference(exported.pte, [x])[0])
+
+
+def test_threads_split_the_outputs_and_change_no_bit():
+    """The kernels split a layer's outputs over the method's threads (their own workers, the caller's thread
+    among them): the same bits at 1 and 2 threads, calls from several Python threads at once included."""
+    import threading
+
+    exported = export_8da4w_wide()
+    x = torch.randn(WIDE_8DA4W_ROWS, 512, generator=torch.Generator().manual_seed(9))
+    results = {}
+    for threads in (1, 2):
+        method = pterun.Runtime.get().load_program(exported.pte, num_threads=threads).load_method("forward")
+        assert method.num_threads == threads, method.num_threads_reason  # the premise
+        results[threads] = method.execute([x])[0]
+    assert torch.equal(results[1], results[2])
+    program = pterun.Runtime.get().load_program(exported.pte, num_threads=2)
+    methods = [program.load_method("forward", cached=False) for _ in range(3)]
+    outputs = [None] * 3
+
+    def call(i):
+        for _ in range(20):
+            outputs[i] = methods[i].execute([x])[0]
+
+    workers = [threading.Thread(target=call, args=(i,)) for i in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert all(torch.equal(o, results[1]) for o in outputs)
