@@ -32,7 +32,7 @@ from tests.support.oracle import reference_module
 
 pytestmark = pytest.mark.slow  # tens of seconds: such files run first (tests/conftest.py)
 
-PROGRAMS = (*programs.LLAMA_VARIANTS, "transformers-static-cache", "bundled-example")
+PROGRAMS = (*programs.LLAMA_VARIANTS, "transformers-static-cache", "transformers-qwen2-8da4w", "bundled-example")
 PROMPT = "The river runs past the mill and"
 NEW_TOKENS = 10
 
@@ -42,6 +42,8 @@ def _program(name: str) -> programs.LlmProgram:
         return programs.example_program()
     if name == "transformers-static-cache":
         return programs.transformers_program()
+    if name == "transformers-qwen2-8da4w":
+        return programs.transformers_program("qwen2-8da4w")
     return programs.llama_program(name)
 
 
@@ -57,8 +59,17 @@ def _assert_premises(name: str, program: programs.LlmProgram) -> None:
     assert (program.data is not None) == name.endswith("-ptd")
     logits = to_torch(plan.values[plan.outputs[0]].scalar_type)
     assert logits == (torch.bfloat16 if name.endswith("-bf16") else torch.float32), logits
-    if name.startswith("xnnpack-8da4w"):
+    if name == "xnnpack-8da4w-quantized-kv":
+        assert plan.delegates and "llama::custom_quantized_sdpa.out" in operators, operators
+    elif name.startswith("xnnpack-8da4w"):
         assert plan.delegates and "llama::custom_sdpa.out" in operators
+    elif name == "transformers-qwen2-8da4w":
+        from pterun.backends.xnnpack.graph import Datatype
+        from tests.backends.xnnpack.programs import graphs
+
+        biased = [n for g in graphs(program.pte) for n in g.nodes if n.kind == "XNNFullyConnected"
+                  and g.values[n.p.filter_id].datatype == Datatype.QBINT4 and n.p.bias_id != 0xFFFFFFFF]
+        assert len(biased) >= 6, "the q, k and v projections of both layers are 8da4w layers with a bias"
     elif name == "no-kv-cache":
         assert not plan.delegates and len(plan.inputs) == 1 and not any("llama::" in op for op in operators)
     elif name in (*programs.LLAMA_VARIANTS, "bundled-example"):

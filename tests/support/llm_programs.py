@@ -13,7 +13,9 @@ tests/support/exporting.py keeps it) and reused after.
   "dynamic-bf16" computes in bfloat16, "no-kv-cache" takes the whole sequence
   each call (no cache, no position input), "xnnpack-8da4w" is the dynamic one
   lowered to XNNPACK with 8-bit dynamic activations and 4-bit grouped weights,
-  and "xnnpack-8da4w-ptd" keeps those weights in a .ptd file beside it.
+  "xnnpack-8da4w-ptd" keeps those weights in a .ptd file beside it, and
+  "xnnpack-8da4w-quantized-kv" adds export_llama's quantized KV cache
+  (``custom_quantized_sdpa``) to the 8da4w layers.
   ``eos_ids`` replaces the one EOS id in ``get_eos_ids``. The programs take up
   to 31 tokens a call (``get_max_seq_len() - 1``) in a context of 64 positions.
   ExecuTorch's runner takes a program whose ``max_seq_len`` is below its
@@ -24,7 +26,11 @@ tests/support/exporting.py keeps it) and reused after.
 - ``transformers_program()``: transformers' LlamaForCausalLM wrapped in its
   ExecuTorch integration's ``TorchExportableModuleWithStaticCache`` (inputs
   ``input_ids`` and ``cache_position``), with the metadata methods
-  optimum-executorch writes.
+  optimum-executorch writes; ``transformers_program("qwen2-8da4w")`` is a
+  Qwen2 decoder (q, k and v projections with biases) whose linear layers are
+  quantized as optimum-executorch quantizes them (torchao's
+  ``Int8DynamicActivationIntxWeightConfig``, 4-bit weights in groups of 32),
+  lowered to XNNPACK.
 
 ``export_llama`` runs in a subprocess. It changes no torch setting (threads,
 default dtype, grad mode, dynamo, inductor and export configs stay as they
@@ -54,7 +60,8 @@ from tests.support.llm_tokenizers import BOS_ID, EOS_ID, VOCAB, tokenizer_path
 
 MAX_SEQ_LEN = 32  # longest prefill chunk the runner feeds (the dynamic programs take one less)
 MAX_CONTEXT_LEN = 64
-LLAMA_VARIANTS = ("dynamic", "static", "dynamic-bf16", "no-kv-cache", "xnnpack-8da4w", "xnnpack-8da4w-ptd")
+LLAMA_VARIANTS = ("dynamic", "static", "dynamic-bf16", "no-kv-cache", "xnnpack-8da4w", "xnnpack-8da4w-ptd",
+                  "xnnpack-8da4w-quantized-kv")
 _VERSION = "v1"  # bump to re-export the programs after a recipe change
 
 
@@ -116,6 +123,8 @@ def export_llama_program(directory: Path, variant: str, params: dict, *, seed: i
         config.quantization.group_size = 32
     if variant.endswith("-ptd"):
         config.export.foundation_weights_file = "model.ptd"
+    if variant.endswith("-quantized-kv"):
+        config.model.quantize_kv_cache = True
     written = Path(export_llama(config))
     assert written == directory / "model.pte", written
     (directory / "checkpoint.pth").unlink()  # the weights are in the program now
@@ -183,18 +192,20 @@ class _StaticCacheDecoder(torch.nn.Module):
         return self.inner(input_ids=input_ids, cache_position=cache_position)
 
 
-def export_transformers_program(directory: Path, *, seed: int = 0,
-                                max_cache_len: int = MAX_CONTEXT_LEN) -> Path:
+def export_transformers_program(directory: Path, *, seed: int = 0, max_cache_len: int = MAX_CONTEXT_LEN,
+                                model_type: str = "llama") -> Path:
     from executorch.exir import to_edge_transform_and_lower
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=max_cache_len, bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID, pad_token_id=0, tie_word_embeddings=False,
-    )
-    model = LlamaForCausalLM(config).eval().requires_grad_(False)
+    shape = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_cache_len,
+                 bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=0, tie_word_embeddings=False)
+    if model_type == "qwen2-8da4w":
+        model = Qwen2ForCausalLM(Qwen2Config(**shape)).eval().requires_grad_(False)
+        _quantize_8da4w_linears(model)
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**shape)).eval().requires_grad_(False)
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
                                                cache_config={"batch_size": 1, "max_cache_len": max_cache_len})
     module = _StaticCacheDecoder(model, max_cache_len).eval()
@@ -209,7 +220,12 @@ def export_transformers_program(directory: Path, *, seed: int = 0,
         "get_bos_id": BOS_ID, "get_eos_ids": [EOS_ID], "use_kv_cache": True, "use_sdpa_with_kv_cache": False,
         "enable_dynamic_shape": True,
     }
-    program = to_edge_transform_and_lower(exported, constant_methods=metadata).to_executorch()
+    partitioner = []
+    if model_type.endswith("-8da4w"):
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        partitioner = [XnnpackPartitioner()]
+    program = to_edge_transform_and_lower(exported, partitioner=partitioner, constant_methods=metadata).to_executorch()
     directory.mkdir(parents=True, exist_ok=True)
     pte = directory / "model.pte"
     pte.write_bytes(program.buffer)
@@ -225,6 +241,20 @@ def example_program() -> LlmProgram:
     return LlmProgram(pte, examples / "llm_tiny.tokenizer.json", _metadata(pte), "input_pos")
 
 
-def transformers_program() -> LlmProgram:
-    pte = _cached(f"llm-transformers-static-cache-{_VERSION}", export_transformers_program)
+def _quantize_8da4w_linears(model: torch.nn.Module) -> None:
+    """optimum-executorch's 8da4w recipe: 8-bit dynamic activations, 4-bit weights in groups of 32, linear
+    layers only."""
+    from torchao.quantization import quantize_
+    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
+
+    config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32))
+    quantize_(model, config, filter_fn=lambda module, _: isinstance(module, torch.nn.Linear))
+
+
+def transformers_program(model_type: str = "llama") -> LlmProgram:
+    """transformers' LlamaForCausalLM ("llama"), or its Qwen2 quantized as optimum-executorch does
+    ("qwen2-8da4w"), with a static cache."""
+    key = "llm-transformers-static-cache" if model_type == "llama" else f"llm-transformers-{model_type}"
+    pte = _cached(f"{key}-{_VERSION}", lambda d: export_transformers_program(d, model_type=model_type))
     return LlmProgram(pte, tokenizer_path(), _metadata(pte), "cache_position")

@@ -78,16 +78,18 @@ def test_native_layers_match_executorch_at_every_row_count():
         assert torch.equal(actual, expected), f"{rows} rows: {(actual != expected).sum()} differ"
 
 
-def test_native_quantization_feeds_integer_and_float_products_alike():
-    """Rows quantized natively (int8 first) and by PyTorch (floats first) give the same bits to 8-bit dynamic
-    layers, whichever product follows."""
+def test_dynamic_8bit_layers_are_executorchs_bits():
+    """Rows quantized natively (int8 first) times 8-bit weights, with XNNPACK's float steps (times the row's
+    scale, then a fused multiply-add of the channel's scale and the bias): ExecuTorch's outputs bit for bit,
+    rows of zeros and of so small a range that the scale is infinite included. (The PyTorch path rounds the
+    multiply-add twice: within float32 rounding.)"""
     exported = export_quantized("mlp256", "dynamic")
-    fast, plain = _method(exported.pte), _method(exported.pte, native=False)
+    fast = _method(exported.pte)
     assert "quantize_rows(" in fast.delegate_handles[0].source
-    assert "quantize_rows(" not in plain.delegate_handles[0].source
+    assert sum(r.startswith("native int8 product") for r in _routes(fast)) == 3
     x = torch.randn(32, 256, generator=torch.Generator().manual_seed(3)) * 5
-    x[0], x[1, :128], x[1, 128:] = 0.0, -1e-38, 0.0  # a row of zeros; a range so small its scale is infinite
-    assert torch.equal(fast.execute([x])[0], plain.execute([x])[0])
+    x[0], x[1, :128], x[1, 128:] = 0.0, -1e-38, 0.0
+    assert torch.equal(fast.execute([x])[0], run_reference(exported.pte, [x])[0])
 
 
 def test_native_off_is_said_and_the_layers_still_exact():
@@ -142,3 +144,22 @@ def test_threads_split_the_outputs_and_change_no_bit():
     for w in workers:
         w.join()
     assert all(torch.equal(o, results[1]) for o in outputs)
+
+
+@pytest.mark.parametrize("kernel", _isas())
+@pytest.mark.parametrize(("model", "scheme"), [("mlp256", "per-channel"), ("mlp256", "dynamic"),
+                                               ("convnet", "per-channel"), ("mlp", "per-tensor")])
+def test_8bit_layers_on_every_instruction_set_are_executorchs_bits(kernel, model, scheme, monkeypatch):
+    """Static and dynamic 8-bit layers (and dense convolutions on gathered windows) with each instruction set's
+    kernels: the same bits as ExecuTorch's, every integer sum exact and XNNPACK's float steps repeated."""
+    from tests.backends.xnnpack.programs import quantized_inputs
+
+    monkeypatch.setattr(native, "kernel_isa", lambda: kernel)
+    exported = export_quantized(model, scheme)
+    method = _method(exported.pte)
+    assert any(r == f"native int8 product ({kernel})" for r in _routes(method)), _routes(method)
+    for seed, scale in ((1, 1.0), (3, 8.0), (4, 100.0)):
+        x = list(quantized_inputs(model, seed, scale))
+        (actual,) = method.execute(x)
+        (expected,) = run_reference(exported.pte, x)
+        assert torch.equal(actual, expected), f"{model} {scheme} x{scale} on {kernel}: {(actual != expected).sum()}"

@@ -45,6 +45,22 @@ def _products(handles) -> tuple[int, int, int]:
     return counts
 
 
+def _native_layers(handles) -> int:
+    routes = [how for handle in handles for _, how in handle.routes]
+    return sum(r.startswith("native int8 product") for r in routes)
+
+
+# pterun's native kernels (the default where they are built), and its PyTorch path
+PATHS = ["native", "pytorch"]
+
+
+def _load(pte, path: str):
+    if path == "native":
+        assert native.available()[0], native.available()[1]
+        return _method_and_source(pte)
+    return _method_and_source(pte, native=False)
+
+
 def _expected(layers: int, big: bool, onednn_layers: int | None = None) -> tuple[int, int, int]:
     """The products of ``layers`` layers as this CPU decides: oneDNN's for large ones (``onednn_layers`` of
     them where not all qualify), else _int_mm, else float products of the integers."""
@@ -54,16 +70,20 @@ def _expected(layers: int, big: bool, onednn_layers: int | None = None) -> tuple
     return (on_onednn, rest, 0) if cpu.int_mm else (on_onednn, 0, rest)
 
 
-def _premise(handles, model: str) -> None:
-    assert _products(handles) == _expected(3, _BIG[model]), f"{isa.cpu().summary}: {_products(handles)}"
+def _premise(handles, model: str, path: str) -> None:
+    if path == "native":
+        assert _native_layers(handles) == 3 and _products(handles) == (0, 0, 0)
+    else:
+        assert _products(handles) == _expected(3, _BIG[model]), f"{isa.cpu().summary}: {_products(handles)}"
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("model", ["mlp", "mlp256"])
 @pytest.mark.parametrize("scheme", ["per-tensor", "per-channel"])
-def test_static_int8_layers_are_bit_exact(model, scheme):
+def test_static_int8_layers_are_bit_exact(model, scheme, path):
     exported = export_quantized(model, scheme)
-    method, source = _method_and_source(exported.pte)
-    _premise(method.delegate_handles, model)
+    method, source = _load(exported.pte, path)
+    _premise(method.delegate_handles, model, path)
     for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0), (4, 100.0)):  # in range, nearly zero, saturating
         x = quantized_inputs(model, seed, scale)
         (actual,) = method.execute(list(x))
@@ -71,19 +91,24 @@ def test_static_int8_layers_are_bit_exact(model, scheme):
         assert torch.equal(actual, expected), f"{model} {scheme} x{scale}: {(actual != expected).sum()} differ"
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("model", ["convnet", "decoder"])
 @pytest.mark.parametrize("scheme", ["per-tensor", "per-channel"])
-def test_static_int8_convolutions_are_bit_exact(model, scheme):
+def test_static_int8_convolutions_are_bit_exact(model, scheme, path):
     """Dense convolutions (1x1 ones on the pixels, others on gathered windows) multiply integers; depthwise,
     transposed and few-channel ones (3 or 6 input channels) keep the float emulation, exact too."""
     exported = export_quantized(model, scheme)
     kinds = node_kinds(exported.pte)
     dense = [n.p for g in graphs(exported.pte) for n in g.nodes if n.kind == "XNNConv2d"]
     few = sum(1 for p in dense if p.kernel_width > 1 and p.group_input_channels * p.kernel_width < 16)
-    method, source = _method_and_source(exported.pte)
+    method, source = _load(exported.pte, path)
     assert len(dense) - few >= 1
     convolutions = kinds["XNNDepthwiseConv2d"] + kinds["XNNConvTranspose2d"] + few
-    if isa.cpu().int_mm:
+    signed = all(v.datatype != Datatype.QUINT8 for g in graphs(exported.pte) for v in g.values.values())
+    if path == "native" and signed:
+        assert _native_layers(method.delegate_handles) == len(dense) - few + kinds["XNNFullyConnected"]
+        assert source.count("torch.convolution(") == convolutions
+    elif isa.cpu().int_mm:
         assert source.count("torch._int_mm(") == len(dense) - few + kinds["XNNFullyConnected"]
         assert source.count("torch.convolution(") == convolutions
     else:  # float products of the integers: convolutions, pointwise ones and fully connected nodes as mm
@@ -98,21 +123,29 @@ def test_static_int8_convolutions_are_bit_exact(model, scheme):
         assert torch.equal(actual, expected), f"{model} {scheme} x{scale}: {(actual != expected).sum()} differ"
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("model", ["mlp", "mlp256"])
-def test_dynamic_int8_layers_multiply_integers(model):
-    """Float outputs: XNNPACK scales with fused multiply-adds, pterun without, so equal to float32 rounding.
-    oneDNN takes a layer only where the raw sums and corrections it adds are exact: 128 * sum |w| < 2**24."""
+def test_dynamic_int8_layers_multiply_integers(model, path):
+    """Float outputs. The native kernels take XNNPACK's float steps (times the row's scale, then a fused
+    multiply-add of the channel's scale and the bias): ExecuTorch's bits. The PyTorch path does not fuse, so
+    it is equal to float32 rounding; oneDNN takes a layer there only where the raw sums and corrections it
+    adds are exact: 128 * sum |w| < 2**24."""
     exported = export_quantized(model, "dynamic")
-    method, source = _method_and_source(exported.pte)
+    method, source = _load(exported.pte, path)
     sums = [v.data.abs().long().sum(1).max().item() for g in graphs(exported.pte) for v in g.values.values()
             if v.data is not None and v.datatype == Datatype.QCINT8]
     assert len(sums) == 3
-    expected = _expected(3, _BIG[model], sum(s * 128 < 1 << 24 for s in sums))
-    assert _products(method.delegate_handles) == expected, isa.cpu().summary
+    if path == "native":
+        assert _native_layers(method.delegate_handles) == 3
+    else:
+        expected = _expected(3, _BIG[model], sum(s * 128 < 1 << 24 for s in sums))
+        assert _products(method.delegate_handles) == expected, isa.cpu().summary
     for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0)):
         x = quantized_inputs(model, seed, scale)
         (actual,) = method.execute(list(x))
         (expected,) = run_reference(exported.pte, list(x))
+        if path == "native":
+            assert torch.equal(actual, expected), f"{model} dynamic x{scale}: {(actual != expected).sum()} differ"
         assert_relative(actual, expected, 1e-6, f"{model} dynamic x{scale}")
 
 
@@ -157,15 +190,16 @@ def test_block_scaled_4bit_layers_are_bit_exact(route, monkeypatch):
         assert torch.equal(actual, expected), f"8da4w {route} x{scale}: {(actual != expected).sum()} differ"
 
 
-@pytest.mark.parametrize("route", ["this CPU's", "float"])
+@pytest.mark.parametrize("route", ["native", "this CPU's PyTorch products", "float"])
 def test_dynamic_quantization_of_edge_rows(route, monkeypatch):
     """Rows of zeros, of one value, of subnormals and huge values quantize as XNNPACK quantizes them, whichever
     product follows (integer products take NaN's conversion to int8 as it comes; float ones would carry it)."""
     exported = export_quantized("mlp", "dynamic")
     if route == "float":
         _forced(monkeypatch, "float")
-    method, source = _method_and_source(exported.pte)
+    method, source = _load(exported.pte, "native" if route == "native" else "pytorch")
     assert route != "float" or _products(method.delegate_handles) == (0, 0, 3)
+    assert (route == "native") == (_native_layers(method.delegate_handles) == 3)
     x = torch.randn(8, 48, generator=torch.Generator().manual_seed(7))
     x[0], x[1], x[2], x[3], x[4] = 0.0, 3.0, -1e-38, 1e30, -2.0
     x[5, 5], x[6] = 1e-39, torch.linspace(0.0, 1.0, 48)
@@ -173,6 +207,8 @@ def test_dynamic_quantization_of_edge_rows(route, monkeypatch):
     (actual,) = method.execute([x])
     (expected,) = run_reference(exported.pte, [x])
     assert not actual.isnan().any()
+    if route == "native":
+        assert torch.equal(actual, expected), f"edge rows: {(actual != expected).sum()} differ"
     assert_relative(actual, expected, 1e-6, "edge rows")
 
 
@@ -223,17 +259,23 @@ def _forced(monkeypatch, route: str) -> None:
 @pytest.mark.parametrize("scheme", ["per-tensor", "per-channel", "dynamic"])
 def test_every_exact_product_agrees_bit_for_bit(scheme, monkeypatch):
     """oneDNN's float32 handover is one rounding of the exact sums, as _int_mm's int32 sums converted once and
-    as the float products of the integers: each product this CPU runs exactly gives the same bits."""
+    as the float products of the integers: each product this CPU runs exactly gives the same bits, and so do
+    the native kernels for static 8-bit layers (for dynamic ones they also fuse XNNPACK's multiply-add)."""
     cpu = isa.cpu()
-    routes = [r for r, exact in (("onednn", cpu.onednn), ("int_mm", cpu.int_mm), ("float", True)) if exact]
+    routes = [r for r, exact in (("onednn", cpu.onednn), ("int_mm", cpu.int_mm), ("float", True),
+                                 ("native", scheme != "dynamic")) if exact]
     exported = export_quantized("mlp256", scheme)
     outputs = {}
     for route in routes:
         with monkeypatch.context() as patch:
-            _forced(patch, route)
-            method, source = _method_and_source(exported.pte)
-        counts = dict(zip(("onednn", "int_mm", "float"), _products(method.delegate_handles)))
-        assert counts[route] == 3 and sum(counts.values()) == 3, f"{route}: {counts}"
+            if route == "native":
+                method, source = _load(exported.pte, "native")
+                assert _native_layers(method.delegate_handles) == 3
+            else:
+                _forced(patch, route)
+                method, source = _method_and_source(exported.pte, native=False)
+                counts = dict(zip(("onednn", "int_mm", "float"), _products(method.delegate_handles)))
+                assert counts[route] == 3 and sum(counts.values()) == 3, f"{route}: {counts}"
         outputs[route] = [method.execute(list(quantized_inputs("mlp256", seed, scale)))[0]
                           for seed, scale in ((1, 1.0), (3, 8.0), (4, 100.0))]
     for route in routes[1:]:

@@ -85,7 +85,54 @@ static PyObject* py_qb4w_run(PyObject* self, PyObject* const* args, Py_ssize_t n
   Py_RETURN_NONE;
 }
 
+#define Q8_CAPSULE "pterun.xnnpack.q8"
+
+static void q8_destroy(PyObject* capsule) { pn_q8_free(PyCapsule_GetPointer(capsule, Q8_CAPSULE)); }
+
+/* q8_pack(isa, dynamic, n, k, weights, w_stride, scale, bias, ibias, input_zero_point, out_min, out_max,
+ *         out_zero_point, qmin, qmax) -> capsule (bias, ibias 0: none) */
+static PyObject* py_q8_pack(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[10], b[3];
+  if (!arity(nargs, 15, "q8_pack") || !ints(args, 10, a) || !ints(args + 12, 3, b)) return NULL;
+  const double lo = PyFloat_AsDouble(args[10]), hi = PyFloat_AsDouble(args[11]);
+  if (PyErr_Occurred()) return NULL;
+  pn_q8* layer;
+  Py_BEGIN_ALLOW_THREADS
+  layer = pn_q8_pack((int)a[0], (int)a[1], a[2], a[3], (const int8_t*)(intptr_t)a[4], a[5],
+                     (const float*)(intptr_t)a[6], (const float*)(intptr_t)a[7], (const int32_t*)(intptr_t)a[8],
+                     (int32_t)a[9], (float)lo, (float)hi, (int32_t)b[0], (int32_t)b[1], (int32_t)b[2]);
+  Py_END_ALLOW_THREADS
+  if (!layer) return PyErr_NoMemory();
+  PyObject* capsule = PyCapsule_New(layer, Q8_CAPSULE, q8_destroy);
+  if (!capsule) pn_q8_free(layer);
+  return capsule;
+}
+
+static PyObject* py_q8_isa(PyObject* self, PyObject* capsule) {
+  (void)self;
+  const pn_q8* layer = PyCapsule_GetPointer(capsule, Q8_CAPSULE);
+  return layer ? PyUnicode_FromString(pn_isa_name(pn_q8_isa(layer))) : NULL;
+}
+
+/* q8_run(layer, rows, x, x_stride, zero_point, scale, out, out_stride, threads) */
+static PyObject* py_q8_run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[8];
+  if (!arity(nargs, 9, "q8_run") || !ints(args + 1, 8, a)) return NULL;
+  const pn_q8* layer = PyCapsule_GetPointer(args[0], Q8_CAPSULE);
+  if (!layer) return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  pn_q8_run(layer, a[0], (const int8_t*)(intptr_t)a[1], a[2], (const float*)(intptr_t)a[3],
+            (const float*)(intptr_t)a[4], (void*)(intptr_t)a[5], a[6], (int)a[7]);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"q8_pack", (PyCFunction)(void (*)(void))py_q8_pack, METH_FASTCALL, "Packs an 8-bit layer."},
+    {"q8_isa", py_q8_isa, METH_O, "The instruction set a packed 8-bit layer runs with."},
+    {"q8_run", (PyCFunction)(void (*)(void))py_q8_run, METH_FASTCALL, "Runs a packed 8-bit layer."},
     {"cpu_isa", py_cpu_isa, METH_NOARGS, "The best instruction set this CPU runs the kernels with."},
     {"quantize_rows", (PyCFunction)(void (*)(void))py_quantize_rows, METH_FASTCALL, "XNNPACK's qd8 rows."},
     {"qb4w_pack", (PyCFunction)(void (*)(void))py_qb4w_pack, METH_FASTCALL, "Packs a 4-bit block layer."},

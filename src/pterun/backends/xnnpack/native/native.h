@@ -51,4 +51,18 @@ int pn_qb4w_isa(const pn_qb4w* layer);
 void pn_qb4w_run(const pn_qb4w* layer, int64_t rows, const int8_t* x, int64_t x_stride, const float* zero_point,
                  const float* scale, float* out, int64_t out_stride, int threads);
 
+/* A fully connected layer with int8 weights [n, k] (row stride w_stride) and one scale per output channel.
+ * dynamic = 1: qd8_f32_qc8w (scale: channel scales, bias: float or NULL, out_min/out_max: the clamp).
+ * dynamic = 0: qs8_qc8w on signed 8-bit rows (scale: requantization scales, ibias: int32 or NULL,
+ * input_zero_point folded into it, out_zero_point and [qmin, qmax] the output's). */
+typedef struct pn_q8 pn_q8;
+pn_q8* pn_q8_pack(int isa, int dynamic, int64_t n, int64_t k, const int8_t* weights, int64_t w_stride,
+                  const float* scale, const float* bias, const int32_t* ibias, int32_t input_zero_point,
+                  float out_min, float out_max, int32_t out_zero_point, int32_t qmin, int32_t qmax);
+void pn_q8_free(pn_q8* layer);
+int pn_q8_isa(const pn_q8* layer);
+/* out [rows, n]: floats (dynamic) or int8 (static); zero_point and scale per row (dynamic only, else NULL). */
+void pn_q8_run(const pn_q8* layer, int64_t rows, const int8_t* x, int64_t x_stride, const float* zero_point,
+               const float* scale, void* out, int64_t out_stride, int threads);
+
 #endif

@@ -14,6 +14,7 @@ is checked against the graph before packing, since the C side trusts what it is 
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -133,3 +134,39 @@ def emit_quantize_rows(b, x: str, rows: int, cols: int, q: str, zero_points: str
     run = _function(b, "quantize_rows", _native.quantize_rows)
     b.emit(f"{run}({source(b, x)}, {rows}, {cols}, {cols}, {_pointer(b, q)}, {cols}, {_pointer(b, zero_points)}, "
            f"{_pointer(b, scales)})")
+
+
+def q8_pack(b, dynamic: bool, weights: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
+            ibias: torch.Tensor | None, input_zero_point: int = 0, out_min: float = -math.inf,
+            out_max: float = math.inf, out_zero_point: int = 0, qmin: int = -128, qmax: int = 127):
+    """A packed 8-bit layer: int8 weights [n, k]; float32 channel (dynamic) or requantization (static) scales,
+    a float32 bias (dynamic) or an int32 one (static, the input zero point folded in by the kernel)."""
+    n, k = weights.shape
+    weights = weights.to(torch.int8).contiguous()
+    scale = scale.float().contiguous()
+    bias = None if bias is None else bias.float().contiguous()
+    ibias = None if ibias is None else ibias.to(torch.int32).contiguous()
+    if scale.numel() != n or (bias is not None and bias.numel() != n) or (ibias is not None and ibias.numel() != n):
+        raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: scales or bias do not fit {n} outputs")
+    layer = _native.q8_pack(_ISAS[kernel_isa()], int(dynamic), n, k, weights.data_ptr(), k, scale.data_ptr(),
+                            0 if bias is None else bias.data_ptr(), 0 if ibias is None else ibias.data_ptr(),
+                            int(input_zero_point), float(out_min), float(out_max), int(out_zero_point), int(qmin),
+                            int(qmax))
+    return layer
+
+
+def q8_isa(layer) -> str:
+    return _native.q8_isa(layer)
+
+
+def emit_q8(b, layer, rows: int, n: int, x: str, x_stride: int, zero_points: str | None, scales: str | None,
+            out: str, dtype: torch.dtype) -> None:
+    """Lines computing ``out`` [rows, n] (float32 or int8) from int8 rows ``x`` with a packed 8-bit layer."""
+    run = _function(b, "q8_run", _native.q8_run)
+    into, copy = target(b, out, (rows, n), dtype)
+    rows_zp = source(b, zero_points) if zero_points is not None else "0"
+    rows_scale = source(b, scales) if scales is not None else "0"
+    b.emit(f"{run}({b.bind(layer, 'layer')}, {rows}, {source(b, x)}, {x_stride}, {rows_zp}, {rows_scale}, {into}, "
+           f"{n}, {threads(b)}())")
+    if copy is not None:
+        b.emit(f"{out}.copy_({copy})")

@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 
 from pterun.backends.xnnpack.graph import Datatype
-from pterun.backends.xnnpack.nodes import isa, qmath
+from pterun.backends.xnnpack.nodes import isa, native, qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, unsupported
 from pterun.errors import InvalidArgument, InvalidProgram
 
@@ -143,10 +143,17 @@ def static_plan(node, b, x, w, bias, y, mkn: tuple[int, int, int], filter_nk) ->
     zx_signed = zx - 128 if unsigned else zx  # uint8 rows are multiplied as int8 rows: top bit flipped, minus 128
     lo, hi = qmath.qrange(x)
 
+    use_native = native.enabled(b) and x.datatype == y.datatype == Datatype.QINT8
+
     def prepare():
         w8, sums, abs_sums = int8_rows(filter_nk().reshape(n, k))
         ints = int_bias(node, bias, n)
         scales = qmath.requant_scales(sx, qmath.weight_scales(w, n, node.where), so, node.where)
+        if use_native:
+            qmin, qmax = qmath.output_bounds(node, y, node.where)
+            layer = native.q8_pack(b, False, w8, scales, None, ints, zx, out_zero_point=qmath.per_tensor(
+                y, node.where)[1], qmin=qmin, qmax=qmax)
+            return "native", layer, None, None
         worst = abs_sums * max(hi - zx, zx - lo)
         if _onednn(rows, k, n) and _requantizes_exactly(worst, ints, scales):
             return "onednn", torch.ops.onednn.qlinear_prepack(w8, [rows, k]), ints.float(), scales
@@ -154,9 +161,9 @@ def static_plan(node, b, x, w, bias, y, mkn: tuple[int, int, int], filter_nk) ->
             return "int_mm", _operand(w8), (ints - zx_signed * sums).to(torch.int32), scales
         return None
 
-    plan = b.cached("q8i", prepare)
+    plan = b.cached(("q8i", use_native), prepare)
     if plan is not None:
-        b.route(f"{plan[0]} int8 product")
+        b.route(f"native int8 product ({native.q8_isa(plan[1])})" if plan[0] == "native" else f"{plan[0]} int8 product")
     return plan
 
 
@@ -169,6 +176,9 @@ def emit_static(node, b, x, y, x2: str, o2: str, mkn: tuple[int, int, int], plan
     qmin, qmax = qmath.output_bounds(node, y, node.where)
     unsigned = x.datatype == Datatype.QUINT8
     how, wkn, bias_t, rq = plan
+    if how == "native":
+        native.emit_q8(b, wkn, rows, n, x2, k, None, None, o2, torch.int8)
+        return
     if how == "onednn":
         xu = x2 if unsigned else _unsigned(b, x2, (rows, k))
         acc = b.scratch((rows, n))
@@ -190,10 +200,18 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed
     """Rows quantized at run time times int8 (or 4-bit per-channel) weights, float output: qd8_f32_qc8w. False
     (nothing emitted) where no integer product is exact here."""
 
+    # 4-bit per-channel weights (qc4w) stay with PyTorch: XNNPACK's kernels scale them by 16, so their float
+    # conversions round elsewhere than 8-bit ones
+    use_native = native.enabled(b) and w.datatype not in WEIGHTS_4BIT
+
     def prepare():
         data = constant_filter(node, w, transposed)
         w8, sums, abs_sums = int8_rows(unpack_4bit(data, k) if w.datatype in WEIGHTS_4BIT else data)
         scales = qmath.weight_scales(w, n, node.where)
+        if use_native:
+            layer = native.q8_pack(b, True, w8, scales, None if bias is None else b.constant(bias), None,
+                                   out_min=node.output_min, out_max=node.output_max)
+            return "native", layer, None, None
         if _onednn(rows, k, n) and float(abs_sums.max()) * 128 < qmath.EXACT_F32:  # |q|, |zp| <= 128
             packed = torch.ops.onednn.qlinear_prepack(w8, [rows, k])
             return "onednn", packed, -sums.float(), scales
@@ -201,13 +219,18 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed
             return "int_mm", _operand(w8), sums.to(torch.int32), scales
         return None
 
-    plan = b.cached("qd8i", prepare)
+    plan = b.cached(("qd8i", use_native), prepare)
     if plan is None:
         return False
     how, wkn, sums, wscale = plan
-    b.route(f"{how} int8 product")
+    b.route(f"native int8 product ({native.q8_isa(wkn)})" if how == "native" else f"{how} int8 product")
     if q.rows != rows:
         raise InvalidArgument(f"XNNPACK {node.where}: {q.rows} quantized rows for {rows} input rows")
+    if how == "native":
+        b.define(y.id, shape)
+        native.emit_q8(b, wkn, rows, n, q.int8_rows(b), k, q.zero_points, q.scales, b.view(y.id, (rows, n)),
+                       torch.float32)
+        return True
     ints, zero_points = q.ints(b)
     o = b.define(y.id, shape)
     o2 = b.view(y.id, (rows, n))

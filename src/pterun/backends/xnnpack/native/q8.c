@@ -1,0 +1,263 @@
+/* Fully connected layers with 8-bit weights, one scale per output channel, on 8-bit rows: XNNPACK's
+ * qd8_f32_qc8w GEMM (rows quantized at run time, float output) and its qs8_qc8w GEMM (static 8-bit rows and
+ * output).
+ *
+ * Both sum (x - zero point) * w over the inputs in int32, exactly (XNNPACK packs -zero point * sum(w) into the
+ * accumulator's start; wrapping int32 arithmetic gives the same bits in any order). Then, per output:
+ *
+ *   qd8_f32_qc8w: fma(float(sum) * row scale, channel scale, bias), then the clamp as x86's maxps/minps do;
+ *   qs8_qc8w:     float(sum + bias) * requantization scale, min(., qmax - zero point), rounded half to even
+ *                 (cvtps), plus the output zero point, and max(., qmin): XNNPACK's "fp32" requantization.
+ *
+ * The sums come from vpdpbusd (AVX-512 VNNI: rows as unsigned bytes, x + 128, and 128 * sum(w) taken back) or
+ * from vpmaddwd on values widened to 16 bits (AVX2), both exact, or from plain C.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "native.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+struct pn_q8 {
+  int isa;
+  int64_t n, k, kp;   /* kp: k rounded up to the kernels' groups (16), padded with zero weights */
+  int64_t tiles;      /* of 16 outputs */
+  int8_t* weights;    /* [tiles][kp / 4][16][4] (AVX-512 VNNI), [tiles][kp / 8][16][8] (AVX2), [n][kp] (portable) */
+  int32_t* wsum;      /* [tiles * 16]: sum of each output's weights */
+  float* scale;       /* qd8: channel scales; qs8: requantization scales [tiles * 16] */
+  float* bias;        /* qd8: float bias, zeros without one [tiles * 16] */
+  int32_t* ibias;     /* qs8: int32 bias minus the input zero point times sum(w) [tiles * 16] */
+  int dynamic;        /* qd8_f32_qc8w (1) or qs8_qc8w (0) */
+  float out_min, out_max;                 /* qd8: the clamp */
+  int32_t out_zero_point, qmin, qmax;     /* qs8: the output's quantization and clamp */
+};
+
+static inline float clamp_x86(float v, float lo, float hi) {
+  v = v > lo ? v : lo;
+  return v < hi ? v : hi;
+}
+
+/* One tile's sums for `rows` rows: sums[r][c] = sum_k x[r][k] * w[16 t + c][k] (int32), signed rows. */
+typedef void (*sums_fn)(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride, int32_t* sums);
+
+static void sums_portable(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride,
+                          int32_t* sums) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < 16; c++) {
+      const int64_t o = t * 16 + c;
+      int32_t s = 0;
+      if (o < L->n) {
+        const int8_t* w = L->weights + o * L->kp;
+        for (int64_t i = 0; i < L->k; i++) s += (int32_t)x[r * x_stride + i] * w[i];
+      }
+      sums[r * 16 + c] = s;
+    }
+}
+
+#if defined(__x86_64__)
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+static void sums_vnni(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride, int32_t* sums) {
+  const int64_t groups = L->kp / 4, full = L->k / 4, tail = L->k % 4;
+  const int8_t* tile = L->weights + t * groups * 64;
+  const __m512i correction = _mm512_slli_epi32(_mm512_loadu_si512(L->wsum + t * 16), 7); /* 128 * sum(w) */
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    const int8_t *x0 = x + r * x_stride, *x1 = x0 + x_stride, *x2 = x1 + x_stride, *x3 = x2 + x_stride;
+    for (int64_t g = 0; g < full + (tail != 0); g++) {
+      const __m512i w = _mm512_loadu_si512(tile + g * 64);
+      const size_t bytes = g < full ? 4 : (size_t)tail; /* never past the row: the weights there are zeros */
+      int32_t v0 = 0, v1 = 0, v2 = 0, v3 = 0;
+      memcpy(&v0, x0 + 4 * g, bytes);
+      memcpy(&v1, x1 + 4 * g, bytes);
+      memcpy(&v2, x2 + 4 * g, bytes);
+      memcpy(&v3, x3 + 4 * g, bytes);
+      a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_set1_epi32(v0), flip), w);
+      a1 = _mm512_dpbusd_epi32(a1, _mm512_xor_si512(_mm512_set1_epi32(v1), flip), w);
+      a2 = _mm512_dpbusd_epi32(a2, _mm512_xor_si512(_mm512_set1_epi32(v2), flip), w);
+      a3 = _mm512_dpbusd_epi32(a3, _mm512_xor_si512(_mm512_set1_epi32(v3), flip), w);
+    }
+    _mm512_storeu_si512(sums + (r + 0) * 16, _mm512_sub_epi32(a0, correction));
+    _mm512_storeu_si512(sums + (r + 1) * 16, _mm512_sub_epi32(a1, correction));
+    _mm512_storeu_si512(sums + (r + 2) * 16, _mm512_sub_epi32(a2, correction));
+    _mm512_storeu_si512(sums + (r + 3) * 16, _mm512_sub_epi32(a3, correction));
+  }
+  for (; r < rows; r++) {
+    __m512i a = _mm512_setzero_si512();
+    const int8_t* xr = x + r * x_stride;
+    for (int64_t g = 0; g < full + (tail != 0); g++) {
+      int32_t v = 0;
+      memcpy(&v, xr + 4 * g, g < full ? 4 : (size_t)tail);
+      a = _mm512_dpbusd_epi32(a, _mm512_xor_si512(_mm512_set1_epi32(v), flip), _mm512_loadu_si512(tile + g * 64));
+    }
+    _mm512_storeu_si512(sums + r * 16, _mm512_sub_epi32(a, correction));
+  }
+}
+
+__attribute__((target("avx2,fma")))
+static void sums_avx2(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride, int32_t* sums) {
+  /* per group of 8 inputs: 16 outputs x 8 weights; each vpmaddwd takes two outputs' 8 weights against the
+   * row's 8 values (widened to 16 bits), giving 4 pair sums per output, added up at the end */
+  const int64_t groups = L->kp / 8, full = L->k / 8, tail = L->k % 8;
+  const int8_t* tile = L->weights + t * groups * 128;
+  for (int64_t r = 0; r < rows; r++) {
+    __m256i acc[8];
+    for (int p = 0; p < 8; p++) acc[p] = _mm256_setzero_si256();
+    const int8_t* xr = x + r * x_stride;
+    for (int64_t g = 0; g < full + (tail != 0); g++) {
+      int64_t eight = 0; /* never past the row: the weights there are zeros */
+      memcpy(&eight, xr + 8 * g, g < full ? 8 : (size_t)tail);
+      const __m256i xv = _mm256_cvtepi8_epi16(_mm_set1_epi64x(eight));
+      const int8_t* wg = tile + g * 128;
+      for (int p = 0; p < 8; p++) {
+        const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(wg + 16 * p)));
+        acc[p] = _mm256_add_epi32(acc[p], _mm256_madd_epi16(xv, w));
+      }
+    }
+    for (int p = 0; p < 8; p++) {
+      /* lanes 0-3: output 2p, lanes 4-7: output 2p + 1 */
+      int32_t lanes[8];
+      _mm256_storeu_si256((__m256i*)lanes, acc[p]);
+      sums[r * 16 + 2 * p] = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+      sums[r * 16 + 2 * p + 1] = (lanes[4] + lanes[5]) + (lanes[6] + lanes[7]);
+    }
+  }
+}
+
+#endif
+
+pn_q8* pn_q8_pack(int isa, int dynamic, int64_t n, int64_t k, const int8_t* weights, int64_t w_stride,
+                  const float* scale, const float* bias, const int32_t* ibias, int32_t input_zero_point,
+                  float out_min, float out_max, int32_t out_zero_point, int32_t qmin, int32_t qmax) {
+  if (n <= 0 || k < 0) return NULL;
+  pn_q8* L = calloc(1, sizeof(pn_q8));
+  if (!L) return NULL;
+#if defined(__x86_64__)
+  L->isa = isa == PN_AVX512VNNI ? PN_AVX512VNNI : isa == PN_AVX2 ? PN_AVX2 : PN_PORTABLE;
+#else
+  L->isa = PN_PORTABLE;
+#endif
+  L->dynamic = dynamic;
+  L->n = n;
+  L->k = k;
+  L->kp = (k + 15) / 16 * 16;
+  L->tiles = (n + 15) / 16;
+  L->out_min = out_min;
+  L->out_max = out_max;
+  L->out_zero_point = out_zero_point;
+  L->qmin = qmin;
+  L->qmax = qmax;
+  const size_t padded = (size_t)(L->tiles * 16);
+  L->weights = calloc((size_t)(L->tiles * 16 * L->kp), 1);
+  L->wsum = calloc(padded, sizeof(int32_t));
+  L->scale = calloc(padded, sizeof(float));
+  L->bias = calloc(padded, sizeof(float));
+  L->ibias = calloc(padded, sizeof(int32_t));
+  if (!L->weights || !L->wsum || !L->scale || !L->bias || !L->ibias) {
+    pn_q8_free(L);
+    return NULL;
+  }
+  for (int64_t o = 0; o < n; o++) {
+    const int8_t* w = weights + o * w_stride;
+    int32_t total = 0;
+    for (int64_t i = 0; i < k; i++) total += w[i];
+    L->wsum[o] = total;
+    L->scale[o] = scale[o];
+    if (bias) L->bias[o] = bias[o];
+    /* wrapping int32, as XNNPACK packs it */
+    L->ibias[o] = (int32_t)((uint32_t)(ibias ? ibias[o] : 0) - (uint32_t)input_zero_point * (uint32_t)total);
+    const int64_t t = o / 16, c = o % 16;
+    for (int64_t i = 0; i < k; i++) {
+      int64_t at;
+      if (L->isa == PN_AVX512VNNI) at = ((t * (L->kp / 4) + i / 4) * 16 + c) * 4 + i % 4;
+      else if (L->isa == PN_AVX2) at = ((t * (L->kp / 8) + i / 8) * 8 + c / 2) * 16 + (c % 2) * 8 + i % 8;
+      else at = o * L->kp + i;
+      L->weights[at] = w[i];
+    }
+  }
+  return L;
+}
+
+void pn_q8_free(pn_q8* L) {
+  if (!L) return;
+  free(L->weights);
+  free(L->wsum);
+  free(L->scale);
+  free(L->bias);
+  free(L->ibias);
+  free(L);
+}
+
+int pn_q8_isa(const pn_q8* L) { return L->isa; }
+
+typedef struct {
+  const pn_q8* L;
+  int64_t rows, x_stride, out_stride, tiles_per_task;
+  const int8_t* x;
+  const float *zp, *xs; /* qd8: each row's zero point and scale */
+  void* out;
+} q8_args;
+
+#define Q8_ROWS 64
+
+static void q8_task(void* ctx, int64_t task) {
+  const q8_args* a = ctx;
+  const pn_q8* L = a->L;
+  sums_fn sums = sums_portable;
+#if defined(__x86_64__)
+  if (L->isa == PN_AVX512VNNI) sums = sums_vnni;
+  else if (L->isa == PN_AVX2) sums = sums_avx2;
+#endif
+  int32_t block[Q8_ROWS * 16];
+  const int64_t t0 = task * a->tiles_per_task;
+  const int64_t t1 = t0 + a->tiles_per_task < L->tiles ? t0 + a->tiles_per_task : L->tiles;
+  for (int64_t t = t0; t < t1; t++)
+    for (int64_t r0 = 0; r0 < a->rows; r0 += Q8_ROWS) {
+      const int64_t nr = a->rows - r0 < Q8_ROWS ? a->rows - r0 : Q8_ROWS;
+      sums(L, t, nr, a->x + r0 * a->x_stride, a->x_stride, block);
+      for (int64_t r = 0; r < nr; r++)
+        for (int64_t c = 0; c < 16; c++) {
+          const int64_t o = t * 16 + c;
+          if (o >= L->n) break;
+          const int32_t s = block[r * 16 + c];
+          if (L->dynamic) {
+            const float zp = a->zp[r0 + r];
+            /* sum((x - zp) w), in wrapping int32 */
+            const int32_t acc = (int32_t)((uint32_t)s - (uint32_t)(int32_t)zp * (uint32_t)L->wsum[o]);
+            const float v = fmaf((float)acc * a->xs[r0 + r], L->scale[o], L->bias[o]);
+            ((float*)a->out)[(r0 + r) * a->out_stride + o] = clamp_x86(v, L->out_min, L->out_max);
+          } else {
+            const int32_t acc = (int32_t)((uint32_t)s + (uint32_t)L->ibias[o]);
+            float v = (float)acc * L->scale[o];
+            const float top = (float)(L->qmax - L->out_zero_point);
+            v = v < top ? v : top;
+            int32_t q = v >= -2147483648.0f ? (int32_t)lrintf(v) : INT32_MIN;
+            q = q < -32768 ? -32768 : q; /* cvtps, then packs to int16 and a saturating add of the zero point */
+            q += L->out_zero_point;
+            q = q < -32768 ? -32768 : q > 32767 ? 32767 : q;
+            q = q < L->qmin ? L->qmin : q > L->qmax ? L->qmax : q;
+            ((int8_t*)a->out)[(r0 + r) * a->out_stride + o] = (int8_t)q;
+          }
+        }
+    }
+}
+
+void pn_q8_run(const pn_q8* L, int64_t rows, const int8_t* x, int64_t x_stride, const float* zero_point,
+               const float* scale, void* out, int64_t out_stride, int threads) {
+  if (rows <= 0) return;
+  int64_t per = L->tiles;
+  if (threads > 1) {
+    per = (L->tiles + 4 * threads - 1) / (4 * threads);
+    const int64_t outputs = (INT64_C(1) << 16) / (rows * (L->k ? L->k : 1)) + 1;
+    const int64_t least = (outputs + 15) / 16;
+    if (per < least) per = least;
+  }
+  q8_args a = {L, rows, x_stride, out_stride, per, x, zero_point, scale, out};
+  pn_parallel(q8_task, &a, (L->tiles + per - 1) / per, threads);
+}
