@@ -43,6 +43,7 @@ class LoadContext:
     num_threads: int | None = None  # intra-op threads per call; None: chosen per method (threads.py)
     trace: ProgramTrace | None = None  # profiling on: the program's ETDump (etdump.py)
     device_positions: bool | None = None  # start positions stay on the device (fuse/positions.py); None: on CUDA
+    trust_native_code: bool = False  # delegates whose blobs are native code may load (docs/trust.md)
 
     def device_for(self, device_type: int, device_index: int) -> Device:
         """Where a value the plan tags with this device lives."""
