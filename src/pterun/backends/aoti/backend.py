@@ -15,7 +15,7 @@ for each delegate:
 A call hands the delegate's inputs, the method's own tensors in device memory, to the library as they
 are; the library returns its outputs in memory of its own, which are copied into the method's outputs
 (planned, or from the registered CUDA allocator, as the executor gave them). Everything is released with
-the method: the container, the library and the weights' device copies.
+the method: the container (its copy of the weights with it) and the library.
 
 The library runs with the process's rights, so the executor loads a program with such a delegate only
 when the caller trusts native code (``load_program(..., trust_native_code=True)``; docs/trust.md).
@@ -23,7 +23,7 @@ when the caller trusts native code (``load_program(..., trust_native_code=True)`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,7 +43,6 @@ class CudaDelegate:
     inputs: int
     outputs: int
     device: torch.device
-    weights: list = field(default_factory=list)  # the device copies the container's constants are
 
 
 @dataclass(frozen=True)
@@ -79,12 +78,12 @@ class CudaBackend(BackendInterface):
         runner = aoti.open_runner(blob.image, device)
         inputs, outputs = aoti.call_counts(runner)
         try:
-            weights = aoti.bind_weights(runner, blob.manifest, context.named_data, device)
+            aoti.bind_weights(runner, blob.manifest, context.named_data, device)
         except PteError:
             raise
         except RuntimeError as exc:  # the container refused a constant
             raise InvalidProgram(f"binding its weights failed: {_first_line(exc)}") from None
-        return CudaDelegate(runner, inputs, outputs, device, weights)
+        return CudaDelegate(runner, inputs, outputs, device)
 
     def written_arguments(self, handle: CudaDelegate, args) -> list[int]:
         """Its outputs; the call must pass the library's inputs and outputs, as tensors on its device."""
@@ -110,9 +109,8 @@ class CudaBackend(BackendInterface):
             out.copy_(result)
 
     def destroy(self, handle: CudaDelegate) -> None:
-        # The runner's destructor deletes the container and closes the library; the weights go with them.
+        # The runner's destructor deletes the container (its constants with it) and closes the library.
         handle.runner = None
-        handle.weights = []
 
 
 def _first_line(exc: BaseException) -> str:

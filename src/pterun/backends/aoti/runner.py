@@ -127,9 +127,12 @@ def call_counts(runner) -> tuple[int, int]:
         raise DelegateInvalidCompatibility(f"its library's call spec cannot be read ({exc})") from None
 
 
-def bind_weights(runner, manifest: Manifest, named_data: Mapping[str, memoryview],
-                 device: torch.device) -> list[torch.Tensor]:
-    """Copies each weight to its device and makes it the container's constant of that name; returns them."""
+def bind_weights(runner, manifest: Manifest, named_data: Mapping[str, memoryview], device: torch.device) -> None:
+    """Makes each weight the container's constant of that name.
+
+    Each is staged on its device and handed over as not user-managed: the container copies it into
+    constant memory of its own (which is why a buffer the library updates, such as a KV cache, is the
+    container's, and each method's container has its own), and the staged tensor is freed on return."""
     names: dict[str, str] = runner.get_constant_names_to_original_fqns()  # the library's name -> the model's
     dtypes: dict[str, int] = runner.get_constant_names_to_dtypes()
     by_fqn: dict[str, list[str]] = {}
@@ -141,7 +144,6 @@ def bind_weights(runner, manifest: Manifest, named_data: Mapping[str, memoryview
         raise InvalidProgram(f"its library has constants the blob gives no weights for: "
                              f"{', '.join(map(repr, unlisted[:8]))}")
     constants: dict[str, torch.Tensor] = {}
-    kept = []
     for w in manifest.weights:
         internal = by_fqn.get(w.fqn)
         if not internal:
@@ -152,31 +154,30 @@ def bind_weights(runner, manifest: Manifest, named_data: Mapping[str, memoryview
             raise InvalidProgram(f"weight {w.fqn!r} has dtype {w.dtype}; its library's constant "
                                  f"{wrong[0]!r} has dtype {dtypes.get(wrong[0])}")
         tensor = _materialize(w, named_data[w.key], device)
-        kept.append(tensor)
         for name in internal:
             constants[name] = tensor
     if constants:
-        # Not user-managed: the container keeps handles of its own to these tensors (PyTorch's binding passes
-        # it handles into a map that lives only for the call).
+        # (user_managed=True would keep the handles PyTorch's binding makes for the call, which die with it.)
         runner.update_constant_buffer(constants, False, True)
-    return kept
 
 
 def _materialize(w: Weight, data: memoryview, device: torch.device) -> torch.Tensor:
-    """The weight's storage copied to its device (never the file's bytes: a buffer the library updates, such
-    as a KV cache, is written in place), viewed with its sizes, strides and offset."""
+    """The weight on its device, with its sizes and strides, starting at its storage's first byte.
+
+    The container copies a constant's storage from its first element for the storage's size, and makes
+    its own tensor there with the offset given: so the bytes before the weight's offset are left out, and
+    the tensor handed over has offset 0."""
     dtype = to_torch(w.dtype)
     target = device if w.device == CUDA else torch.device("cpu")
-    if w.nbytes == 0:
-        storage = torch.empty(0, dtype=torch.uint8, device=target)
-    else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # read-only bytes: they are only copied
-            host = torch.frombuffer(data, dtype=torch.uint8, count=w.nbytes)
-        storage = host.to(target, copy=True)
     item = torch.empty(0, dtype=dtype).element_size()
-    flat = storage[: w.nbytes - w.nbytes % item].view(dtype)
-    return flat.as_strided(w.sizes, w.strides, w.offset)
+    start = min(w.offset * item, w.nbytes)
+    count = (w.nbytes - start) // item * item
+    if count == 0:
+        return torch.empty_strided(w.sizes, w.strides, dtype=dtype, device=target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only bytes: they are only copied
+        host = torch.frombuffer(data, dtype=torch.uint8, count=count, offset=start)
+    return host.to(target, copy=True).view(dtype).as_strided(w.sizes, w.strides, 0)
 
 
 def check_weights(manifest: Manifest, named_data: Mapping[str, memoryview]) -> None:
