@@ -3,6 +3,9 @@
     python bench/llm_gpu.py export [--out .cache/bench/llm]     # here, with ExecuTorch: the .pte, xz-compressed
     python bench/llm_gpu.py run --dir DIR [--new-tokens 128]      # on the GPU machine
 
+``export --tiny`` writes the same program at a size of a few thousand weights (2 layers, width 64, a 512-token
+vocabulary): the test suite exports it so that the export step cannot break unseen (tests/test_gpu_tools.py).
+
 The model is a Llama-architecture decoder of about 100M parameters in bfloat16 (bench/llm_export.py's shape:
 dim 768, 12 layers, 12 heads sharing 4 KV heads, hidden 2048, vocab 16384), each matrix's weights two values
 of either sign (so the file compresses to travel; speed does not depend on the values), exported from
@@ -31,21 +34,24 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from llm import prompt_of  # noqa: E402
-from llm_export import BOS_ID, CONTEXT, EOS_ID, PARAMS, write_tokenizer  # noqa: E402
+from llm_export import CONTEXT, PARAMS, write_tokenizer  # noqa: E402  (puts the repository on the path)
 from models import codebook  # noqa: E402
+
+from tests.support.llm_tokenizers import BOS_ID, EOS_ID  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "hf_llama100m.bf16.pte"
+TINY = {**PARAMS, "dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "hidden_dim": 128, "vocab_size": 512}
 
 
-def hf_model():
+def hf_model(params: dict = PARAMS):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=PARAMS["vocab_size"], hidden_size=PARAMS["dim"], intermediate_size=PARAMS["hidden_dim"],
-        num_hidden_layers=PARAMS["n_layers"], num_attention_heads=PARAMS["n_heads"],
-        num_key_value_heads=PARAMS["n_kv_heads"], max_position_embeddings=CONTEXT, rms_norm_eps=PARAMS["norm_eps"],
+        vocab_size=params["vocab_size"], hidden_size=params["dim"], intermediate_size=params["hidden_dim"],
+        num_hidden_layers=params["n_layers"], num_attention_heads=params["n_heads"],
+        num_key_value_heads=params["n_kv_heads"], max_position_embeddings=CONTEXT, rms_norm_eps=params["norm_eps"],
         bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=0, tie_word_embeddings=False,
     )
     model = codebook(LlamaForCausalLM(config)).eval().requires_grad_(False)
@@ -59,7 +65,7 @@ def hf_model():
     return model.to(torch.bfloat16)
 
 
-def export(out: Path) -> Path:
+def export(out: Path, params: dict = PARAMS) -> Path:
     from executorch.exir import to_edge_transform_and_lower
     from transformers import GenerationConfig
     from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
@@ -72,21 +78,21 @@ def export(out: Path) -> Path:
         def forward(self, input_ids, cache_position):
             return self.inner(input_ids=input_ids, cache_position=cache_position)
 
-    model = hf_model()
+    model = hf_model(params)
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
                                                cache_config={"batch_size": 1, "max_cache_len": CONTEXT})
     seq = torch.export.Dim("seq_length", min=1, max=CONTEXT - 1)
     tokens = torch.tensor([[BOS_ID, 5, 6]])
     exported = torch.export.export(Decoder(model).eval(), (tokens, torch.arange(3)),
                                    dynamic_shapes=({1: seq}, {0: seq}), strict=True)
-    metadata = {"get_max_seq_len": CONTEXT, "get_max_context_len": CONTEXT, "get_vocab_size": PARAMS["vocab_size"],
+    metadata = {"get_max_seq_len": CONTEXT, "get_max_context_len": CONTEXT, "get_vocab_size": params["vocab_size"],
                 "get_bos_id": BOS_ID, "get_eos_ids": [EOS_ID], "use_kv_cache": True,
                 "use_sdpa_with_kv_cache": False, "enable_dynamic_shape": True}
     program = to_edge_transform_and_lower(exported, constant_methods=metadata).to_executorch()
     out.mkdir(parents=True, exist_ok=True)
     with lzma.open(out / (NAME + ".xz"), "wb", preset=6) as f:
         f.write(program.buffer)
-    write_tokenizer(out / "tokenizer.json")
+    write_tokenizer(out / "tokenizer.json", params["vocab_size"])
     return out / (NAME + ".xz")
 
 
@@ -175,9 +181,10 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "bench" / "llm")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tiny", action="store_true", help="export: the same program, a few thousand weights")
     args = parser.parse_args()
     if args.what == "export":
-        path = export(args.out)
+        path = export(args.out, TINY if args.tiny else PARAMS)
         print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
     else:
         run(args.dir, args.new_tokens, args.rounds)

@@ -16,6 +16,15 @@ if ls "$fixtures"/wheels/*.whl >/dev/null 2>&1; then
   deps="$(mktemp -d)"
   "$python" -m pip install -q --no-deps --target "$deps" "$fixtures"/wheels/*.whl
 fi
+# ExecuTorch's own CUDA programs are compiled for the GPU they run on: exported here, once, from ExecuTorch's
+# wheels, installed apart (only the export imports them; hydra's pytest plugin among them would break pytest).
+if [ ! -d "$fixtures/et_cuda" ] && ls "$fixtures"/export-wheels/*.whl >/dev/null 2>&1; then
+  site="$(mktemp -d)"
+  "$python" -m pip install -q --no-index --no-deps --target "$site" "$fixtures"/export-wheels/*.whl
+  PYTHONPATH="$PWD/src:$PWD:$site${deps:+:$deps}" \
+    PTERUN_TOKENIZER="$fixtures/llm/transformers-static-cache/tokenizer.json" \
+    "$python" scripts/export-et-cuda.py "$fixtures/et_cuda"
+fi
 export PYTHONPATH="$PWD/src:$PWD${deps:+:$deps}${PYTHONPATH:+:$PYTHONPATH}"
 # The delegate backends' GPU tests load programs the fixture script exported into this cache.
 export PTERUN_PROGRAM_CACHE="${PTERUN_GPU_FIXTURES:-$PWD/fixtures/gpu}/cache"

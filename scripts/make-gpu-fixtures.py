@@ -13,14 +13,25 @@ which travels with the working tree to the GPU machine:
     llm/<program>/    language models (program.pte, tokenizer.json) for pterun.llm on the GPU
     wheels/           wheels of the packages pterun.llm needs (pytorch-tokenizers), for the GPU machine's
                       Python, which has no package index; scripts/gpu-tests.sh installs them
+    export-wheels/    ExecuTorch's wheels and what its CUDA export imports, for that Python:
+                      scripts/gpu-tests.sh installs them apart and runs scripts/export-et-cuda.py, which
+                      exports ExecuTorch CUDA programs (et_cuda/) on the GPU they run on
 
 Each directory holds program.pte (+ any .ptd), calls.pt (a list of input lists,
 called in order on one method) and expected.pt (ExecuTorch's outputs per call).
 Run it with the test extras installed; set PTERUN_PROGRAM_CACHE to reuse exports.
+
+    python scripts/make-gpu-fixtures.py [OUT] [--parts cuda,corpus,...] [--models llama,stablelm]
+
+``--parts`` makes only those parts (all by default) and ``--models`` only what it names: models of the
+corpus and the half-precision set, the delegate tests' cases (``8da4w``, ``llama_dynamic``, ...) and fuzz
+seeds (``seed-100594``). The test suite makes a small subset this way (tests/test_gpu_tools.py), so that
+what the GPU machine needs cannot break unseen on a machine without one.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 from pathlib import Path
@@ -54,8 +65,8 @@ def reference_calls(pte: Path, ptd: list[Path], calls: list[list], method: str =
             for args in calls]
 
 
-def corpus(out: Path) -> None:
-    for name in sorted(MODELS):
+def corpus(out: Path, models: set[str] | None = None) -> None:
+    for name in sorted(m for m in MODELS if models is None or m in models):
         exported = export_model(name, "portable")
         make_inputs = build(name).make_inputs
         calls = [flat(make_inputs(seed)) for seed in SEEDS]
@@ -70,7 +81,7 @@ def corpus(out: Path) -> None:
 
 # Models whose normalization layers (layer, batch and group norm) write statistics in the program's dtype.
 HALF_MODELS = ("bert", "gpt2", "vit", "mobilenet_v2", "et_mobilenet_v1_025", "resnet", "convnext", "llama",
-               "wav2vec2")
+               "stablelm", "wav2vec2")
 HALF_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -78,8 +89,8 @@ def _cast(values, dtype):
     return [v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
 
 
-def half(out: Path) -> None:
-    for name in HALF_MODELS:
+def half(out: Path, models: set[str] | None = None) -> None:
+    for name in (m for m in HALF_MODELS if models is None or m in models):
         for label, dtype in HALF_DTYPES.items():
             def spec(name=name, dtype=dtype) -> ExportSpec:
                 model = build(name)
@@ -108,8 +119,11 @@ def swiglu(out: Path) -> None:
           reference_calls(exported.pte, exported.ptd, calls))
     print("half swiglu bfloat16")
     # The same MLP over a dynamic number of rows (a prefill's tokens, then one): fused too, its out sized per call.
+    # Exported with rows of 4: torch.export specializes a dimension its example gives as 1.
     rows = torch.export.Dim("rows", max=16)
-    dynamic = export_program("gpu-swiglu-bf16-dynamic", lambda: ExportSpec(module, (x,), dynamic_shapes=({0: rows},)))
+    prefill = torch.randn(4, 256, dtype=torch.bfloat16)
+    dynamic = export_program("gpu-swiglu-bf16-dynamic",
+                             lambda: ExportSpec(module, (prefill,), dynamic_shapes=({0: rows},)))
     calls = [[torch.randn(5, 256, dtype=torch.bfloat16)], [x], [torch.randn(1, 256, dtype=torch.bfloat16)]]
     write(out / "half" / "swiglu-bfloat16-dynamic", dynamic.pte, dynamic.ptd, calls,
           reference_calls(dynamic.pte, dynamic.ptd, calls))
@@ -155,13 +169,13 @@ def cuda_cases(out: Path) -> None:
         print("cuda", name)
 
 
-def fuzz_programs(out: Path) -> None:
+def fuzz_programs(out: Path, names: set[str] | None = None) -> None:
     from tests.fuzz.builder import export_spec, make_inputs
     from tests.fuzz.generator import generate
     from tests.fuzz.runner import spec_key
     from tests.fuzz.seeds import GPU_SEEDS
 
-    for seed in GPU_SEEDS:
+    for seed in (s for s in GPU_SEEDS if names is None or f"seed-{s}" in names):
         spec = generate(seed)
         exported = export_program(spec_key(spec, "portable"), lambda spec=spec: export_spec(spec, "portable"))
         calls = [make_inputs(spec, k) for k in range(spec.calls)]
@@ -171,7 +185,7 @@ def fuzz_programs(out: Path) -> None:
         print("fuzz", seed)
 
 
-def delegate_programs(out: Path) -> None:
+def delegate_programs(out: Path, names: set[str] | None = None) -> None:
     """The programs the delegate backends' GPU tests export, in a program cache carried with the fixtures."""
     from tests.support import exporting
 
@@ -180,9 +194,11 @@ def delegate_programs(out: Path) -> None:
         from tests.backends.xnnpack import test_xnnpack_gpu
 
         for name, (export, _) in test_xnnpack_gpu.CASES.items():
-            export()
-            print("xnnpack", name)
-        test_xnnpack_gpu.export_model("llama_dynamic")  # test_dynamic_lengths_on_cuda
+            if names is None or name in names:
+                export()
+                print("xnnpack", name)
+        if names is None or "llama_dynamic" in names:
+            test_xnnpack_gpu.export_model("llama_dynamic")  # test_dynamic_lengths_on_cuda
     finally:
         exporting._ROOT = saved
 
@@ -203,29 +219,49 @@ def llm_programs(out: Path) -> None:
 # pterun.llm's tokenizers: built for the GPU machine's Python (3.12), which has no package index to install from.
 GPU_PYTHON = "3.12"
 GPU_WHEELS = ("pytorch-tokenizers==1.5.0",)
+# ExecuTorch and what its CUDA export imports (scripts/export-et-cuda.py), about 23 MB; the GPU machine's torch,
+# transformers and Triton are its own.
+EXPORT_WHEELS = ("executorch==1.5.1", "torchao==0.18.0", "ruamel.yaml", "ruamel.yaml.clib", "omegaconf", "hydra-core",
+                 "expecttest", "parameterized", "kgb")
+GPU_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
+                 "manylinux2014_x86_64", "any")
 
 
 def wheels(out: Path) -> None:
     import subprocess
 
-    target = out / "wheels"
-    target.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
-                    GPU_PYTHON, "-d", str(target), *GPU_WHEELS], check=True)
+    for folder, names in (("wheels", GPU_WHEELS), ("export-wheels", EXPORT_WHEELS)):
+        target = out / folder
+        target.mkdir(parents=True, exist_ok=True)
+        platforms = [arg for p in GPU_PLATFORMS for arg in ("--platform", p)]
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
+                        GPU_PYTHON, "--implementation", "cp", *platforms, "-d", str(target), *names], check=True)
+
+
+PARTS = {"cuda": cuda_cases, "corpus": corpus, "half": half, "swiglu": swiglu, "fuzz": fuzz_programs,
+         "delegates": delegate_programs, "llm": llm_programs, "wheels": wheels}
 
 
 def main() -> None:
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fixtures" / "gpu"
+    parser = argparse.ArgumentParser(description="Exports the programs the GPU suite runs (see the docstring).")
+    parser.add_argument("out", nargs="?", type=Path, default=ROOT / "fixtures" / "gpu")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of: {', '.join(PARTS)}")
+    parser.add_argument("--models", default=None,
+                        help="only these: corpus and half models, delegate cases, fuzz seeds (seed-N)")
+    args = parser.parse_args()
+    parts = args.parts.split(",")
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        parser.error(f"no part named {', '.join(unknown)}; parts: {', '.join(PARTS)}")
+    models = None if args.models is None else set(args.models.split(","))
+    out = args.out
     if out.exists():
         shutil.rmtree(out)
-    cuda_cases(out)
-    corpus(out)
-    half(out)
-    swiglu(out)
-    fuzz_programs(out)
-    delegate_programs(out)
-    llm_programs(out)
-    wheels(out)
+    for part in parts:
+        if part in ("corpus", "half", "fuzz", "delegates"):
+            PARTS[part](out, models)
+        else:
+            PARTS[part](out)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"wrote {out} ({size / 2**20:.1f} MiB)")
 

@@ -69,6 +69,11 @@ class NotSupported(PteError):
     code = ErrorCode.NotSupported
 
 
+class NativeCodeNotTrusted(NotSupported):
+    """A delegate would load native code from the file (a shared library), and the caller did not say it
+    trusts such code (``load_program(..., trust_native_code=True)``; docs/trust.md)."""
+
+
 class Unimplemented(PteError):
     code = ErrorCode.NotImplemented
 

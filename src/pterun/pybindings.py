@@ -8,8 +8,9 @@ differences are deliberate and listed in the README: methods loaded through
 of arenas (so two methods cannot overwrite each other's state), list outputs
 come back as Python lists instead of failing, a debug buffer too small for
 a run's values raises ``MemoryAllocationFailed`` instead of aborting the
-process (docs/profiling.md), and bundled programs are verified when loaded
-(docs/bundled.md).
+process (docs/profiling.md), bundled programs are verified when loaded
+(docs/bundled.md), and a program whose delegate is native code (ExecuTorch's
+``CudaBackend``) loads only with ``trust_native_code=True`` (docs/trust.md).
 """
 
 from __future__ import annotations
@@ -144,8 +145,9 @@ class ExecuTorchModule:
     """A program loaded on first use, running methods by name (ExecuTorch's ``Module``)."""
 
     def __init__(self, source, data, verification: Verification, num_threads: int | None = None,
-                 enable_etdump: bool = False, debug_buffer_size: int = 0) -> None:
+                 enable_etdump: bool = False, debug_buffer_size: int = 0, trust_native_code: bool = False) -> None:
         self._source = source
+        self._trust_native_code = bool(trust_native_code)
         self._data = data
         self._verification = verification
         self._num_threads = num_threads
@@ -159,6 +161,7 @@ class ExecuTorchModule:
             self._program = Runtime.get().load_program(
                 self._source, verification=self._verification, data_path=self._data, num_threads=self._num_threads,
                 enable_etdump=enable_etdump, debug_buffer_size=debug_buffer_size, share_state=False,
+                trust_native_code=self._trust_native_code,
             )
         return self._program
 
@@ -210,13 +213,14 @@ def _load_for_executorch(
     program_verification: Verification = Verification.InternalConsistency,
     *,
     num_threads: int | None = None,
+    trust_native_code: bool = False,
 ) -> ExecuTorchModule:
     # As ExecuTorch's Module, the files are opened now (a missing one fails here, with AccessFailed) and
     # the program is read on first use.
     source = read_source(os.fspath(program_path))
     data = [read_source(os.fspath(path), what="data file") for path in _data_sources(data_path)]
     return ExecuTorchModule(source, data, _verification(program_verification), check_num_threads(num_threads),
-                            enable_etdump, debug_buffer_size)
+                            enable_etdump, debug_buffer_size, trust_native_code)
 
 
 def _load_for_executorch_from_buffer(
@@ -227,9 +231,10 @@ def _load_for_executorch_from_buffer(
     program_verification: Verification = Verification.InternalConsistency,
     *,
     num_threads: int | None = None,
+    trust_native_code: bool = False,
 ) -> ExecuTorchModule:
     return ExecuTorchModule(bytes(buffer), _data_sources(data_map_buffer), _verification(program_verification),
-                            check_num_threads(num_threads), enable_etdump, debug_buffer_size)
+                            check_num_threads(num_threads), enable_etdump, debug_buffer_size, trust_native_code)
 
 
 def _load_program(
@@ -240,8 +245,10 @@ def _load_program(
     data_path: str | None = None,
     *,
     num_threads: int | None = None,
+    trust_native_code: bool = False,
 ) -> ExecuTorchProgram:
-    return _program(os.fspath(path), program_verification, data_path, num_threads, enable_etdump, debug_buffer_size)
+    return _program(os.fspath(path), program_verification, data_path, num_threads, enable_etdump, debug_buffer_size,
+                    trust_native_code)
 
 
 def _load_program_from_buffer(
@@ -252,15 +259,18 @@ def _load_program_from_buffer(
     data_path: str | None = None,
     *,
     num_threads: int | None = None,
+    trust_native_code: bool = False,
 ) -> ExecuTorchProgram:
-    return _program(bytes(buffer), program_verification, data_path, num_threads, enable_etdump, debug_buffer_size)
+    return _program(bytes(buffer), program_verification, data_path, num_threads, enable_etdump, debug_buffer_size,
+                    trust_native_code)
 
 
 def _program(source, program_verification: Verification, data_path: str | None, num_threads: int | None,
-             enable_etdump: bool, debug_buffer_size: int) -> ExecuTorchProgram:
+             enable_etdump: bool, debug_buffer_size: int, trust_native_code: bool) -> ExecuTorchProgram:
     program = Runtime.get().load_program(source, verification=_verification(program_verification), data_path=data_path,
                                          num_threads=num_threads, enable_etdump=bool(enable_etdump),
-                                         debug_buffer_size=_debug_buffer_size(debug_buffer_size))
+                                         debug_buffer_size=_debug_buffer_size(debug_buffer_size),
+                                         trust_native_code=trust_native_code)
     return ExecuTorchProgram(program)
 
 
@@ -278,6 +288,7 @@ def _load_for_executorch_from_bundled_program(
     debug_buffer_size: int = 0,
     *,
     data_path: str | os.PathLike | None = None,
+    trust_native_code: bool = False,
 ) -> ExecuTorchModule:
     """The program a bundled module holds, as a module whose methods run normally (without its test cases).
 
@@ -290,7 +301,7 @@ def _load_for_executorch_from_bundled_program(
     if isinstance(data, (str, os.PathLike)):
         data = read_source(os.fspath(data), what="data file")
     return _load_for_executorch_from_buffer(ptr.file.program, data, enable_etdump,  # type: ignore[arg-type]
-                                            debug_buffer_size)
+                                            debug_buffer_size, trust_native_code=trust_native_code)
 
 
 def _load_bundled_program_from_buffer(buffer: bytes, non_const_pool_size: int = 16 * 1024) -> BundledModule:

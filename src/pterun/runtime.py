@@ -106,6 +106,7 @@ class Runtime:
         cache_dir: str | os.PathLike | bool | None = None,
         device_positions: bool | None = None,
         share_state: bool = True,
+        trust_native_code: bool = False,
     ) -> Program:
         """Loads a program; ``data_path`` names .ptd files (paths or bytes) holding tensors it stores outside.
 
@@ -152,6 +153,12 @@ class Runtime:
         ExecuTorch's ``executorch.runtime`` programs do; ``share_state=False`` gives each method its own, as
         ExecuTorch's pybindings modules do (docs/threads.md).
 
+        ``trust_native_code=True`` lets delegates whose blobs are native code load it into this process: the
+        compiled libraries of ExecuTorch's own CUDA backend (``CudaBackend``) run with the process's rights,
+        as any library it imports does. Without it such a method is refused (``NativeCodeNotTrusted``)
+        before anything is loaded for it; every other delegate and every operator are data pterun
+        interprets, and need no trust (docs/trust.md).
+
         What loading derives and can keep (each method's compiled code, which program bytes passed the
         verifier) is kept in ``cache_dir``: by default $PTERUN_CACHE_DIR, else $XDG_CACHE_HOME/pterun or
         ~/.cache/pterun; ``cache_dir=False`` (or PTERUN_CACHE_DIR=off) keeps nothing (docs/cache.md).
@@ -182,6 +189,7 @@ class Runtime:
             trace=ProgramTrace(int(debug_buffer_size)) if enable_etdump else None,
             device_positions=device_positions,
             share_state=share_state,
+            trust_native_code=bool(trust_native_code),
         )
 
 

@@ -14,7 +14,7 @@ from pterun.format import Dynamism, ProgramFile
 from tests.support.differential import check, check_model, export_model, load, lowerings
 from tests.support.models import SEQ_LENGTHS, build
 
-LANGUAGE_MODELS = ["llama", "qwen3", "gpt2", "bert", "distilbert", "t5", "deberta_v2", "mamba", "clip"]
+LANGUAGE_MODELS = ["llama", "qwen3", "stablelm", "gpt2", "bert", "distilbert", "t5", "deberta_v2", "mamba", "clip"]
 
 
 @lowerings

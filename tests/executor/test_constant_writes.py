@@ -380,7 +380,7 @@ def test_the_cuda_backend_reports_the_inputs_its_nested_method_updates():
     """The nested program's inputs are the outer method's tensors, so an input it writes is written outside too.
 
     (The nested method is loaded on the CPU here: what it writes does not depend on the device.)"""
-    from pterun.backends.cuda import CudaBackend, _Handle
+    from pterun.backends.cuda import PterunCudaBackend, _Handle
 
     unplanned = build.Tensor()
     data = build.program([build.Plan(
@@ -390,7 +390,7 @@ def test_the_cuda_backend_reports_the_inputs_its_nested_method_updates():
     )])
     method = pterun.Runtime.get().load_program(data).load_method("forward")
     assert method.written_inputs == {0}
-    backend = CudaBackend()
+    backend = PterunCudaBackend()
     assert backend.written_arguments(_Handle(method, 2, [None]), [None] * 3) == [0, 2]
     with pytest.raises(InvalidProgram) as info:
         backend.written_arguments(_Handle(method, 2, [None]), [None] * 4)

@@ -45,7 +45,8 @@ class Plan:
     # ("kernel", op, args) | ("delegate", index, args) | ("move", src, dst) | ("jump", cond, dst) | ("free", v)
     instructions: list[tuple] = field(default_factory=list)
     operators: list[tuple[str, str]] = field(default_factory=list)
-    delegates: list[tuple[str, int, int]] = field(default_factory=list)  # (backend id, DataLocation, index)
+    # (backend id, DataLocation, index) or (..., {compile spec key: value bytes})
+    delegates: list[tuple] = field(default_factory=list)
     buffer_sizes: list[int] = field(default_factory=lambda: [0])
     buffer_devices: list[tuple[int, int, int]] = field(default_factory=list)  # (buffer index, type, index)
 
@@ -182,7 +183,15 @@ def _plan(b: flatbuffers.Builder, p: Plan) -> int:
         operators.append(fb.OperatorEnd(b))
     operators_vec = _vector(b, operators)
     delegates = []
-    for backend_id, location, index in p.delegates:
+    for backend_id, location, index, *specs in p.delegates:
+        spec_tables = []
+        for key, value in (specs[0] if specs else {}).items():
+            k, v = b.CreateString(key), _scalars(b, list(value), "B")
+            fb.CompileSpecStart(b)
+            fb.CompileSpecAddKey(b, k)
+            fb.CompileSpecAddValue(b, v)
+            spec_tables.append(fb.CompileSpecEnd(b))
+        spec_vec = _vector(b, spec_tables) if specs else None
         ident = b.CreateString(backend_id)
         fb.BackendDelegateDataReferenceStart(b)
         fb.BackendDelegateDataReferenceAddLocation(b, location)
@@ -191,6 +200,8 @@ def _plan(b: flatbuffers.Builder, p: Plan) -> int:
         fb.BackendDelegateStart(b)
         fb.BackendDelegateAddId(b, ident)
         fb.BackendDelegateAddProcessed(b, ref)
+        if spec_vec is not None:
+            fb.BackendDelegateAddCompileSpecs(b, spec_vec)
         delegates.append(fb.BackendDelegateEnd(b))
     delegates_vec = _vector(b, delegates)
     sizes = _scalars(b, p.buffer_sizes, "q")

@@ -9,12 +9,12 @@ import torch
 from pterun import Runtime
 from pterun.cli.options import example_program
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.needs_package("ray.data", "needs Ray (pterun[ray]), which this machine does not have")]
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    pytest.importorskip("ray.data", reason="pterun.ray needs the ray extra")
     from tests.support.ray_cluster import start
 
     ray = start(num_cpus=4, num_gpus=1)

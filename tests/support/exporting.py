@@ -55,7 +55,7 @@ def locked(key: str) -> Iterator[Path]:
     """``key``'s directory in the cache, held against other threads and processes making it."""
     root = cache_root()
     locks = root / ".locks"
-    locks.mkdir(exist_ok=True)
+    locks.mkdir(parents=True, exist_ok=True)  # a fresh cache: its root is made here too
     with _LOCK, FileLock(locks / f"{key}.lock"):
         yield root / key
 

@@ -29,7 +29,7 @@ class _Handle:
     copied: set = field(default_factory=set)  # outputs the nested method does not write in place
 
 
-class CudaBackend(BackendInterface):
+class PterunCudaBackend(BackendInterface):
     def is_available(self) -> bool:
         return torch.cuda.is_available()
 

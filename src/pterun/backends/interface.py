@@ -21,6 +21,10 @@ program was loaded with profiling on (ETDump): it returns, once at load, an
 execute function that times each node of the blob and hands the tracer its
 outputs. The default (None) runs the delegate as one event.
 
+``validate`` checks a blob before the method allocates anything, and a backend whose blobs are native
+code (``native_code = True``: a shared library it loads) is used only when the caller trusts native
+code; the executor refuses such a delegate before anything else is done for its method.
+
 Errors: raise a :class:`pterun.errors.PteError` subclass. By ExecuTorch's
 convention a blob the backend cannot run is ``DelegateInvalidCompatibility``
 (0x30), an allocation failure ``DelegateMemoryAllocationFailed`` (0x31), and a
@@ -89,9 +93,21 @@ class DelegateTracer(Protocol):
 
 
 class BackendInterface(ABC):
+    #: Whether the blobs carry native code that the backend loads into the process (a shared library).
+    #: The executor loads such a delegate only when the caller trusts native code (docs/trust.md).
+    native_code: bool = False
+
     @abstractmethod
     def is_available(self) -> bool:
         """Whether this backend can run here (its libraries and devices exist)."""
+
+    def validate(self, context: BackendInitContext, processed: memoryview,  # noqa: B027 - optional hook
+                 compile_specs: tuple[CompileSpec, ...]) -> None:
+        """Checks a blob before anything is allocated or loaded for its method, and before ``is_available``.
+
+        Raise a :class:`pterun.errors.PteError` for a blob that ``init`` would refuse whatever the
+        machine (a malformed blob, data it names that is missing), so that it fails the same way
+        everywhere and before any device memory is taken. The default checks nothing."""
 
     @abstractmethod
     def init(self, context: BackendInitContext, processed: memoryview, compile_specs: tuple[CompileSpec, ...]) -> Any:

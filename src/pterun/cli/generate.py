@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from pterun.cli.options import device_option, example_llm
+from pterun.cli.options import device_option, example_llm, trust_native_code_option
 from pterun.cli.report import UserError, console, esc, reported
 
 
@@ -35,6 +35,7 @@ def generate(
     data: Optional[Path] = typer.Option(None, "--data", "-d", help="The .ptd file with the model's weights."),
     device: Optional[str] = typer.Option(None, "--device", help="Run the model on this device (cpu, cuda)."),
     as_json: bool = typer.Option(False, "--json", help="Print the run's Stats as JSON instead of the stats line."),
+    trust_native_code: bool = trust_native_code_option(),
 ) -> None:
     """Generate text from an exported LLM, streaming tokens as they come, and end with one stats line.
 
@@ -56,7 +57,7 @@ def generate(
             raise UserError("--tokenizer is needed with a program of your own")
         device = device_option(device)
         runner = TextLLMRunner(str(program), str(tokenizer), None if data is None else str(data), device=device,
-                               seed=seed)
+                               seed=seed, trust_native_code=trust_native_code)
         config = GenerationConfig(echo=echo, max_new_tokens=max_new_tokens, seq_len=seq_len, temperature=temperature)
         out = sys.stderr if as_json else sys.stdout
 

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from pterun import MethodMeta, Runtime
 from pterun.cli.memory_plan import ArenaSummary, largest, picture, plot, summarise, summary_line, tensor_name
-from pterun.cli.options import example_program
+from pterun.cli.options import example_program, trust_native_code_option
 from pterun.cli.report import console, esc, reported, visible
 from pterun.core.dtype import name as dtype_name
 from pterun.format import Dynamism, Plan, TensorSpec
@@ -34,6 +34,7 @@ def inspect(
         None, "--plot", help="Also draw the memory plan into this .svg or .png file (needs matplotlib)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead (docs/inspect.md)."),
+    trust_native_code: bool = trust_native_code_option(),
 ) -> None:
     """Show a program's methods, inputs, outputs, operators, delegates and memory plan.
 
@@ -47,7 +48,7 @@ def inspect(
     """
     path = program or example_program()
     with reported():
-        loaded = Runtime.get().load_program(path, data_path=data or None)
+        loaded = Runtime.get().load_program(path, data_path=data or None, trust_native_code=trust_native_code)
         names = sorted(loaded.method_names)
         methods = []
         for name in names:

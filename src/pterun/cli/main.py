@@ -21,7 +21,7 @@ from pterun.cli.compare import compare
 from pterun.cli.generate import generate
 from pterun.cli.inputs import describe, load_inputs, random_inputs
 from pterun.cli.inspect import inspect
-from pterun.cli.options import device_option, example_program
+from pterun.cli.options import device_option, example_program, trust_native_code_option
 from pterun.cli.profile import profile
 from pterun.cli.report import console, esc, reported, state
 from pterun.version import VERSION
@@ -70,6 +70,7 @@ def run(
     allow_tf32: bool = typer.Option(
         False, "--allow-tf32", help="Let float32 products and convolutions on CUDA use TF32 (docs/precision.md)."
     ),
+    trust_native_code: bool = trust_native_code_option(),
 ) -> None:
     """Run a method with random inputs (or --inputs) and print its outputs and timings.
 
@@ -79,6 +80,7 @@ def run(
     pterun run
     pterun run model.pte --inputs inputs.pt --device cuda
     pterun run model.pte --method decode --seed 3 --repeat 100
+    pterun run et_cuda.pte --data aoti_cuda_blob.ptd --trust-native-code
     ```
     """
     path = program or example_program()
@@ -87,7 +89,7 @@ def run(
         start = time.perf_counter()
         with shown.step(f"loading {esc(path.name)}"):
             loaded = Runtime.get().load_program(path, data_path=data or None, device=device, compile=compile,
-                                                allow_tf32=allow_tf32)
+                                                allow_tf32=allow_tf32, trust_native_code=trust_native_code)
             m = loaded.load_method(method)
         load_s = time.perf_counter() - start
         input_device = device or "cpu"
@@ -157,6 +159,7 @@ def bench(
     allow_tf32: bool = typer.Option(
         False, "--allow-tf32", help="Let float32 products and convolutions on CUDA use TF32 (docs/precision.md)."
     ),
+    trust_native_code: bool = trust_native_code_option(),
 ) -> None:
     """Time pterun against other ways of running the same program, interleaved in one process.
 
@@ -183,7 +186,7 @@ def bench(
         with shown.step(f"loading {esc(path.name)}"):
             loaded = Runtime.get().load_program(path, data_path=data or None,
                                                 device=None if device == "cpu" else device, compile=compile,
-                                                allow_tf32=allow_tf32)
+                                                allow_tf32=allow_tf32, trust_native_code=trust_native_code)
             m = loaded.load_method(method)
             args = load_inputs(inputs, device) if inputs else random_inputs(m.metadata, device, 0)
             ways = pterun_ways(m, args, device) + other_ways(

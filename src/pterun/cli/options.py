@@ -6,6 +6,7 @@ from importlib import resources
 from pathlib import Path
 
 import torch
+import typer
 
 from pterun.cli.report import UserError
 
@@ -42,3 +43,12 @@ def device_option(device: str | None) -> str | None:
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
             raise UserError(f"--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
+
+
+def trust_native_code_option():
+    """--trust-native-code: what load_program's trust_native_code=True is, for a command that loads methods."""
+    return typer.Option(
+        False, "--trust-native-code",
+        help="Let delegates that are native code (ExecuTorch's CudaBackend: compiled libraries in the program) "
+             "load and run with this process's rights; without it such a program is refused (docs/trust.md).",
+    )

@@ -45,6 +45,7 @@ class LoadContext:
     trace: ProgramTrace | None = None  # profiling on: the program's ETDump (etdump.py)
     device_positions: bool | None = None  # start positions stay on the device (fuse/positions.py); None: on CUDA
     shared: SharedArenas | None = None  # planned memory the program's methods share (shared.py); None: none
+    trust_native_code: bool = False  # delegates whose blobs are native code may load (docs/trust.md)
 
     def device_for(self, device_type: int, device_index: int) -> Device:
         """Where a value the plan tags with this device lives."""

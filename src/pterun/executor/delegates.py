@@ -1,4 +1,5 @@
-"""A method's delegates: initialized at load, in the plan's order, and destroyed with the method."""
+"""A method's delegates: checked before the method allocates anything, initialized at load in the plan's
+order, and destroyed with the method."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import dataclasses
 import functools
 
 from pterun.backends import BackendInitContext, CompileSpec
-from pterun.errors import NotFound, PteError
+from pterun.errors import NativeCodeNotTrusted, NotFound, PteError
 from pterun.executor.context import LoadContext
 from pterun.format import DelegateCall, Plan
 
@@ -49,16 +50,37 @@ class Delegates:
                 pass
 
 
-def _init(context: LoadContext, plan: Plan, d) -> tuple:
-    where = f"method {plan.name!r} delegate {d.backend_id!r}"
-    backends = context.registries.backends
+def check_delegates(context: LoadContext, plan: Plan) -> None:
+    """Every delegate's backend is registered, trusted when it loads native code, given a blob it accepts
+    (``BackendInterface.validate``) and available here; the first step of a method's load, so a refusal
+    comes before any memory is allocated and is the same on every machine."""
+    for n, d in enumerate(plan.delegates):
+        backend = _backend(context, plan, d)
+        where = f"method {plan.name!r} delegate {d.backend_id!r}"
+        if backend.native_code and not context.trust_native_code:
+            raise NativeCodeNotTrusted(
+                f"{where} (delegate {n}) is native code (a shared library in the program) that would run with "
+                "this process's rights; it is loaded only when the caller trusts it: "
+                "load_program(..., trust_native_code=True), or pterun run --trust-native-code"
+            )
+        try:
+            backend.validate(_init_context(context, plan, d), context.data.delegate_blob(d.inline, d.index),
+                             _specs(d))
+        except PteError as exc:
+            raise type(exc)(f"{where}: {exc.message}") from None
+        if not backend.is_available():
+            raise NotFound(f"{where}: backend {d.backend_id!r} is not available on this machine")
+
+
+def _backend(context: LoadContext, plan: Plan, d):
     try:
-        backend = backends.get(d.backend_id)
+        return context.registries.backends.get(d.backend_id)
     except NotFound as exc:  # not registered
         raise NotFound(f"method {plan.name!r}: {exc.message}") from None
-    if not backend.is_available():
-        raise NotFound(f"{where}: backend {d.backend_id!r} is not available on this machine")
-    init = BackendInitContext(
+
+
+def _init_context(context: LoadContext, plan: Plan, d) -> BackendInitContext:
+    return BackendInitContext(
         method_name=plan.name,
         named_data=context.data.named_data,
         runtime_specs=context.backend_options.get(d.backend_id, {}),
@@ -66,8 +88,19 @@ def _init(context: LoadContext, plan: Plan, d) -> tuple:
         load_program=context.load_nested,
         compile_code=context.cache.code if context.cache is not None else None,
     )
-    specs = tuple(CompileSpec(k, v) for k, v in d.compile_specs)
+
+
+def _specs(d) -> tuple[CompileSpec, ...]:
+    return tuple(CompileSpec(k, v) for k, v in d.compile_specs)
+
+
+def _init(context: LoadContext, plan: Plan, d) -> tuple:
+    where = f"method {plan.name!r} delegate {d.backend_id!r}"
+    backend = _backend(context, plan, d)
+    if not backend.is_available():
+        raise NotFound(f"{where}: backend {d.backend_id!r} is not available on this machine")
     try:
-        return backend, backend.init(init, context.data.delegate_blob(d.inline, d.index), specs)
+        return backend, backend.init(_init_context(context, plan, d), context.data.delegate_blob(d.inline, d.index),
+                                     _specs(d))
     except PteError as exc:
         raise type(exc)(f"{where}: {exc.message}") from None

@@ -1,5 +1,7 @@
 """Loading a method, in ExecuTorch's order; each step returns what it made.
 
+0. its delegates checked (delegates.py): registered, trusted when they load native code, their blobs
+   accepted by their backends, available here; before anything is allocated;
 1. memory and values (values.py): arenas, planned tensors, constants;
 2. delegates, initialized (delegates.py), then every operator resolved to a
    kernel (steps.py);
@@ -31,7 +33,7 @@ from pterun.executor.binders import Binder, scalar_binder, tensor_binder
 from pterun.executor.codegen import CompiledMethod, MethodValues, compile_method
 from pterun.executor.compiled import CompiledFunction
 from pterun.executor.context import LoadContext
-from pterun.executor.delegates import Delegates
+from pterun.executor.delegates import Delegates, check_delegates
 from pterun.executor.effects import MethodEffects, check_writes, delegate_writes, written_inputs
 from pterun.executor.etdump import MethodTrace
 from pterun.executor.fold import elide_view_copies, fold_constant_views, with_views
@@ -68,6 +70,7 @@ class LoadedMethod:
 
 
 def load_method(context: LoadContext, plan: Plan) -> LoadedMethod:
+    check_delegates(context, plan)
     values = make_values(context, plan)
     delegates = Delegates(context, plan)
     try:

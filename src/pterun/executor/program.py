@@ -39,6 +39,7 @@ class Program:
     trace: ProgramTrace | None = None  # profiling: every run's events (and values) for an ETDump (executor/etdump.py)
     device_positions: bool | None = None  # start positions stay on the device (executor/fuse/positions.py)
     share_state: bool = True  # methods share the state planned for sharing (executor/shared.py)
+    trust_native_code: bool = False  # delegates that load native code from the file may (docs/trust.md)
 
     def __post_init__(self) -> None:
         self._methods: dict[str, Method] = {}
@@ -48,7 +49,8 @@ class Program:
         shared = SharedArenas(self.file, self.registries.allocators) if self.share_state else None
         self._context = LoadContext(self.registries, self.data, self.device, self.backend_options, self.load_nested,
                                     self.compile, self.cuda_graphs, self.allow_tf32, self.cache, self.fuse,
-                                    self.num_threads, self.trace, self.device_positions, shared)
+                                    self.num_threads, self.trace, self.device_positions, shared,
+                                    self.trust_native_code)
 
     # -- methods -----------------------------------------------------------------
 
@@ -107,4 +109,5 @@ class Program:
         # The outer method captures the whole call, nested program included.
         return Program(ProgramFile(bytes(data)), self.registries, device=Device.parse(device), cuda_graphs=False,
                        allow_tf32=self.allow_tf32, fuse=self.fuse, num_threads=self.num_threads,
-                       cache=self.cache, trace=None, device_positions=self.device_positions)
+                       cache=self.cache, trace=None, device_positions=self.device_positions,
+                       trust_native_code=self.trust_native_code)

@@ -17,7 +17,7 @@ from pterun.kernels.registry import (
 
 def default_registry() -> KernelRegistry:
     """A registry holding every built-in kernel, with ATen as the fallback provider."""
-    from pterun.kernels import aten, device_copy, dim_order, float_stats, llm, prim, quantized, views
+    from pterun.kernels import aten, device_copy, dim_order, float_stats, llm, prim, quantized, split, views
     from pterun.kernels.llm import positions  # what executor/fuse/positions.py makes of host start positions
 
     registry = KernelRegistry()
@@ -31,6 +31,8 @@ def default_registry() -> KernelRegistry:
         registry.register("pterun::swiglu.out", _cuda_swiglu, DeviceType.CUDA)
     for name in float_stats.STATISTICS:
         registry.register(name, float_stats.float_statistics(name), DeviceType.CUDA)
+    for name in split.NAMES:
+        registry.register(name, split.any_strides(name), DeviceType.CUDA)
     return registry
 
 

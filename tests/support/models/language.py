@@ -42,6 +42,19 @@ def qwen3() -> Model:
     )
 
 
+@builder("stablelm")
+def stablelm() -> Model:
+    """StableLM: partial rotary embeddings (a quarter of each head), per-head LayerNorm on queries and keys,
+    biased q/k/v projections, LayerNorm, SwiGLU MLP. At this size the keys' per-head split reads their
+    transposed heads as a view (the exporter's copy becomes one), which PyTorch's CUDA split kernel got
+    wrong (kernels/split.py)."""
+    return _causal_lm(
+        "StableLmConfig", "StableLmForCausalLM", (1, 8), hidden_size=32, intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, partial_rotary_factor=0.25,
+        qk_layernorm=True, use_qkv_bias=True, max_position_embeddings=64, attn_implementation="sdpa",
+    )
+
+
 @builder("gpt2")
 def gpt2() -> Model:
     """GPT-2: learned positions, LayerNorm, fused QKV (Conv1D), tanh GELU, tied embeddings."""
