@@ -8,7 +8,7 @@ NATIVE = "src/pterun/backends/xnnpack/native"
 
 setup(
     ext_modules=[Extension(
-        "pterun.backends.xnnpack._native",
+        "pterun.backends.xnnpack.native._kernels",
         sources=[f"{NATIVE}/{name}.c" for name in ("module", "cpu", "quantize", "qb4w", "q8")],
         depends=[f"{NATIVE}/native.h"],
         # No contraction of a * b + c into a fused multiply-add the kernels did not ask for: their results

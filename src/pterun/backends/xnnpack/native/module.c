@@ -1,4 +1,4 @@
-/* pterun.backends.xnnpack._native: the kernels of native.h, called from generated code with plain integers
+/* pterun.backends.xnnpack.native._kernels: the kernels of native.h, called from generated code with plain integers
  * (tensors' data pointers and sizes) so that no call converts a tensor. The stable ABI (abi3) keeps the built
  * module independent of the Python and torch versions.
  *
@@ -141,6 +141,6 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods, NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }

@@ -1,4 +1,4 @@
-"""pterun's native kernels (``native/*.c``, the extension ``_native``) as the translators use them.
+"""pterun's native kernels (``native/*.c``, the extension ``native._kernels``) as the translators use them.
 
 The kernels repeat XNNPACK's quantized arithmetic in its order, bit for bit (``native/native.h``), at the speed
 of SIMD code with 4-bit weights held as 4 bits, where PyTorch's x86 build has no such kernels. They are built
@@ -21,7 +21,7 @@ import torch
 from pterun.errors import DelegateInvalidCompatibility
 
 try:
-    import pterun.backends.xnnpack._native as _native
+    import pterun.backends.xnnpack.native._kernels as _native
 except ImportError as exc:  # not built: the PyTorch paths take every node
     _native = None
     _MISSING = f"pterun's native kernels are not built ({exc})"
