@@ -68,6 +68,15 @@ native._native.quantize_rows(x.data_ptr(), 3, 64, 64, q.data_ptr(), 64, zp.data_
 s = torch.div(torch.tensor(255.0), x.amax(1).clamp(min=0) - x.amin(1).clamp(max=0))  # (255.0 / t is 255 * (1 / t))
 assert torch.equal(scale, torch.reciprocal(s))
 assert torch.equal(q.float(), (torch.round(x * s[:, None]) + zp[:, None]).clamp(-128, 127))
+# XNNPACK's float kernels, where this CPU runs a family of them: within float32 rounding of PyTorch's functions
+family = native.float_family()
+if family is not None:
+    y = torch.empty_like(x)
+    native._native.vunary(native.VOPS["XNNSigmoid"], native.VFAMILIES[family], x.data_ptr(), y.data_ptr(),
+                          x.numel(), 0.0, 1)
+    torch.testing.assert_close(y, torch.sigmoid(x), rtol=1e-6, atol=1e-7)
+    native._native.softmax(native.VFAMILIES[family], x.data_ptr(), y.data_ptr(), 3, 64, 1)
+    torch.testing.assert_close(y, torch.softmax(x, -1), rtol=1e-5, atol=1e-7)
 EOF
 "$bin/pterun" run --repeat 2 --warmup 0
 "$bin/pterun" inspect

@@ -48,11 +48,12 @@ def _constant_entry(builder, offset: int, size: int, key: int | None) -> int:
 
 
 def unary_graph(node_type: int, dims=(3, 3), identifier: bytes = b"XN01", named_constant: str | None = None,
-                inline_constant: bool = False, reads_constant: bool = True) -> bytes:
+                inline_constant: bool = False, reads_constant: bool = True, elu_alpha: float | None = None) -> bytes:
     """A graph of one node of type ``node_type`` (a unary node table) from external input 0 to output 1.
 
     With ``named_constant`` the node reads instead a constant (value 2) kept in named data under that key;
-    with ``inline_constant``, one at offset 0 of the blob's constant region.
+    with ``inline_constant``, one at offset 0 of the blob's constant region. With ``elu_alpha`` the node is
+    an XNNELU table of that alpha (``node_type`` must be XNNELU).
     """
     builder = flatbuffers.Builder(256)
     version = builder.CreateString("0")
@@ -68,11 +69,19 @@ def unary_graph(node_type: int, dims=(3, 3), identifier: bytes = b"XN01", named_
     if named_constant is not None or inline_constant:
         values.append(_value(builder, 2, dims, 0xFFFFFFFF, 0, constant=1))
         source = 2 if reads_constant else 0
-    fb.UnaryNodeStart(builder)
-    fb.UnaryNodeAddInputId(builder, source)
-    fb.UnaryNodeAddOutputId(builder, 1)
-    fb.UnaryNodeAddFlags(builder, 0)
-    table = fb.UnaryNodeEnd(builder)
+    if elu_alpha is not None:
+        fb.XNNELUStart(builder)
+        fb.XNNELUAddAlpha(builder, elu_alpha)
+        fb.XNNELUAddInputId(builder, source)
+        fb.XNNELUAddOutputId(builder, 1)
+        fb.XNNELUAddFlags(builder, 0)
+        table = fb.XNNELUEnd(builder)
+    else:
+        fb.UnaryNodeStart(builder)
+        fb.UnaryNodeAddInputId(builder, source)
+        fb.UnaryNodeAddOutputId(builder, 1)
+        fb.UnaryNodeAddFlags(builder, 0)
+        table = fb.UnaryNodeEnd(builder)
     fb.XNodeStart(builder)
     fb.XNodeAddXnodeUnionType(builder, node_type)
     fb.XNodeAddXnodeUnion(builder, table)

@@ -9,6 +9,7 @@ the XnnpackBackend blob.
 from __future__ import annotations
 
 import collections
+import math
 from pathlib import Path
 
 import torch
@@ -195,3 +196,53 @@ def export_8da4w_wide() -> Exported:
                           lower=partitioners)
 
     return export_program("xnnpack-q-8da4w-wide", make)
+
+
+# -- float elementwise nodes in XNNPACK's own arithmetic ---------------------------------------------------------
+
+ELEMENTWISE_NODES = {
+    "XNNSigmoid", "XNNReciprocalSquareRoot", "XNNSquareRoot", "XNNSin", "XNNCos", "XNNExp", "XNNTanh", "XNNGelu",
+    "XNNLog", "XNNHardswish", "XNNSoftmax",
+}
+ELEMENTWISE_OUTPUTS = ("sigmoid", "rsqrt", "sqrt", "sin", "cos", "exp", "tanh", "gelu", "log", "hardswish",
+                       "softmax", "rsqrt(x)", "sqrt(x)", "log(x)")
+ELEMENTWISE_MAX = (64, 1100)  # the upper bounds of the program's dynamic rows and columns
+# Zeros, infinities, NaN, huge, tiny and denormal numbers, the ends of the kernels' ranges (exp's and sigmoid's
+# cutoffs, tanh's and gelu's clamps, sin's multiples of pi).
+EDGE_VALUES = (
+    0.0, -0.0, math.inf, -math.inf, math.nan, 3e38, -3e38, 1e-45, -1e-45, 1e-38, 1.2e-38, 5e-39, 88.7, 89.0, -87.0,
+    -88.0, -104.0, 1e5, -1e5, 8.0, 7.98, 7.9807181358, 5.1638283730, 5.2, 1e-7, 0.5, 128.0, 1.0, 2.0, 0.25,
+    3.1415927, -3.1415927, 1.5707964, 6.2831855, 1e30, -17.4, -17.3, 2.0**-126, 2.0**126,
+)
+
+
+class Elementwise(torch.nn.Module):
+    """Each float node XNNPACK computes with an approximation of its own, on x and on |x|."""
+
+    def forward(self, x):
+        p = x.abs()
+        return (torch.sigmoid(x), torch.rsqrt(p), torch.sqrt(p), torch.sin(x), torch.cos(x), torch.exp(x),
+                torch.tanh(x), torch.nn.functional.gelu(x), torch.log(p), torch.nn.functional.hardswish(x),
+                torch.softmax(x, -1), torch.rsqrt(x), torch.sqrt(x), torch.log(x))
+
+
+def elementwise_inputs(seed: int, scale: float = 4.0, rows: int = 3, cols: int = 203, edges: bool = True) -> list:
+    """Normal values times ``scale``; with ``edges``, the edge values (and their negations) opening the first two
+    rows."""
+    x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(seed)) * scale
+    if edges:
+        edge = torch.tensor(EDGE_VALUES)[:cols]
+        x[0, : edge.numel()] = edge
+        if rows > 1:
+            x[1, : edge.numel()] = -edge
+    return [x]
+
+
+def export_elementwise() -> Exported:
+    def make() -> ExportSpec:
+        rows = torch.export.Dim("rows", min=1, max=ELEMENTWISE_MAX[0])
+        cols = torch.export.Dim("cols", min=2, max=ELEMENTWISE_MAX[1])
+        return ExportSpec(Elementwise(), tuple(elementwise_inputs(0)), dynamic_shapes=({0: rows, 1: cols},),
+                          lower=partitioners)
+
+    return export_program("xnnpack-elementwise", make)

@@ -7,8 +7,9 @@ instruction sets on any machine.
   below VNNI oneDNN's integer products saturate (asserted: the premise), pterun must notice and stay exact,
   and its outputs must be the same bits under every ceiling.
 * One subprocess runs them on an emulated AVX2 CPU (``qemu-x86_64 -cpu max``: AVX2, no AVX-512), where
-  ExecuTorch's XNNPACK picks its AVX2 kernels, as on an AVX2-only machine: pterun must match those too.
-  CI installs qemu; elsewhere the test is skipped without it.
+  ExecuTorch's XNNPACK picks its AVX2 kernels, as on an AVX2-only machine: pterun must match those too, its
+  float elementwise kernels (sigmoid, rsqrt, softmax, ...) included. CI installs qemu; elsewhere the test is
+  skipped without it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pytest
 import torch
 
 from pterun.backends.xnnpack.nodes import isa
-from tests.backends.xnnpack.programs import export_8da4w, export_8da4w_wide, export_quantized
+from tests.backends.xnnpack.programs import export_8da4w, export_8da4w_wide, export_elementwise, export_quantized
 from tests.support.ci import on_ci
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -50,6 +51,21 @@ def test_what_a_cpu_decides(name, features, machine, probes, expected):
     assert cpu.block_kernels in cpu.summary and machine in cpu.summary
     if not cpu.integer_products:
         assert "as floats" in cpu.summary
+
+
+@pytest.mark.parametrize(("features", "machine", "expected"), [
+    (AVX2_ONLY, "x86_64", "avx2"),
+    (AVX512, "x86_64", "avx512f"),
+    (VNNI | {"amx_int8"}, "x86_64", "avx512f"),
+    (AVX2_ONLY | {"avx_vnni"}, "x86_64", "avx2"),
+    (frozenset({"avx2"}), "x86_64", "other"),  # no FMA3: XNNPACK's AVX kernels, which pterun does not repeat
+    (frozenset(), "x86_64", "other"),
+    (AVX512, "aarch64", "other"),
+])
+def test_which_float_kernels_a_cpu_runs(features, machine, expected):
+    """XNNPACK's float elementwise family: AVX-512F first, then AVX2 with FMA3."""
+    assert isa.float_kernels(features, machine) == expected
+    assert isa.decide(features, machine, False, False).float_kernels == expected
 
 
 def _saturating(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -84,6 +100,7 @@ def programs(tmp_path_factory) -> Path:
         ("mlp", "per-channel"), ("mlp256", "per-tensor"), ("mlp256", "per-channel"), ("mlp256", "dynamic"),
         ("convnet", "per-channel"))}
     paths["8da4w"], paths["8da4w-wide"] = str(export_8da4w().pte), str(export_8da4w_wide().pte)
+    paths["elementwise"] = str(export_elementwise().pte)
     listing = tmp_path_factory.mktemp("isa") / "programs.json"
     listing.write_text(json.dumps(paths))
     return listing
@@ -103,7 +120,7 @@ def _run(listing: Path, env: dict[str, str], prefix: tuple[str, ...] = (), cases
 
 def _assert_exact(report: dict, where: str) -> None:
     for case, result in report["cases"].items():
-        if result["check"] == "exact":
+        if result["check"] in ("exact", "bits"):
             assert result["results"] == [0] * len(result["results"]), f"{where}, {case}: {result}"
         else:
             assert max(result["results"]) <= 1e-6, f"{where}, {case}: {result}"
@@ -145,7 +162,7 @@ def test_exact_under_an_instruction_set_ceiling(programs, native, onednn, aten, 
 
 QEMU = shutil.which("qemu-x86_64")
 # qemu is slow: the cases that cover every kind of product once
-EMULATED = {"mlp256-per-channel", "mlp256-dynamic", "convnet-per-channel", "8da4w", "8da4w-wide"}
+EMULATED = {"mlp256-per-channel", "mlp256-dynamic", "convnet-per-channel", "8da4w", "8da4w-wide", "elementwise"}
 
 
 @pytest.mark.slow
@@ -160,7 +177,10 @@ def test_exact_on_an_emulated_avx2_cpu(programs, native):
     # the premise: an AVX2 CPU without AVX-512, on which oneDNN's u8 x s8 products saturate
     assert "avx2" in report["features"] and "avx512_f" not in report["features"], report
     assert report["aten"] == "AVX2" and report["block_kernels"] == "avx2", report
+    assert report["float_kernels"] == "avx2", report  # XNNPACK's AVX2 sigmoid, rsqrt, softmax, ...
+    assert all("XNNPACK's avx2 float" in r for r in report["cases"]["elementwise"]["routes"]), report
     assert not report["onednn_exact"] and not report["int_mm"] and not report["onednn"], report
     _assert_exact(report, "on an emulated AVX2 CPU")
-    for case in EMULATED - {"8da4w", "8da4w-wide"}:  # integer results: the same bits on every CPU
+    # integer results: the same bits on every CPU (XNNPACK's float kernels differ between its families)
+    for case in EMULATED - {"8da4w", "8da4w-wide", "elementwise"}:
         assert report["cases"][case]["digest"] == native["cases"][case]["digest"], case

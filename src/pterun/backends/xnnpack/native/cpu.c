@@ -117,3 +117,19 @@ void pn_parallel(pn_task task, void* ctx, int64_t count, int threads) {
   pthread_mutex_unlock(&pool_lock);
   pthread_mutex_unlock(&pool_call);
 }
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <xmmintrin.h>
+
+/* MXCSR's flush-to-zero (0x8000) and denormals-are-zero (0x0040) bits, as pthreadpool sets them. */
+unsigned pn_denormals_off(void) {
+  const unsigned state = _mm_getcsr();
+  _mm_setcsr(state | 0x8040u);
+  return state;
+}
+
+void pn_denormals_restore(unsigned state) { _mm_setcsr(state); }
+#else
+unsigned pn_denormals_off(void) { return 0; }
+void pn_denormals_restore(unsigned state) { (void)state; }
+#endif

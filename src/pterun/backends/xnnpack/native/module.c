@@ -129,6 +129,50 @@ static PyObject* py_q8_run(PyObject* self, PyObject* const* args, Py_ssize_t nar
   Py_RETURN_NONE;
 }
 
+/* vfamily_runs(family) -> bool */
+static PyObject* py_vfamily_runs(PyObject* self, PyObject* family) {
+  (void)self;
+  const long f = PyLong_AsLong(family);
+  if (f == -1 && PyErr_Occurred()) return NULL;
+  return PyBool_FromLong(pn_vfamily_runs((int)f));
+}
+
+/* vunary(op, family, x, y, n, param, threads) */
+static PyObject* py_vunary(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[5], t;
+  if (!arity(nargs, 7, "vunary") || !ints(args, 5, a) || !ints(args + 6, 1, &t)) return NULL;
+  const double param = PyFloat_AsDouble(args[5]);
+  if (PyErr_Occurred()) return NULL;
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = pn_vunary((int)a[0], (int)a[1], (const float*)(intptr_t)a[2], (float*)(intptr_t)a[3], a[4],
+                     (float)param, (int)t);
+  Py_END_ALLOW_THREADS
+  if (status) {
+    PyErr_Format(PyExc_ValueError, "vunary: op %lld or family %lld is unknown or does not run on this CPU", a[0],
+                 a[1]);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+/* softmax(family, x, y, rows, cols, threads) */
+static PyObject* py_softmax(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[6];
+  if (!arity(nargs, 6, "softmax") || !ints(args, 6, a)) return NULL;
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = pn_softmax((int)a[0], (const float*)(intptr_t)a[1], (float*)(intptr_t)a[2], a[3], a[4], (int)a[5]);
+  Py_END_ALLOW_THREADS
+  if (status) {
+    PyErr_Format(PyExc_ValueError, "softmax: family %lld does not run on this CPU, or rows of %lld", a[0], a[4]);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"q8_pack", (PyCFunction)(void (*)(void))py_q8_pack, METH_FASTCALL, "Packs an 8-bit layer."},
     {"q8_isa", py_q8_isa, METH_O, "The instruction set a packed 8-bit layer runs with."},
@@ -138,6 +182,9 @@ static PyMethodDef methods[] = {
     {"qb4w_pack", (PyCFunction)(void (*)(void))py_qb4w_pack, METH_FASTCALL, "Packs a 4-bit block layer."},
     {"qb4w_isa", py_qb4w_isa, METH_O, "The instruction set a packed layer runs with."},
     {"qb4w_run", (PyCFunction)(void (*)(void))py_qb4w_run, METH_FASTCALL, "Runs a packed 4-bit block layer."},
+    {"vfamily_runs", py_vfamily_runs, METH_O, "Whether this CPU runs a family of float kernels."},
+    {"vunary", (PyCFunction)(void (*)(void))py_vunary, METH_FASTCALL, "XNNPACK's float elementwise kernels."},
+    {"softmax", (PyCFunction)(void (*)(void))py_softmax, METH_FASTCALL, "XNNPACK's float softmax."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,4 +1,5 @@
-/* pterun's native kernels for XNNPACK's quantized arithmetic: the C side of a small ABI.
+/* pterun's native kernels for XNNPACK's arithmetic (quantized products, float elementwise kernels): the C side of a
+ * small ABI.
  *
  * Each kernel repeats, for every output, the steps of the XNNPACK kernel ExecuTorch's runtime runs on the CPU in
  * question (its "family"), in XNNPACK's order: integer sums are exact in any order, and the float steps after
@@ -64,5 +65,25 @@ int pn_q8_isa(const pn_q8* layer);
 /* out [rows, n]: floats (dynamic) or int8 (static); zero_point and scale per row (dynamic only, else NULL). */
 void pn_q8_run(const pn_q8* layer, int64_t rows, const int8_t* x, int64_t x_stride, const float* zero_point,
                const float* scale, void* out, int64_t out_stride, int threads);
+
+/* XNNPACK's float elementwise kernels (vunary.c, vsoftmax.c). A family is the set of kernels XNNPACK's runtime
+ * picks on x86-64 CPUs with some features: avx512f (AVX-512F), avx2 (AVX2 and FMA3 without AVX-512F). */
+enum pn_vfamily { PN_VFAMILY_AVX512F = 0, PN_VFAMILY_AVX2 = 1 };
+enum pn_vop {
+  PN_VOP_SIGMOID, PN_VOP_RSQRT, PN_VOP_SQRT, PN_VOP_SIN, PN_VOP_COS, PN_VOP_EXP, PN_VOP_TANH, PN_VOP_GELU,
+  PN_VOP_LOG, PN_VOP_HARDSWISH, PN_VOP_ELU, PN_VOP_COUNT
+};
+/* XNNPACK runs every operator with denormals off (pthreadpool's PTHREADPOOL_FLAG_DISABLE_DENORMALS): denormal
+ * inputs read as zero and denormal results are flushed to zero. Its float kernels' twins do the same, on the
+ * thread they run on, restoring its state after. */
+unsigned pn_denormals_off(void);
+void pn_denormals_restore(unsigned state);
+/* Whether this CPU has the instructions of a family's kernels. */
+int pn_vfamily_runs(int family);
+/* y[i] = op(x[i]) for n floats (param: ELU's alpha, else unused); x and y may be the same. Returns -1 (and
+ * computes nothing) for an unknown op or family, or a family this CPU does not run. */
+int pn_vunary(int op, int family, const float* x, float* y, int64_t n, float param, int threads);
+/* Softmax of each of `rows` contiguous rows of `cols` floats; the same conditions. */
+int pn_softmax(int family, const float* x, float* y, int64_t rows, int64_t cols, int threads);
 
 #endif

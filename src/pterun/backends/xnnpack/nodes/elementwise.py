@@ -1,4 +1,7 @@
-"""Elementwise nodes: unary math and activations, binary arithmetic with broadcasting, softmax."""
+"""Elementwise nodes: unary math and activations, binary arithmetic with broadcasting, softmax.
+
+The float nodes XNNPACK computes with approximations of its own (``native.VOPS``, softmax) run pterun's native
+twins of its kernels on the CPU where they are built, for ExecuTorch's bits; PyTorch's functions otherwise."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import torch
 
 from pterun.backends.xnnpack.compiler import Builder, broadcast
 from pterun.backends.xnnpack.graph import Node, positive_normal
-from pterun.backends.xnnpack.nodes import qmath
+from pterun.backends.xnnpack.nodes import native, qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, require_float, unsupported
 from pterun.errors import InvalidProgram
 
@@ -51,15 +54,27 @@ _BINARY = {
 _BINARY_CLAMPED = ("XNNAdd", "XNNSubtract", "XNNMultiply", "XNNDiv")
 
 
-def _pointwise(node: Node, b: Builder, lookup, call) -> None:
+def _pointwise(node: Node, b: Builder, lookup, call, param: float = 0.0) -> None:
     """y = f(x), elementwise: on 8-bit values through a table of ``lookup(t, out)`` (None: XNNPACK has no
-    8-bit form), on floats as the call that ``call(x, out)`` writes, given the names of x and y."""
+    8-bit form); on float32 with XNNPACK's own kernel where the native kernels repeat it (``native.VOPS``, with
+    ``param``), else as the call that ``call(x, out)`` writes, given the names of x and y."""
     x, y = b.value(node.p.input_id), b.value(node.p.output_id)
     if lookup is not None and qmath.is_q8(x) and qmath.is_q8(y):
         return _q8_lookup(node, b, x, y, lookup)
     require_float(node, x, y)
-    o = b.define(y.id, b.shape(x.id))
+    shape = b.shape(x.id)
+    o = b.define(y.id, shape)
+    if _native_float(node, b, x):
+        if node.kind == "XNNSoftmax":
+            return native.emit_softmax(b, b.ref(x.id), o, shape)
+        return native.emit_vunary(b, node.kind, b.ref(x.id), o, shape, param)
     b.emit(call(x, o))
+
+
+def _native_float(node: Node, b: Builder, x) -> bool:
+    """Whether float node ``node`` runs XNNPACK's kernel natively: PyTorch's functions round otherwise."""
+    kind_native = node.kind in native.VOPS or node.kind == "XNNSoftmax"
+    return kind_native and b.storage_dtype(x) == torch.float32 and native.float_enabled(b)
 
 
 def unary(node: Node, b: Builder) -> None:
@@ -85,7 +100,7 @@ def elu(node: Node, b: Builder) -> None:
         raise InvalidProgram(f"XNNPACK {node.where}: alpha is {alpha}; it must be a positive normal float")
     _pointwise(
         node, b, lambda t, o: torch.ops.aten.elu.out(t, alpha, 1, 1, out=o),
-        lambda x, o: f"torch.ops.aten.elu.out({b.ref(x.id)}, {b.number(alpha)}, 1, 1, out={o})",
+        lambda x, o: f"torch.ops.aten.elu.out({b.ref(x.id)}, {b.number(alpha)}, 1, 1, out={o})", alpha,
     )
 
 

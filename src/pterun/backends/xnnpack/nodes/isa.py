@@ -1,7 +1,7 @@
-"""What this CPU's instruction sets decide for quantized products: which of XNNPACK's kernels ExecuTorch's
-runtime runs here, and which of PyTorch's integer products are exact and fast here.
+"""What this CPU's instruction sets decide: which of XNNPACK's kernels ExecuTorch's runtime runs here, and which
+of PyTorch's integer products are exact and fast here.
 
-Two facts differ between x86-64 CPUs, and both change results if ignored:
+Three facts differ between x86-64 CPUs, and all change results if ignored:
 
 * **XNNPACK's 4-bit block kernels** (qd8_f32_qb4w, the 8da4w layers of LLM exports) sum in another float32
   order on each instruction set. XNNPACK picks them from the CPU's features (cpuinfo): with AVX-512 VNNI its
@@ -18,6 +18,12 @@ Two facts differ between x86-64 CPUs, and both change results if ignored:
   take VNNI away from it although the CPU has it). Elsewhere quantized layers multiply their integers as
   floats (float32 where every partial sum stays below 2**24, else float64): exact, and on AVX2 faster than
   either integer product.
+* **XNNPACK's float elementwise kernels** (sigmoid, reciprocal square root, square root, sin, cos, exp, tanh,
+  gelu, log, hardswish, elu, softmax) are its own approximations, picked from the CPU's features too: with
+  AVX-512F its ``avx512f`` kernels (a 32-entry table and scalef for sigmoid, rsqrt14 estimates), else with AVX2
+  and FMA3 its ``avx2`` ones (polynomials, rsqrtps estimates). ``float_kernels`` names the family whose
+  arithmetic pterun's native kernels repeat (``native/vunary.c``); elsewhere ("other") those nodes take
+  PyTorch's functions, which round differently.
 
 Everything is decided once per process, on first use (at a delegate's load), and said in ``summary``.
 """
@@ -48,6 +54,7 @@ class Cpu:
     int_mm: bool  # torch._int_mm multiplies int8 exactly, on oneDNN's VNNI kernels
     onednn: bool  # oneDNN's prepacked u8 x s8 product is exact, on VNNI kernels
     summary: str
+    float_kernels: str = "other"  # XNNPACK's float elementwise family here: "avx512f", "avx2" or "other"
 
     @property
     def integer_products(self) -> bool:
@@ -74,6 +81,15 @@ def block_kernels(found: frozenset[str], machine: str) -> str:
     if all(f in found for f in _AVX512_VNNI):
         return "avx512vnni"
     return "avx2" if "avx2" in found else "other"
+
+
+def float_kernels(found: frozenset[str], machine: str) -> str:
+    """The family of XNNPACK's float elementwise kernels its runtime picks on a CPU with ``found`` features."""
+    if machine not in ("x86_64", "AMD64"):
+        return "other"
+    if "avx512_f" in found:
+        return "avx512f"
+    return "avx2" if {"avx2", "fma3"} <= found else "other"
 
 
 def _probe(product) -> bool:
@@ -127,8 +143,12 @@ def decide(found: frozenset[str], machine: str, int_mm_exact: bool, onednn_exact
     else:
         products = ("8-bit products multiply integers as floats: without VNNI, PyTorch's integer products "
                     "saturate or run a scalar loop")
+    floats = float_kernels(found, machine)
+    elementwise = (f"float elementwise nodes in the arithmetic of XNNPACK's {floats} kernels" if floats != "other"
+                   else "float elementwise nodes in PyTorch's arithmetic (XNNPACK's kernels here are not repeated)")
     return Cpu(found, kernels, int_mm, onednn,
-               f"{cpu}: 4-bit block products in the order of XNNPACK's {kernels} kernels; {products}")
+               f"{cpu}: 4-bit block products in the order of XNNPACK's {kernels} kernels; {products}; {elementwise}",
+               floats)
 
 
 @functools.cache

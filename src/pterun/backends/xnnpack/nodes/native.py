@@ -1,10 +1,12 @@
 """pterun's native kernels (``native/*.c``, the extension ``native._kernels``) as the translators use them.
 
 The kernels repeat XNNPACK's quantized arithmetic in its order, bit for bit (``native/native.h``), at the speed
-of SIMD code with 4-bit weights held as 4 bits, where PyTorch's x86 build has no such kernels. They are built
-with the package (``setup.py``); where they are missing (a platform without a C compiler at install time) or
-turned off (``XnnpackBackend`` option ``native=False``), every node takes its PyTorch path, which computes the
-same bits. ``available`` says which, and why.
+of SIMD code with 4-bit weights held as 4 bits, where PyTorch's x86 build has no such kernels; and XNNPACK's
+float elementwise kernels (sigmoid, square roots, softmax, ...), whose approximations PyTorch does not share.
+They are built with the package (``setup.py``); where they are missing (a platform without a C compiler at
+install time) or turned off (``XnnpackBackend`` option ``native=False``), every node takes its PyTorch path:
+the same bits for the quantized layers, float32 rounding for the float elementwise nodes. ``available`` says
+which, and why.
 
 Generated code calls them with integers: the data pointers of buffers fixed at translation are bound as numbers,
 others (the caller's arguments) are read with ``data_ptr()`` on each call, of a contiguous form. Every size passed
@@ -18,6 +20,7 @@ import math
 
 import torch
 
+from pterun.backends.xnnpack.nodes import isa
 from pterun.errors import DelegateInvalidCompatibility
 
 try:
@@ -36,7 +39,7 @@ _ISAS = {"portable": 0, "avx2": 1, "avx512vnni": 2}
 def available() -> tuple[bool, str]:
     """Whether the native kernels run here, and a sentence saying which kernels and why."""
     if _native is None:
-        return False, _MISSING + "; quantized layers take their PyTorch path"
+        return False, _MISSING + "; quantized layers and float elementwise nodes take their PyTorch path"
     return True, f"pterun's native kernels ({_native.cpu_isa()})"
 
 
@@ -170,3 +173,55 @@ def emit_q8(b, layer, rows: int, n: int, x: str, x_stride: int, zero_points: str
            f"{n}, {threads(b)}())")
     if copy is not None:
         b.emit(f"{out}.copy_({copy})")
+
+
+# -- XNNPACK's float elementwise kernels (native/vunary.c, native/vsoftmax.c) -------------------------------------
+
+VFAMILIES = {"avx512f": 0, "avx2": 1}  # native.h's pn_vfamily, by isa.float_kernels' names
+# native.h's pn_vop, by the node each computes
+VOPS = {
+    "XNNSigmoid": 0, "XNNReciprocalSquareRoot": 1, "XNNSquareRoot": 2, "XNNSin": 3, "XNNCos": 4, "XNNExp": 5,
+    "XNNTanh": 6, "XNNGelu": 7, "XNNLog": 8, "XNNHardswish": 9, "XNNELU": 10,
+}
+
+
+@functools.cache
+def float_family() -> str | None:
+    """The family of XNNPACK's float elementwise kernels the native kernels repeat on this CPU, or None where
+    they do not (not built, not x86-64, or a CPU without the family's instructions)."""
+    if _native is None:
+        return None
+    family = isa.cpu().float_kernels
+    return family if family in VFAMILIES and _native.vfamily_runs(VFAMILIES[family]) else None
+
+
+def float_enabled(b) -> bool:
+    """Whether the current translation computes float elementwise nodes with the native kernels."""
+    return enabled(b) and float_family() is not None
+
+
+def emit_vunary(b, kind: str, x: str, out: str, shape, param: float = 0.0) -> None:
+    """Lines computing float32 ``out`` = f(``x``) elementwise, f node type ``kind``'s kernel (``param``: ELU's
+    alpha)."""
+    family = float_family()
+    run = _function(b, "vunary", _native.vunary)
+    into, copy = target(b, out, shape)
+    b.emit(f"{run}({VOPS[kind]}, {VFAMILIES[family]}, {source(b, x)}, {into}, {math.prod(shape)}, "
+           f"{b.number(float(param))}, {threads(b)}())")
+    if copy is not None:
+        b.emit(f"{out}.copy_({copy})")
+    b.route(f"XNNPACK's {family} float kernel (native)")
+
+
+def emit_softmax(b, x: str, out: str, shape) -> None:
+    """Lines computing float32 ``out``, the softmax of ``x`` along its last dimension."""
+    family = float_family()
+    cols = shape[-1] if shape else 1
+    rows = math.prod(shape) // cols if cols else 0
+    run = _function(b, "softmax", _native.softmax)
+    into, copy = target(b, out, shape)
+    if rows:
+        b.emit(f"{run}({VFAMILIES[family]}, {source(b, x)}, {into}, {rows}, {cols}, {threads(b)}())")
+    if copy is not None and rows:
+        b.emit(f"{out}.copy_({copy})")
+    b.route(f"XNNPACK's {family} float softmax (native)")
