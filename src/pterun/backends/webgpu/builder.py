@@ -65,6 +65,10 @@ class NodeBuilder:
         self.node.reads.append(slot)
         return slot
 
+    def packed_constant(self, vid: int) -> TSlot:
+        """A constant weight as its bytes, four to a word (see Slots.packed_constant)."""
+        return self._slots.packed_constant(vid)
+
     def tensors(self, vid: int) -> list[TSlot]:
         v = self.value(vid)
         if not isinstance(v, ValueList):

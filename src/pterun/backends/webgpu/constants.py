@@ -45,6 +45,28 @@ def words(data: memoryview, tv: TensorValue, vid: int) -> np.ndarray:
     return raw
 
 
+def packed(data: memoryview, tv: TensorValue, vid: int) -> np.ndarray:
+    """The constant's bytes as the file holds them, padded to whole 32-bit words."""
+    nbytes = math.prod(tv.dims) * _WIDTH[tv.dtype]
+    if len(data) < nbytes:
+        raise InvalidProgram(
+            f"constant {tv.constant_id} has {len(data)} bytes; tensor {vid} "
+            f"{list(tv.dims)} of {tv.dtype.name} needs {nbytes}"
+        )
+    raw = np.zeros(-(-nbytes // 4) * 4, dtype=np.uint8)
+    raw[:nbytes] = np.frombuffer(data, dtype=np.uint8, count=nbytes)
+    return raw
+
+
+def upload_bytes(gpu: Gpu, data: memoryview, tv: TensorValue, vid: int) -> Storage:
+    host = packed(data, tv, vid)
+    storage = Storage(host.size, CONST)
+    storage.buffer = gpu.buffer(storage.nbytes, gpu.STORAGE, f"bytes{tv.constant_id}")
+    if host.size:
+        gpu.queue.write_buffer(storage.buffer, 0, host)
+    return storage
+
+
 def upload(gpu: Gpu, data: memoryview, tv: TensorValue, vid: int) -> Storage:
     host = words(data, tv, vid)
     storage = Storage(4 * host.size, CONST)

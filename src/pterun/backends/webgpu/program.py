@@ -40,7 +40,11 @@ class GpuProgram:
     ) -> None:
         self.gpu = gpu
         self.graph = graph
-        self.slots = Slots(graph, lambda tv, vid: constants.upload(gpu, constant(tv.constant_id), tv, vid))
+        self.slots = Slots(
+            graph,
+            lambda tv, vid: constants.upload(gpu, constant(tv.constant_id), tv, vid),
+            lambda tv, vid: constants.upload_bytes(gpu, constant(tv.constant_id), tv, vid),
+        )
         self.nodes: list[Node] = []
         self.hooks: dict[int, list[Node]] = defaultdict(list)
         self._stale = False
@@ -229,6 +233,7 @@ class GpuProgram:
             b.destroy()
         self.slots.by_vid.clear()
         self.slots.scratch.clear()
+        self.slots.packed.clear()
         self.nodes.clear()
         self.dispatches = []
         self._tensor_inputs.clear()
