@@ -24,7 +24,7 @@ from pterun.backends.webgpu.graph import (
     ValueList,
 )
 from pterun.backends.webgpu.node import Dispatch, Node
-from pterun.backends.webgpu.slots import ELEM, PLAN, Slots, SSlot, Storage, TSlot, new_tensor
+from pterun.backends.webgpu.slots import ELEM, INPUT, PLAN, HostValue, Slots, SSlot, Storage, TSlot, new_tensor
 from pterun.backends.webgpu.wgsl import render
 from pterun.errors import DelegateInvalidCompatibility, InvalidProgram
 
@@ -68,6 +68,17 @@ class NodeBuilder:
     def packed_constant(self, vid: int) -> TSlot:
         """A constant weight as its bytes, four to a word (see Slots.packed_constant)."""
         return self._slots.packed_constant(vid)
+
+    def host_value(self, vid: int) -> Callable[[], object]:
+        """A getter for the caller's tensor bound to graph input ``vid`` at this call (None before the
+        first): for operators that read an input's values on the host. Every call then resizes the node."""
+        slot = self.tensor(vid)
+        if slot.storage.kind != INPUT:
+            raise DelegateInvalidCompatibility(
+                f"{self.op.name}: reads the values of tensor {vid} on the host; only a graph input's can be"
+            )
+        holder = self._slots.host_values.setdefault(vid, HostValue())
+        return lambda: holder.tensor
 
     def tensors(self, vid: int) -> list[TSlot]:
         v = self.value(vid)

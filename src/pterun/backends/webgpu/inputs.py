@@ -18,7 +18,7 @@ from pterun.backends.webgpu.binding import ParamBlocks, bind
 from pterun.backends.webgpu.builder import groups
 from pterun.backends.webgpu.device import Gpu
 from pterun.backends.webgpu.node import Dispatch
-from pterun.backends.webgpu.slots import INPUT, SSlot, Storage, TSlot
+from pterun.backends.webgpu.slots import INPUT, HostValue, SSlot, Storage, TSlot
 from pterun.backends.webgpu.wgsl import render
 from pterun.errors import InvalidArgument
 
@@ -40,9 +40,10 @@ class SymIntInput:
 
 
 class TensorInput:
-    def __init__(self, gpu: Gpu, slot: TSlot) -> None:
+    def __init__(self, gpu: Gpu, slot: TSlot, host_value: HostValue | None = None) -> None:
         self.gpu = gpu
         self.slot = slot
+        self.host_value = host_value
         self.host = _HOST_ELEM[slot.elem]
         self._conversions: dict[torch.dtype, _Conversion] = {}
         slot.storage.buffer = gpu.buffer(slot.storage.nbytes, gpu.STORAGE, f"in{slot.vid}")
@@ -55,6 +56,10 @@ class TensorInput:
         slot = self.slot
         if not isinstance(x, torch.Tensor):
             raise InvalidArgument(f"VulkanBackend: input {slot.vid} must be a tensor, got {type(x).__name__}")
+        if self.host_value is not None:
+            # An operator reads this input's values on the host: whatever they are, it recomputes.
+            self.host_value.tensor = x
+            dirty.add(slot.vid)
         shape = tuple(x.shape)
         if shape != slot.shape:
             if len(shape) != len(slot.shape) and not (slot.shape == () or shape == ()):

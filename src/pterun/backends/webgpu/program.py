@@ -112,7 +112,7 @@ class GpuProgram:
         self._tensor_inputs = []
         for k, slot in enumerate(self.inputs):
             if isinstance(slot, TSlot):
-                handler = TensorInput(self.gpu, slot)
+                handler = TensorInput(self.gpu, slot, self.slots.host_values.get(slot.vid))
                 self._tensor_inputs.append((k, handler))
             else:
                 handler = SymIntInput(slot)

@@ -63,6 +63,16 @@ class TSlot:
         return f"%{self.vid}:{self.elem}{list(self.shape)}"
 
 
+class HostValue:
+    """The caller's tensor for an input whose values an operator reads on the host (select_as_symint),
+    set at each call before the graph resizes."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self) -> None:
+        self.tensor = None
+
+
 class SSlot:
     """A SymInt: an integer computed (or passed in) at run time."""
 
@@ -103,6 +113,7 @@ class Slots:
         self.packed: list[TSlot] = []  # constants read as their bytes (packed_constant)
         self._const_storage: dict[int, Storage] = {}
         self._byte_storage: dict[int, Storage] = {}
+        self.host_values: dict[int, HostValue] = {}
 
     def define(self, vid: int, slot) -> None:
         if vid in self.by_vid:

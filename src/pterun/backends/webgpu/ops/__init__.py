@@ -8,6 +8,7 @@ declares a node's outputs, dependencies and dispatches through
 from __future__ import annotations
 
 from pterun.backends.webgpu.ops import (
+    attention,
     conv,
     creation,
     elementwise,
@@ -21,14 +22,17 @@ from pterun.backends.webgpu.ops import (
     quantized,
     reduce,
     rope,
+    sampling,
     shape,
     softmax,
     swiglu,
     symint,
+    training,
 )
 
 BUILDERS = {}
 for _family in (
+    attention,
     elementwise,
     creation,
     shape,
@@ -36,6 +40,7 @@ for _family in (
     norm,
     softmax,
     rope,
+    sampling,
     embedding,
     gather,
     conv,
@@ -46,6 +51,7 @@ for _family in (
     reduce,
     swiglu,
     symint,
+    training,
 ):
     BUILDERS.update(_family.OPS)
 
