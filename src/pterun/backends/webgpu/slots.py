@@ -70,7 +70,7 @@ class HostValue:
     __slots__ = ("tensor",)
 
     def __init__(self) -> None:
-        self.tensor = None
+        self.tensor: object | None = None
 
 
 class SSlot:

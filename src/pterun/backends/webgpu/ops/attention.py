@@ -35,27 +35,28 @@ def _attend(b: NodeBuilder, q: TSlot, k: TSlot, v: TSlot, y: TSlot, layout, *, s
     def scale_for(d: int) -> float:
         return float(scale) if scale is not None else 1.0 / math.sqrt(d)
 
-    for first in range(0, rows_bound, chunk):
-
-        def rows(first=first):
+    def add_chunk(first: int) -> None:
+        def rows():
             bs, s, h, _, ctx, *_ = layout()
             return max(0, min(chunk, bs * h * s - first)), ctx
 
-        def scores_params(first=first, rows=rows):
+        def scores_params():
             bs, s, h, group, ctx, d, qs, ks, _, _, ms = layout()
             start = causal_start() if causal_start is not None else 0
             return [rows()[0] * ctx, ctx, d, s, h, group, start, int(causal_start is not None), scale_for(d),
                     int(mask is not None), *qs, *ks, *ms, first]
 
-        def out_params(first=first, rows=rows):
+        def out_params():
             bs, s, h, group, ctx, d, _, _, vs, os_, _ = layout()
             return [rows()[0] * d, ctx, d, s, h, group, *vs, *os_, first]
 
         b.dispatch("attn_scores", {}, [q, k, mask if mask is not None else q, scores], scores_params,
-                   lambda rows=rows: grid(math.prod(rows())))
-        row_dispatches(b, "softmax", {"LOG": "false"}, [scores, probs], lambda rows=rows: [*rows(), 1], rows)
-        b.dispatch("attn_out", {}, [probs, v, y], out_params,
-                   lambda rows=rows: grid(rows()[0] * layout()[5]))
+                   lambda: grid(math.prod(rows())))
+        row_dispatches(b, "softmax", {"LOG": "false"}, [scores, probs], lambda: [*rows(), 1], rows)
+        b.dispatch("attn_out", {}, [probs, v, y], out_params, lambda: grid(rows()[0] * layout()[5]))
+
+    for first in range(0, rows_bound, chunk):
+        add_chunk(first)
 
 
 def _heads(q_heads: int, kv_heads: int, what: str) -> int:
