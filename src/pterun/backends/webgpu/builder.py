@@ -178,6 +178,18 @@ class NodeBuilder:
         self.node.dispatches.append(d)
         return d
 
+    def finish(self) -> Node:
+        """The node, with its half-precision results rounded to half after its dispatches (see slots.ELEM).
+        Views share their source's values, rounded already."""
+        for slot, _ in self.node.outputs:
+            view = any(slot.storage is r.storage for r in self.node.reads) if isinstance(slot, TSlot) else True
+            if not view and slot.dtype == DType.FLOAT16:
+                self._round_half(slot)
+        return self.node
+
+    def _round_half(self, slot: TSlot) -> None:
+        self.dispatch("round_half", {}, [slot], lambda: [slot.numel], lambda: groups(slot.numel, 64))
+
     # Last in the class: below it, ``int`` in an annotation would name this method.
     def int(self, vid: int) -> Callable[[], int]:
         """A getter for an int argument (a literal or a SymInt)."""

@@ -14,6 +14,7 @@ from pterun.errors import InvalidProgram
 # Bytes per element as the blob stores each type.
 _WIDTH = {
     DType.FLOAT32: 4,
+    DType.FLOAT16: 2,
     DType.INT32: 4,
     DType.BOOL: 1,
     DType.UINT8: 1,
@@ -21,7 +22,7 @@ _WIDTH = {
     DType.FLOAT64: 8,
     DType.INT64: 8,
 }
-_RAW = {1: np.uint8, 4: np.uint32, 8: np.uint64}
+_RAW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def words(data: memoryview, tv: TensorValue, vid: int) -> np.ndarray:
@@ -38,6 +39,8 @@ def words(data: memoryview, tv: TensorValue, vid: int) -> np.ndarray:
         return raw.view(np.int8).astype(np.int32)
     if width == 1:
         return raw.astype(np.uint32)
+    if tv.dtype == DType.FLOAT16:
+        return raw.view(np.float16).astype(np.float32)
     if tv.dtype == DType.FLOAT64:
         return raw.view(np.float64).astype(np.float32)
     if tv.dtype == DType.INT64:

@@ -17,6 +17,7 @@ import torch
 from pterun.backends.webgpu.binding import ParamBlocks, bind
 from pterun.backends.webgpu.builder import groups
 from pterun.backends.webgpu.device import Gpu
+from pterun.backends.webgpu.graph import DType
 from pterun.backends.webgpu.node import Dispatch
 from pterun.backends.webgpu.slots import INPUT, HostValue, SSlot, Storage, TSlot
 from pterun.backends.webgpu.wgsl import render
@@ -84,6 +85,10 @@ class TensorInput:
             x = x.cpu()
         if not x.is_contiguous():
             x = x.contiguous()
+        if slot.dtype == DType.FLOAT16 and x.dtype != torch.float16:
+            # A float16 tensor of the graph the caller fills with another type (force_fp16 programs
+            # take float32): it holds the values as float16 would.
+            x = x.to(torch.float16)
         if x.dtype == self.host:
             self.gpu.queue.write_buffer(slot.storage.buffer, 0, x.numpy(), 0, 4 * slot.numel)
             return None

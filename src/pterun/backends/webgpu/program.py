@@ -78,7 +78,7 @@ class GpuProgram:
         b = NodeBuilder(self.graph, self.slots, op, index)
         try:
             builders[op.name](b, op)
-            node = b.node
+            node = b.finish()
             self.nodes.append(node)
             for vid in node.deps:
                 self.hooks[vid].append(node)

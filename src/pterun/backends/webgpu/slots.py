@@ -13,8 +13,11 @@ from pterun.backends.webgpu.graph import DType, Graph, TensorValue
 from pterun.errors import DelegateInvalidCompatibility, InvalidProgram
 
 # How each VkDataType is held on the GPU: WGSL has no 8- or 64-bit storage types.
+# Half-precision tensors are held as f32 and rounded to half after every operator that writes one
+# (NodeBuilder.finish), so they take the values a float16 tensor can hold.
 ELEM = {
     DType.FLOAT32: "f32",
+    DType.FLOAT16: "f32",
     DType.FLOAT64: "f32",
     DType.INT32: "i32",
     DType.INT64: "i32",
