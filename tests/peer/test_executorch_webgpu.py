@@ -3,9 +3,9 @@
 The tests ship in ExecuTorch's wheel (``executorch/backends/webgpu/test``);
 tests/peer/webgpu/harness.py says how each is run and judged. By default a
 fixed fast subset runs (collect.py); ``scripts/webgpu-suite.sh`` runs all of
-them. Cases that still fail are listed with their reasons in known.py, and are
+them. Tests that still fail are listed with their reasons in known.py, and are
 expected to fail (strictly: one that starts passing fails until it is taken
-off the list).
+off the list); the programs they do lower are still run and judged.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from tests.peer.webgpu import collect, harness, known  # noqa: E402
 pytestmark = [needs_adapter]
 
 
-def _expected(test_id: str) -> list:
-    reason = known.FAILURES.get(test_id)
+def _expected(case_id: str) -> list:
+    reason = known.FAILURES.get(case_id)
     return [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
 
 
@@ -48,9 +48,7 @@ def _on_pterun_classes() -> dict[str, type]:
     )
     methods: dict[tuple[str, type], dict] = {}
     for t in selected:
-        test = harness.on_pterun(getattr(t.cls, t.method))
-        for mark in _expected(t.id):
-            test = mark(test)
+        test = harness.on_pterun(getattr(t.cls, t.method), known.FAILURES.get(t.id))
         methods.setdefault((t.module, t.cls), {})[t.method] = test
     classes = {}
     for (module, cls), tests in methods.items():
