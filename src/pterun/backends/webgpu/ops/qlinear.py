@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 
-from pterun.backends.webgpu.builder import NodeBuilder
-from pterun.backends.webgpu.ops.common import grid, require_f32
+from pterun.backends.webgpu.builder import NodeBuilder, groups
+from pterun.backends.webgpu.ops.common import grid, require_f32, row_dispatches
 from pterun.backends.webgpu.ops.quantized import inverse
 from pterun.backends.webgpu.slots import TSlot
 from pterun.errors import DelegateInvalidCompatibility, InvalidArgument
@@ -80,14 +80,23 @@ def qlinear(
                 int(x_q[1]), float(x_q[0]), float(inv), int(out_zp), qmin, qmax]
 
     xs, xz = row_q if row_q is not None else (scales, scales)
-    b.dispatch(
-        "qlinear",
-        {"X_MODE": str(x_mode), "W_MODE": str(w_mode), "QUANTIZE": "true" if out_q else "false",
-         "TX": x.elem, "TO": y.elem},
-        [x, xs, xz, w, scales, bias if bias is not None else scales, y],
-        params,
-        lambda: grid(y.numel),
-    )
+    subs = {"X_MODE": str(x_mode), "W_MODE": str(w_mode), "QUANTIZE": "true" if out_q else "false",
+            "TX": x.elem, "TO": y.elem}
+
+    def shared() -> bool:
+        # A workgroup per output for one row of float inputs over a long k (decode); integer sums stay
+        # serial, as they must be exact.
+        return x_mode != INT8_X and math.prod(x.shape[:-1]) == 1 and x.shape[-1] > 64
+
+    for variant in (True, False):
+
+        def work(variant=variant):
+            if not y.numel or shared() != variant:
+                return (0, 0, 0)
+            return groups(y.numel, 1) if variant else grid(y.numel)
+
+        b.dispatch("qlinear", {**subs, "SERIAL": "false" if variant else "true"},
+                   [x, xs, xz, w, scales, bias if bias is not None else scales, y], params, work)
 
 
 def _bias(b: NodeBuilder, vid: int) -> TSlot | None:
@@ -182,8 +191,8 @@ def build_choose_qparams(b: NodeBuilder, op) -> None:
     scale, zp = b.out(outs[0], stats_shape), b.out(outs[1], stats_shape)
     if scale.elem != "f32" or zp.elem == "f32":
         raise DelegateInvalidCompatibility(f"{op.name}: a float scale and an integer zero point are supported")
-    b.dispatch("qparams", {"TZ": zp.elem}, [x, scale, zp], lambda: [blocks(), length, qmin, qmax, eps],
-               lambda: grid(blocks()))
+    row_dispatches(b, "qparams", {"TZ": zp.elem}, [x, scale, zp], lambda: [blocks(), length, qmin, qmax, eps],
+                   lambda: (blocks(), length))
 
 
 OPS = {

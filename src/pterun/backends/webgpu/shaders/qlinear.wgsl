@@ -8,6 +8,9 @@
 // point and int8 weights: exact integer sums of (x - zero point) * w, scaled once. 2: float inputs
 // quantized per row first (scales and zero points of a choose_qparams_affine), as torchao does.
 // ${QUANTIZE}: the result quantized to int8 (an output scale and zero point).
+// Serially (_rows.wgsl), one invocation sums an output's k in order; shared, a workgroup splits its k
+// (every 64th each) and adds the partial sums in a fixed tree: the host takes that one for a single row
+// of float inputs (decode), where one invocation per output would leave most of the device idle.
 //
 // params: 0 M * N, 1 N, 2 K, 3 weight row stride (bytes), 4 group size (0: per channel), 5 scale row
 //         stride, 6 has bias, 7 relu, 8 input zero point, 9 input scale, 10 1 / output scale,
@@ -25,7 +28,7 @@ const QUANTIZE: bool = ${QUANTIZE};
 @group(0) @binding(6) var<storage, read> BIAS: array<f32>;
 @group(0) @binding(7) var<storage, read_write> Y: array<${TO}>;
 
-#include "_element.wgsl"
+#include "_rows.wgsl"
 
 fn byte_at(i: u32) -> u32 {
   return (W[i >> 2u] >> ((i & 3u) * 8u)) & 255u;
@@ -50,40 +53,35 @@ fn scale(n: u32, k: u32) -> f32 {
   return S[(k / group) * pu(5u) + n];
 }
 
-fn element(i: u32) {
+fn float_sum(i: u32, first: u32, step: u32) -> f32 {
   let N = pu(1u);
   let K = pu(2u);
   let m = i / N;
   let n = i % N;
   let xrow = m * K;
-  var v: f32;
-  if (X_MODE == 1u) {
-    let zp = pi(8u);
-    var acc = 0;
-    for (var k = 0u; k < K; k++) {
-      acc += (i32(X[xrow + k]) - zp) * weight(n, k);
-    }
-    v = f32(acc) * pf(9u) * S[n];
-  } else {
-    var xs = 1.0;
-    var inv = 1.0;
-    var xz = 0;
-    if (X_MODE == 2u) {
-      xs = XS[m];
-      inv = 1.0 / xs;
-      xz = XZ[m];
-    }
-    var acc = 0.0;
-    for (var k = 0u; k < K; k++) {
-      var x = f32(X[xrow + k]);
-      if (X_MODE == 2u) {
-        let q = clamp(round(x * inv) + f32(xz), f32(pi(12u)), f32(pi(13u)));
-        x = (q - f32(xz)) * xs;
-      }
-      acc += x * (f32(weight(n, k)) * scale(n, k));
-    }
-    v = acc;
+  var xs = 1.0;
+  var inv = 1.0;
+  var xz = 0;
+  if (X_MODE == 2u) {
+    xs = XS[m];
+    inv = 1.0 / xs;
+    xz = XZ[m];
   }
+  var acc = 0.0;
+  for (var k = first; k < K; k += step) {
+    var x = f32(X[xrow + k]);
+    if (X_MODE == 2u) {
+      let q = clamp(round(x * inv) + f32(xz), f32(pi(12u)), f32(pi(13u)));
+      x = (q - f32(xz)) * xs;
+    }
+    acc += x * (f32(weight(n, k)) * scale(n, k));
+  }
+  return acc;
+}
+
+fn finish(i: u32, sum: f32) {
+  let n = i % pu(1u);
+  var v = sum;
   if (pu(6u) != 0u) {
     v += BIAS[n];
   }
@@ -94,5 +92,29 @@ fn element(i: u32) {
     Y[i] = ${TO}(i32(clamp(round(v * pf(10u)) + f32(pi(11u)), -128.0, 127.0)));
   } else {
     Y[i] = ${TO}(v);
+  }
+}
+
+fn serial_row(i: u32) {
+  if (X_MODE != 1u) {
+    finish(i, float_sum(i, 0u, 1u));
+    return;
+  }
+  let N = pu(1u);
+  let K = pu(2u);
+  let n = i % N;
+  let xrow = (i / N) * K;
+  let zp = pi(8u);
+  var acc = 0;
+  for (var k = 0u; k < K; k++) {
+    acc += (i32(X[xrow + k]) - zp) * weight(n, k);
+  }
+  finish(i, f32(acc) * pf(9u) * S[n]);
+}
+
+fn shared_row(i: u32, lid: u32) {
+  let total = workgroup_sum(lid, float_sum(i, lid, 64u));
+  if (lid == 0u) {
+    finish(i, total);
   }
 }
