@@ -13,9 +13,12 @@ tests/support/exporting.py keeps it) and reused after.
   "dynamic-bf16" computes in bfloat16, "no-kv-cache" takes the whole sequence
   each call (no cache, no position input), "xnnpack-8da4w" is the dynamic one
   lowered to XNNPACK with 8-bit dynamic activations and 4-bit grouped weights,
-  "xnnpack-8da4w-ptd" keeps those weights in a .ptd file beside it, and
+  "xnnpack-8da4w-ptd" keeps those weights in a .ptd file beside it,
   "xnnpack-8da4w-quantized-kv" adds export_llama's quantized KV cache
-  (``custom_quantized_sdpa``) to the 8da4w layers.
+  (``custom_quantized_sdpa``) to the 8da4w layers, and
+  "vulkan-8da4w" is ExecuTorch's Vulkan/WebGPU LLM recipe (``-d fp32 --vulkan
+  -qmode 8da4w``): one VulkanBackend delegate, 4-bit grouped weights, 8-bit
+  activations quantized per token, attention over a KV cache it keeps.
   ``eos_ids`` replaces the one EOS id in ``get_eos_ids``. The programs take up
   to 31 tokens a call (``get_max_seq_len() - 1``) in a context of 64 positions.
   ExecuTorch's runner takes a program whose ``max_seq_len`` is below its
@@ -23,6 +26,8 @@ tests/support/exporting.py keeps it) and reused after.
   the context; ``max_seq_len=MAX_CONTEXT_LEN`` makes one that it stops. The
   program without a KV cache takes the whole sequence each call, so its
   ``max_seq_len`` is the context.
+- ``llama_greedy_reference(variant, prompt, n)``: that model run eagerly in PyTorch after the exporter's
+  source transforms (quantization included), before export: greedy tokens and each call's logits.
 - ``transformers_program()``: transformers' LlamaForCausalLM wrapped in its
   ExecuTorch integration's ``TorchExportableModuleWithStaticCache`` (inputs
   ``input_ids`` and ``cache_position``), with the metadata methods
@@ -61,7 +66,7 @@ from tests.support.llm_tokenizers import BOS_ID, EOS_ID, VOCAB, tokenizer_path
 MAX_SEQ_LEN = 32  # longest prefill chunk the runner feeds (the dynamic programs take one less)
 MAX_CONTEXT_LEN = 64
 LLAMA_VARIANTS = ("dynamic", "static", "dynamic-bf16", "no-kv-cache", "xnnpack-8da4w", "xnnpack-8da4w-ptd",
-                  "xnnpack-8da4w-quantized-kv")
+                  "xnnpack-8da4w-quantized-kv", "vulkan-8da4w")
 _VERSION = "v1"  # bump to re-export the programs after a recipe change
 
 
@@ -85,12 +90,12 @@ def llama_args(**overrides) -> dict:
                 **overrides)
 
 
-def export_llama_program(directory: Path, variant: str, params: dict, *, seed: int = 0,
-                         max_seq_len: int = MAX_SEQ_LEN, max_context_len: int = MAX_CONTEXT_LEN,
-                         eos_ids: tuple[int, ...] = (EOS_ID,), state_dict: dict | None = None) -> Path:
-    """Writes ``directory/model.pte`` with ``export_llama`` from ``params`` and seeded random weights (or
-    ``state_dict``), passed to it as a checkpoint the way a user passes real ones."""
-    from executorch.examples.models.llama.export_llama_lib import export_llama
+def llama_config(directory: Path, variant: str, params: dict, *, seed: int = 0,
+                 max_seq_len: int = MAX_SEQ_LEN, max_context_len: int = MAX_CONTEXT_LEN,
+                 eos_ids: tuple[int, ...] = (EOS_ID,), state_dict: dict | None = None):
+    """``export_llama``'s LlmConfig for ``variant``, with ``params`` and seeded random weights (or
+    ``state_dict``) written into ``directory`` as params.json and a checkpoint, the way a user passes real
+    ones."""
     from executorch.examples.models.llama.llama_transformer import construct_transformer
     from executorch.examples.models.llama.model_args import ModelArgs
     from executorch.extension.llm.export.config.llm_config import DtypeOverride, LlmConfig
@@ -117,30 +122,66 @@ def export_llama_program(directory: Path, variant: str, params: dict, *, seed: i
     config.export.output_name = str(directory / "model.pte")
     if variant.endswith("-bf16"):
         config.model.dtype_override = DtypeOverride.bf16
-    if variant.startswith("xnnpack-8da4w"):
+    if variant.startswith("xnnpack-"):
         config.backend.xnnpack.enabled = True
+    if variant.startswith("vulkan-"):
+        config.backend.vulkan.enabled = True
+    if "8da4w" in variant:
         config.quantization.qmode = "8da4w"
         config.quantization.group_size = 32
     if variant.endswith("-ptd"):
         config.export.foundation_weights_file = "model.ptd"
     if variant.endswith("-quantized-kv"):
         config.model.quantize_kv_cache = True
-    written = Path(export_llama(config))
+    return config
+
+
+def export_llama_program(directory: Path, variant: str, params: dict, **options) -> Path:
+    """Writes ``directory/model.pte`` with ``export_llama`` from ``llama_config(directory, variant, params,
+    **options)``."""
+    from executorch.examples.models.llama.export_llama_lib import export_llama
+
+    written = Path(export_llama(llama_config(directory, variant, params, **options)))
     assert written == directory / "model.pte", written
     (directory / "checkpoint.pth").unlink()  # the weights are in the program now
     return written
 
 
+def eager_llama_greedy(directory: Path, variant: str, params: dict, prompt: list[int], new_tokens: int,
+                       **options) -> Path:
+    """The model ``export_llama`` exports for ``variant``, run eagerly in PyTorch after its source transforms
+    (quantization, the KV cache, SDPA), before export: the prompt in one call, then ``new_tokens`` greedy
+    steps of one token. Writes ``directory/greedy.pt``: the tokens it chose and the logits of each call."""
+    from executorch.examples.models.llama.export_llama_lib import _prepare_for_llama_export
+
+    model = _prepare_for_llama_export(llama_config(directory, variant, params, **options)).model.eval()
+    tokens, logits = list(prompt), []
+    with torch.no_grad():
+        step = torch.tensor([prompt])
+        for _ in range(new_tokens):
+            out = model(step, {"input_pos": torch.tensor([len(tokens) - step.shape[1]])})
+            logits.append(out.reshape(-1, out.shape[-1])[-1].clone())
+            tokens.append(int(logits[-1].argmax()))
+            step = torch.tensor([[tokens[-1]]])
+    torch.save({"tokens": tokens[len(prompt):], "logits": torch.stack(logits)}, directory / "greedy.pt")
+    (directory / "checkpoint.pth").unlink()
+    return directory / "greedy.pt"
+
+
 def _export_apart(directory: Path, variant: str, params: dict, **options) -> None:
     """``export_llama_program`` in a fresh interpreter (see the module's docstring for why)."""
+    _apart("export_llama_program", directory, variant, params, **options)
+
+
+def _apart(function: str, directory: Path, variant: str, params: dict, **options) -> None:
     arguments = json.dumps({"directory": str(directory), "variant": variant, "params": params, **options})
-    code = ("import json, sys; from pathlib import Path; from tests.support.llm_programs import export_llama_program;"
+    code = (f"import json, sys; from pathlib import Path; from tests.support.llm_programs import {function};"
             " a = json.loads(sys.argv[1]); a['directory'] = Path(a['directory']);"
-            " a['eos_ids'] = tuple(a['eos_ids']); export_llama_program(**a)")
+            " a.update({'eos_ids': tuple(a['eos_ids'])} if 'eos_ids' in a else {}); " + function + "(**a)")
     done = subprocess.run([sys.executable, "-c", code, arguments], cwd=Path(__file__).parents[2],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode:
-        raise RuntimeError(f"export_llama of {variant!r} failed:\n{done.stderr[-4000:]}")
+        raise RuntimeError(f"{function} of {variant!r} failed:\n{done.stderr[-4000:]}")
 
 
 def _metadata(pte: Path) -> dict:
@@ -177,6 +218,18 @@ def llama_program(variant: str, eos_ids: tuple[int, ...] = (EOS_ID,), *,
     data = pte.with_suffix(".ptd") if variant.endswith("-ptd") else None
     position = None if variant == "no-kv-cache" else "input_pos"
     return LlmProgram(pte, tokenizer_path(), _metadata(pte), position, data)
+
+
+def llama_greedy_reference(variant: str, prompt: list[int], new_tokens: int) -> dict:
+    """``eager_llama_greedy`` of ``llama_program(variant)``'s model (same weights, same recipe), cached:
+    {"tokens": the greedy tokens after the prompt, "logits": [calls, vocab], each call's last logits}."""
+    key = hashlib.sha1(json.dumps([prompt, new_tokens]).encode()).hexdigest()[:10]
+    with locked(f"llm-llama-{variant}-eager-{key}-{_VERSION}") as directory:
+        if not directory.exists():
+            partial = scratch(directory)
+            _apart("eager_llama_greedy", partial, variant, llama_args(), prompt=prompt, new_tokens=new_tokens)
+            publish(partial, directory)
+        return torch.load(directory / "greedy.pt")
 
 
 class _StaticCacheDecoder(torch.nn.Module):

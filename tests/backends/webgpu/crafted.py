@@ -29,6 +29,7 @@ from pterun.backends.webgpu.graph import (
 
 DTYPES = {
     torch.float32: DType.FLOAT32,
+    torch.float16: DType.FLOAT16,
     torch.int32: DType.INT32,
     torch.int64: DType.INT32,
     torch.bool: DType.BOOL,
@@ -37,6 +38,7 @@ DTYPES = {
 }
 TORCH = {
     DType.FLOAT32: torch.float32,
+    DType.FLOAT16: torch.float16,
     DType.INT32: torch.int64,
     DType.BOOL: torch.bool,
     DType.UINT8: torch.uint8,

@@ -24,7 +24,7 @@ from pterun.backends.webgpu.graph import (
     ValueList,
 )
 from pterun.backends.webgpu.node import Dispatch, Node
-from pterun.backends.webgpu.slots import ELEM, PLAN, Slots, SSlot, Storage, TSlot, new_tensor
+from pterun.backends.webgpu.slots import ELEM, INPUT, PLAN, HostValue, Slots, SSlot, Storage, TSlot, new_tensor
 from pterun.backends.webgpu.wgsl import render
 from pterun.errors import DelegateInvalidCompatibility, InvalidProgram
 
@@ -64,6 +64,21 @@ class NodeBuilder:
         self.node.deps.add(vid)
         self.node.reads.append(slot)
         return slot
+
+    def packed_constant(self, vid: int) -> TSlot:
+        """A constant weight as its bytes, four to a word (see Slots.packed_constant)."""
+        return self._slots.packed_constant(vid)
+
+    def host_value(self, vid: int) -> Callable[[], object]:
+        """A getter for the caller's tensor bound to graph input ``vid`` at this call (None before the
+        first): for operators that read an input's values on the host. Every call then resizes the node."""
+        slot = self.tensor(vid)
+        if slot.storage.kind != INPUT:
+            raise DelegateInvalidCompatibility(
+                f"{self.op.name}: reads the values of tensor {vid} on the host; only a graph input's can be"
+            )
+        holder = self._slots.host_values.setdefault(vid, HostValue())
+        return lambda: holder.tensor
 
     def tensors(self, vid: int) -> list[TSlot]:
         v = self.value(vid)
@@ -162,6 +177,18 @@ class NodeBuilder:
         d = Dispatch(render(family, **subs), list(bindings), params, grid)
         self.node.dispatches.append(d)
         return d
+
+    def finish(self) -> Node:
+        """The node, with its half-precision results rounded to half after its dispatches (see slots.ELEM).
+        Views share their source's values, rounded already."""
+        for slot, _ in self.node.outputs:
+            view = any(slot.storage is r.storage for r in self.node.reads) if isinstance(slot, TSlot) else True
+            if not view and slot.dtype == DType.FLOAT16:
+                self._round_half(slot)
+        return self.node
+
+    def _round_half(self, slot: TSlot) -> None:
+        self.dispatch("round_half", {}, [slot], lambda: [slot.numel], lambda: groups(slot.numel, 64))
 
     # Last in the class: below it, ``int`` in an annotation would name this method.
     def int(self, vid: int) -> Callable[[], int]:

@@ -17,8 +17,9 @@ import torch
 from pterun.backends.webgpu.binding import ParamBlocks, bind
 from pterun.backends.webgpu.builder import groups
 from pterun.backends.webgpu.device import Gpu
+from pterun.backends.webgpu.graph import DType
 from pterun.backends.webgpu.node import Dispatch
-from pterun.backends.webgpu.slots import INPUT, SSlot, Storage, TSlot
+from pterun.backends.webgpu.slots import INPUT, HostValue, SSlot, Storage, TSlot
 from pterun.backends.webgpu.wgsl import render
 from pterun.errors import InvalidArgument
 
@@ -40,9 +41,10 @@ class SymIntInput:
 
 
 class TensorInput:
-    def __init__(self, gpu: Gpu, slot: TSlot) -> None:
+    def __init__(self, gpu: Gpu, slot: TSlot, host_value: HostValue | None = None) -> None:
         self.gpu = gpu
         self.slot = slot
+        self.host_value = host_value
         self.host = _HOST_ELEM[slot.elem]
         self._conversions: dict[torch.dtype, _Conversion] = {}
         slot.storage.buffer = gpu.buffer(slot.storage.nbytes, gpu.STORAGE, f"in{slot.vid}")
@@ -55,6 +57,10 @@ class TensorInput:
         slot = self.slot
         if not isinstance(x, torch.Tensor):
             raise InvalidArgument(f"VulkanBackend: input {slot.vid} must be a tensor, got {type(x).__name__}")
+        if self.host_value is not None:
+            # An operator reads this input's values on the host: whatever they are, it recomputes.
+            self.host_value.tensor = x
+            dirty.add(slot.vid)
         shape = tuple(x.shape)
         if shape != slot.shape:
             if len(shape) != len(slot.shape) and not (slot.shape == () or shape == ()):
@@ -79,6 +85,10 @@ class TensorInput:
             x = x.cpu()
         if not x.is_contiguous():
             x = x.contiguous()
+        if slot.dtype == DType.FLOAT16 and x.dtype != torch.float16:
+            # A float16 tensor of the graph the caller fills with another type (force_fp16 programs
+            # take float32): it holds the values as float16 would.
+            x = x.to(torch.float16)
         if x.dtype == self.host:
             self.gpu.queue.write_buffer(slot.storage.buffer, 0, x.numpy(), 0, 4 * slot.numel)
             return None

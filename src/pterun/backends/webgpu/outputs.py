@@ -16,6 +16,7 @@ _READ_AS = {"f32": np.float32, "i32": np.int32, "u32": np.uint32}
 # The tensor a value of each VkDataType is read back into when the caller gives none (profiling).
 TORCH_DTYPE = {
     DType.FLOAT32: torch.float32,
+    DType.FLOAT16: torch.float16,
     DType.FLOAT64: torch.float64,
     DType.INT32: torch.int32,
     DType.INT64: torch.int64,

@@ -40,7 +40,11 @@ class GpuProgram:
     ) -> None:
         self.gpu = gpu
         self.graph = graph
-        self.slots = Slots(graph, lambda tv, vid: constants.upload(gpu, constant(tv.constant_id), tv, vid))
+        self.slots = Slots(
+            graph,
+            lambda tv, vid: constants.upload(gpu, constant(tv.constant_id), tv, vid),
+            lambda tv, vid: constants.upload_bytes(gpu, constant(tv.constant_id), tv, vid),
+        )
         self.nodes: list[Node] = []
         self.hooks: dict[int, list[Node]] = defaultdict(list)
         self._stale = False
@@ -74,7 +78,7 @@ class GpuProgram:
         b = NodeBuilder(self.graph, self.slots, op, index)
         try:
             builders[op.name](b, op)
-            node = b.node
+            node = b.finish()
             self.nodes.append(node)
             for vid in node.deps:
                 self.hooks[vid].append(node)
@@ -108,7 +112,7 @@ class GpuProgram:
         self._tensor_inputs = []
         for k, slot in enumerate(self.inputs):
             if isinstance(slot, TSlot):
-                handler = TensorInput(self.gpu, slot)
+                handler = TensorInput(self.gpu, slot, self.slots.host_values.get(slot.vid))
                 self._tensor_inputs.append((k, handler))
             else:
                 handler = SymIntInput(slot)
@@ -229,6 +233,7 @@ class GpuProgram:
             b.destroy()
         self.slots.by_vid.clear()
         self.slots.scratch.clear()
+        self.slots.packed.clear()
         self.nodes.clear()
         self.dispatches = []
         self._tensor_inputs.clear()
@@ -236,7 +241,33 @@ class GpuProgram:
 
 def record(cpass, dispatches) -> int:
     """Records ``dispatches`` into a compute pass (those with nothing to do this call are left out);
-    returns how many were recorded."""
+    returns how many were recorded.
+
+    WebGPU has no reusable compute command buffers (render bundles are for render passes alone), so a
+    call records its pass anew; every pipeline, bind group and grid is made before, and the commands go
+    straight to wgpu-native (a pipeline set again only when it changes), past wgpu-py's per-call wrappers
+    that cost ten times the command itself. A command the pass rejects fails when the pass ends, which
+    goes through wgpu-py and raises."""
+    native = _native_pass(cpass)
+    if native is None:
+        return _record_checked(cpass, dispatches)
+    handle, (set_pipeline, set_bind_group, dispatch, null) = native
+    count = 0
+    last = None
+    for d in dispatches:
+        x, y, z = d.current
+        if x:
+            pipeline = d.pipeline._internal
+            if pipeline != last:
+                set_pipeline(handle, pipeline)
+                last = pipeline
+            set_bind_group(handle, 0, d.bind_group._internal, 0, null)
+            dispatch(handle, x, y, z)
+            count += 1
+    return count
+
+
+def _record_checked(cpass, dispatches) -> int:
     count = 0
     for d in dispatches:
         x, y, z = d.current
@@ -246,6 +277,25 @@ def record(cpass, dispatches) -> int:
             cpass.dispatch_workgroups(x, y, z)
             count += 1
     return count
+
+
+def _native_pass(cpass):
+    """(the pass's wgpu-native handle, the three commands and NULL), or None where wgpu-py's layout is
+    another (then the checked methods record)."""
+    global _NATIVE
+    if _NATIVE is None:
+        try:
+            from wgpu.backends.wgpu_native._ffi import ffi, lib
+
+            _NATIVE = (lib.wgpuComputePassEncoderSetPipeline, lib.wgpuComputePassEncoderSetBindGroup,
+                       lib.wgpuComputePassEncoderDispatchWorkgroups, ffi.NULL)
+        except (ImportError, AttributeError):
+            _NATIVE = ()
+    handle = getattr(cpass, "_internal", None)
+    return (handle, _NATIVE) if _NATIVE and handle is not None else None
+
+
+_NATIVE: tuple | None = None
 
 
 def _check_supported(graph: Graph, builders: Mapping[str, Builder], max_binding: int) -> None:

@@ -13,8 +13,11 @@ from pterun.backends.webgpu.graph import DType, Graph, TensorValue
 from pterun.errors import DelegateInvalidCompatibility, InvalidProgram
 
 # How each VkDataType is held on the GPU: WGSL has no 8- or 64-bit storage types.
+# Half-precision tensors are held as f32 and rounded to half after every operator that writes one
+# (NodeBuilder.finish), so they take the values a float16 tensor can hold.
 ELEM = {
     DType.FLOAT32: "f32",
+    DType.FLOAT16: "f32",
     DType.FLOAT64: "f32",
     DType.INT32: "i32",
     DType.INT64: "i32",
@@ -63,6 +66,16 @@ class TSlot:
         return f"%{self.vid}:{self.elem}{list(self.shape)}"
 
 
+class HostValue:
+    """The caller's tensor for an input whose values an operator reads on the host (select_as_symint),
+    set at each call before the graph resizes."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self) -> None:
+        self.tensor: object | None = None
+
+
 class SSlot:
     """A SymInt: an integer computed (or passed in) at run time."""
 
@@ -89,12 +102,21 @@ def new_tensor(vid: int, tv: TensorValue, kind: str) -> TSlot:
 class Slots:
     """Value id -> slot, for every value computed so far; constants get theirs when first read."""
 
-    def __init__(self, graph: Graph, upload_constant: Callable[[TensorValue, int], Storage]) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        upload_constant: Callable[[TensorValue, int], Storage],
+        upload_bytes: Callable[[TensorValue, int], Storage] | None = None,
+    ) -> None:
         self.graph = graph
         self._upload_constant = upload_constant
+        self._upload_bytes = upload_bytes
         self.by_vid: dict[int, TSlot | SSlot] = {}
         self.scratch: list[TSlot] = []
+        self.packed: list[TSlot] = []  # constants read as their bytes (packed_constant)
         self._const_storage: dict[int, Storage] = {}
+        self._byte_storage: dict[int, Storage] = {}
+        self.host_values: dict[int, HostValue] = {}
 
     def define(self, vid: int, slot) -> None:
         if vid in self.by_vid:
@@ -119,6 +141,19 @@ class Slots:
         slot = self.by_vid[vid] = TSlot(vid, tv.dtype, tv.dims, cap, storage)
         return slot
 
+    def packed_constant(self, vid: int) -> TSlot:
+        """Constant ``vid`` as the file holds its bytes, four to a 32-bit word (4-bit and 8-bit weights:
+        a kernel unpacks them), rather than one element per word."""
+        tv = self.graph.tensor(vid)
+        if not tv.is_constant:
+            raise DelegateInvalidCompatibility(f"value {vid} must be a constant (a packed weight)")
+        storage = self._byte_storage.get(tv.constant_id)
+        if storage is None:
+            storage = self._byte_storage[tv.constant_id] = self._upload_bytes(tv, vid)
+        slot = TSlot(vid, tv.dtype, tv.dims, storage.nbytes // 4, storage)
+        self.packed.append(slot)
+        return slot
+
     def sym(self, vid: int) -> SSlot:
         slot = self.by_vid.get(vid)
         if not isinstance(slot, SSlot):
@@ -126,5 +161,5 @@ class Slots:
         return slot
 
     def tensors(self) -> list[TSlot]:
-        """Every tensor slot, scratch included."""
-        return [s for s in (*self.by_vid.values(), *self.scratch) if isinstance(s, TSlot)]
+        """Every tensor slot, scratch and packed constants included."""
+        return [s for s in (*self.by_vid.values(), *self.scratch, *self.packed) if isinstance(s, TSlot)]

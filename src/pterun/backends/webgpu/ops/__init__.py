@@ -8,6 +8,7 @@ declares a node's outputs, dependencies and dispatches through
 from __future__ import annotations
 
 from pterun.backends.webgpu.ops import (
+    attention,
     conv,
     creation,
     elementwise,
@@ -16,16 +17,22 @@ from pterun.backends.webgpu.ops import (
     linear,
     norm,
     pool,
+    qconv,
+    qlinear,
+    quantized,
     reduce,
     rope,
+    sampling,
     shape,
     softmax,
     swiglu,
     symint,
+    training,
 )
 
 BUILDERS = {}
 for _family in (
+    attention,
     elementwise,
     creation,
     shape,
@@ -33,13 +40,18 @@ for _family in (
     norm,
     softmax,
     rope,
+    sampling,
     embedding,
     gather,
     conv,
     pool,
+    qconv,
+    qlinear,
+    quantized,
     reduce,
     swiglu,
     symint,
+    training,
 ):
     BUILDERS.update(_family.OPS)
 

@@ -12,7 +12,7 @@ BLOCK = 4  # each invocation computes a BLOCK x BLOCK piece of the output
 GROUP = 8  # invocations per workgroup along each of the two output dimensions
 
 
-def _gemm(
+def gemm(
     b: NodeBuilder,
     a: TSlot,
     w: TSlot,
@@ -67,7 +67,7 @@ def build_linear(b: NodeBuilder, op) -> None:
         m = math.prod(x.shape[:-1])
         return 1, m, n, k, 0, 0, (0 if bias is None else (1 if bias.numel == n else 2)), 0
 
-    _gemm(b, x, w, bias, y, True, dims)
+    gemm(b, x, w, bias, y, True, dims)
 
 
 def build_mm(b: NodeBuilder, op) -> None:
@@ -94,7 +94,7 @@ def build_mm(b: NodeBuilder, op) -> None:
         m, k = a.shape
         return 1, m, c.shape[1], k, 0, 0, 0, 0
 
-    _gemm(b, a, c, None, y, False, dims)
+    gemm(b, a, c, None, y, False, dims)
 
 
 def build_addmm(b: NodeBuilder, op) -> None:
@@ -115,7 +115,7 @@ def build_addmm(b: NodeBuilder, op) -> None:
             raise DelegateInvalidCompatibility(f"addmm bias {list(bias.shape)} for a [{m}, {n}] product")
         return 1, m, n, k, 0, 0, mode, 0
 
-    _gemm(b, a, c, bias, y, False, dims, alpha, beta)
+    gemm(b, a, c, bias, y, False, dims, alpha, beta)
 
 
 OPS = {

@@ -89,8 +89,40 @@ def build_batch_norm(b: NodeBuilder, op) -> None:
     b.dispatch("batch_norm", {}, [x, w or x, bias or x, mean, var, y], params, lambda: grid(x.numel))
 
 
+def build_group_norm(b: NodeBuilder, op) -> None:
+    args = op.args
+    x = b.tensor(args[0])
+    w = b.tensor(args[1]) if b.is_tensor(args[1]) else None
+    bias = b.tensor(args[2]) if b.is_tensor(args[2]) else None
+    groups = int(b.scalar(args[6]))
+    eps = float(b.scalar(args[7], 1e-5))
+    if x.elem != "f32" or x.ndim < 2 or groups < 1:
+        raise DelegateInvalidCompatibility("native_group_norm: needs a float32 input with a channel dimension")
+    outs = b.outputs(args[-1])
+
+    def layout():
+        n, c = x.shape[0], x.shape[1]
+        if c % groups:
+            raise InvalidArgument(f"native_group_norm: {c} channels in {groups} groups")
+        return n, c // groups, math.prod(x.shape[2:])
+
+    y = b.out(outs[0], lambda: x.shape)
+    stats = [b.out(vid, lambda: (x.shape[0], groups)) for vid in outs[1:3]]
+    while len(stats) < 2:
+        stats.append(b.scratch(b.graph.tensor(args[0]).dims[0] * groups))
+    b.dispatch(
+        "group_norm",
+        {},
+        [x, w or x, bias or x, y, *stats],
+        lambda: [layout()[0] * groups, layout()[1], layout()[2], eps, int(w is not None), int(bias is not None),
+                 groups],
+        lambda: grid(layout()[0] * groups),
+    )
+
+
 OPS = {
     "et_vk.rms_norm.default": build_rms_norm,
+    "aten.native_group_norm.default": build_group_norm,
     "aten.native_layer_norm.default": build_layer_norm,
     "aten._native_batch_norm_legit_no_training.default": build_batch_norm,
 }

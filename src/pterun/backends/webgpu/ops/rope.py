@@ -1,4 +1,5 @@
-"""et_vk.apply_rotary_emb: rotary embeddings of queries and keys (shaders/rope.wgsl, one dispatch each)."""
+"""et_vk.apply_rotary_emb: rotary embeddings of queries and keys (shaders/rope.wgsl, one dispatch each);
+et_vk.apply_rotary_emb_interleaved (shaders/rope_interleaved.wgsl)."""
 
 from __future__ import annotations
 
@@ -39,4 +40,23 @@ def build_rope(b: NodeBuilder, op) -> None:
     _rotate(b, xk, cos, sin, outs[1])
 
 
-OPS = {"et_vk.apply_rotary_emb.default": build_rope}
+def build_rope_interleaved(b: NodeBuilder, op) -> None:
+    x, freqs = b.tensor(op.args[0]), b.tensor(op.args[1])
+    if x.elem != "f32" or freqs.elem != "f32" or x.ndim != 3:
+        raise DelegateInvalidCompatibility(f"{op.name}: needs a float32 [B, N, C] input")
+
+    def pairs_per_batch():
+        _, n, c = x.shape
+        if c % 2 or freqs.numel != n * c:
+            raise InvalidArgument(f"{op.name}: frequencies {list(freqs.shape)} for input {list(x.shape)}")
+        return n * c // 2
+
+    y = b.out(op.args[-1], lambda: x.shape)
+    b.dispatch("rope_interleaved", {}, [x, freqs, y], lambda: [x.numel // 2, pairs_per_batch()],
+               lambda: grid(x.numel // 2))
+
+
+OPS = {
+    "et_vk.apply_rotary_emb.default": build_rope,
+    "et_vk.apply_rotary_emb_interleaved.default": build_rope_interleaved,
+}

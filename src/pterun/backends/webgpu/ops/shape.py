@@ -101,7 +101,9 @@ def build_identity(b: NodeBuilder, op) -> None:
     src_vid = op.args[1] if op.name == "aten.copy.default" else op.args[0]
     x = b.tensor(src_vid)
     out = b.graph.tensor(op.args[-1])
-    same = ELEM[out.dtype] == x.elem and not (out.dtype == DType.BOOL and x.dtype != DType.BOOL)
+    # To bool, or to half from a wider float, the values change (bools become 0/1, floats are rounded).
+    narrows = out.dtype in (DType.BOOL, DType.FLOAT16) and x.dtype != out.dtype
+    same = ELEM[out.dtype] == x.elem and not narrows
     if same:
         b.alias(op.args[-1], x, lambda: x.shape)
         return
