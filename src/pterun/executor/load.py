@@ -84,7 +84,7 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     steps, assigned = build_steps(plan, context.registries.kernels, context.run_device.type, delegates.functions(plan))
     # Profiling (ETDump): every instruction of the file runs (no fused chains), each delegate reports its nodes
     # where its backend can, and the method runs its traced function, never a graph or a compiled form.
-    trace = context.trace.method(plan.name, context.run_device) if context.trace is not None else None
+    trace = context.options.trace.method(plan.name, context.run_device) if context.options.trace is not None else None
     if trace is not None:
         steps = delegates.profiled(plan, steps, trace)
     originals = steps
@@ -101,7 +101,7 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     # steps_run: the method's own code; steps: the functional form, which keeps the chains whose fused call
     # has no functional form (torch.compile fuses them on its own).
     steps_run = steps
-    if context.fuse and trace is None:
+    if context.options.fuse and trace is None:
         matchers = patterns(context.registries.kernels, context.run_device.type)
         steps, steps_run = fuse_chains(plan, steps, objects, effects, matchers)
     if context.positions_on_device and trace is None:
@@ -121,11 +121,11 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
          and v.kind in (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)},
         {i: plan.values[i].dim_order for i in dynamic if not is_contiguous_order(plan.values[i].dim_order)},
     )
-    compiled = compile_method(code, steps_run, plan, context.cache, trace, originals)
+    compiled = compile_method(code, steps_run, plan, context.options.cache, trace, originals)
     run, compiled_function, status, functional_source = compiled.run, None, "off", None
-    if context.compile and trace is not None:
+    if context.options.compile and trace is not None:
         status = "not compiled: profiling (ETDump) is on, which times every instruction"
-    elif context.compile:
+    elif context.options.compile:
         try:
             functional, functional_source = functional_method(plan, steps, effects.after(steps), objects,
                                                               context.run_device.torch, constants)
@@ -177,8 +177,8 @@ def _binder(context: LoadContext, plan: Plan, index: int, vi: int, objects: list
 
 
 def _graph_runner(context: LoadContext, effects: MethodEffects, run: Callable) -> CudaGraphRunner | None:
-    device = context.device
-    if device is None or device.type != DeviceType.CUDA or not context.cuda_graphs:
+    device = context.options.device
+    if device is None or device.type != DeviceType.CUDA or not context.options.cuda_graphs:
         return None
     # Host synchronization cannot be captured: control flow reads conditions, and some kernels read
     # tensor values into Python numbers.

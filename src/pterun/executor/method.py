@@ -45,9 +45,9 @@ class Method:
         # Outputs the method does not plan belong to the caller once handed out (see get_outputs).
         self._owned = {pos for pos, vi in enumerate(plan.outputs)
                        if isinstance(plan.values[vi], TensorSpec) and not plan.values[vi].is_memory_planned}
-        self._precision = Precision(tf32=context.allow_tf32,
+        self._precision = Precision(tf32=context.options.allow_tf32,
                                     host=context.run_device.type == DeviceType.CPU and not plan.delegates)
-        self._threads = Threads.choose(context.num_threads, plan, loaded.steps)
+        self._threads = Threads.choose(context.options.num_threads, plan, loaded.steps)
         self._calls = CallGuard(self._where, context.shared.lock if shares_memory(context, plan) else None)
         self.written_inputs = loaded.written_inputs  # inputs the method updates in place
         self._trace = loaded.trace
