@@ -1,7 +1,7 @@
 """An exception raised inside a method's code, mapped back to the instruction that raised it.
 
 Every line of the generated function belongs to one instruction (codegen.py),
-and its file name is its own (source.py), so the traceback says which
+and its file name is its own (pterun.sourcecode), so the traceback says which
 instruction failed even when two programs have a method of the same name.
 """
 
@@ -12,16 +12,13 @@ from collections.abc import Sequence
 from pterun.errors import Internal, InvalidArgument, PteError
 from pterun.executor.codegen import CompiledMethod
 from pterun.executor.steps import describe
+from pterun.sourcecode import raising_line
 
 
 def failing_step(compiled: CompiledMethod, tb) -> int | None:
     """The instruction whose line raised, from a traceback through the compiled function."""
-    step = None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == compiled.filename:
-            step = compiled.lines.get(tb.tb_lineno, step)
-        tb = tb.tb_next
-    return step
+    line = raising_line(tb, compiled.filename)
+    return compiled.lines.get(line) if line is not None else None
 
 
 def translate(exc: Exception, compiled: CompiledMethod, steps: Sequence, where: str) -> PteError:
