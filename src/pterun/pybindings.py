@@ -24,8 +24,8 @@ import torch
 from pterun.bundled import BundledProgram as BundledModule
 from pterun.errors import IndexOutOfRange, InvalidArgument, InvalidArgumentType, InvalidState, Unimplemented
 from pterun.executor import Method, MethodMeta, Program, TensorInfo
-from pterun.executor.inputs import is_sequence
-from pterun.executor.threads import check_num_threads
+from pterun.executor.call.inputs import is_sequence
+from pterun.executor.call.threads import check_num_threads
 from pterun.format import Verification
 from pterun.format.source import read_source
 from pterun.runtime import Runtime

@@ -19,9 +19,9 @@ from pterun.backends import BackendRegistry, default_backend_registry
 from pterun.core.device import Device, DeviceType
 from pterun.executor import Method, MethodMeta, Program, Registries
 from pterun.executor.cache import LoadCache
+from pterun.executor.call.threads import check_num_threads
 from pterun.executor.etdump import ProgramTrace
 from pterun.executor.options import LoadOptions
-from pterun.executor.threads import check_num_threads
 from pterun.format import DataFile, ProgramFile, Verification
 from pterun.kernels import KernelRegistry, default_registry
 from pterun.memory import AllocatorRegistry

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pterun.executor.steps import KernelStep
+from pterun.executor.load.steps import KernelStep
 from pterun.format import KernelCall
 from tests.support.differential import check, export_model, load
 from tests.support.models import build

@@ -16,8 +16,8 @@ import pterun
 from pterun.errors import InvalidProgram
 from pterun.executor import cache as cache_module
 from pterun.executor.cache import LoadCache
-from pterun.sourcecode import _lines
 from pterun.format import program as program_module
+from pterun.sourcecode import _lines
 from tests.format import build
 from tests.format.test_lazy_verification import _two_methods_second_corrupt
 

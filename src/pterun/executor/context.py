@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from pterun.backends import BackendRegistry
 from pterun.core.device import Device, DeviceType
-from pterun.executor.data import ProgramData
+from pterun.executor.load.data import ProgramData
+from pterun.executor.load.shared import SharedArenas
 from pterun.executor.options import LoadOptions
-from pterun.executor.shared import SharedArenas
 from pterun.kernels import KernelRegistry
 from pterun.memory import AllocatorRegistry
 

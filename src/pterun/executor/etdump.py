@@ -37,7 +37,7 @@ from pterun.core.device import Device, DeviceType
 from pterun.core.dtype import _BY_CODE
 from pterun.core.layout import CHANNELS_LAST_4D, strides_for
 from pterun.errors import InvalidArgument, InvalidState, MemoryAllocationFailed
-from pterun.executor.steps import DelegateStep, KernelStep, Step
+from pterun.executor.load.steps import DelegateStep, KernelStep, Step
 from pterun.format.etdump import DebugEvent, LoggedValue, ProfileEvent, RunBlock, TensorEntry, write_etdump
 
 # Kernels ExecuTorch registers by hand (kernels/prim_ops): they record no event of their own and log nothing.

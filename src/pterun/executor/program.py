@@ -11,13 +11,13 @@ from typing import Any
 
 from pterun.core.device import Device
 from pterun.errors import InvalidState
+from pterun.executor.call.method import Method
 from pterun.executor.context import LoadContext, Registries
-from pterun.executor.data import ProgramData
+from pterun.executor.load.data import ProgramData
+from pterun.executor.load.shared import SharedArenas
 from pterun.executor.meta import MethodMeta
-from pterun.executor.method import Method
 from pterun.executor.options import NAMES as OPTION_NAMES
 from pterun.executor.options import LoadOptions
-from pterun.executor.shared import SharedArenas
 from pterun.format import DataFile, ProgramFile
 
 

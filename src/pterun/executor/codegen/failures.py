@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pterun.errors import Internal, InvalidArgument, PteError
-from pterun.executor.codegen import CompiledMethod
-from pterun.executor.steps import describe
+from pterun.executor.codegen.generate import CompiledMethod
+from pterun.executor.load.steps import describe
 from pterun.sourcecode import raising_line
 
 

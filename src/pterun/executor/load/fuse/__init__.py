@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections import Counter
 
 from pterun.core.device import DeviceType
-from pterun.executor.effects import MethodEffects
-from pterun.executor.fold import Rewriter, overlaps
-from pterun.executor.fuse import attention, rms_norm, swiglu
-from pterun.executor.fuse.common import Chain, Graph
-from pterun.executor.steps import KernelStep
+from pterun.executor.load.effects import MethodEffects
+from pterun.executor.load.fold import Rewriter, overlaps
+from pterun.executor.load.fuse import attention, rms_norm, swiglu
+from pterun.executor.load.fuse.common import Chain, Graph
+from pterun.executor.load.steps import KernelStep
 from pterun.format import JumpFalseCall, Plan, TensorSpec
 from pterun.kernels import KernelRegistry
 

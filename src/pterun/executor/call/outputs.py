@@ -15,7 +15,7 @@ from pterun.core.device import Device, DeviceType
 from pterun.core.dtype import name as dtype_name
 from pterun.core.dtype import storage_dtype
 from pterun.errors import InvalidArgument
-from pterun.executor.tensors import shaped
+from pterun.executor.load.tensors import shaped
 from pterun.format import TensorSpec
 from pterun.memory import AllocatorRegistry
 from pterun.memory.pointer import device_memory_kind

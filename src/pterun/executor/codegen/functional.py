@@ -25,9 +25,9 @@ import torch
 
 from pterun.core.dtype import storage_dtype
 from pterun.core.layout import CHANNELS_LAST_4D, CHANNELS_LAST_5D
-from pterun.executor.effects import MethodEffects
-from pterun.executor.source import bind, comment, kernel_name, make_function
-from pterun.executor.steps import DelegateStep, KernelStep
+from pterun.executor.codegen.source import bind, comment, kernel_name, make_function
+from pterun.executor.load.effects import MethodEffects
+from pterun.executor.load.steps import DelegateStep, KernelStep
 from pterun.format import Kind, ListValue, Plan, TensorSpec
 
 

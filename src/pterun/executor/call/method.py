@@ -8,16 +8,16 @@ import torch
 
 from pterun.core.device import DeviceType
 from pterun.errors import InvalidArgument, InvalidState, NotFound
-from pterun.executor.calls import CallGuard
+from pterun.executor.call.guard import CallGuard
+from pterun.executor.call.inputs import input_sequence
+from pterun.executor.call.outputs import prepare
+from pterun.executor.call.precision import Precision
+from pterun.executor.call.threads import Threads
+from pterun.executor.codegen.failures import translate
 from pterun.executor.context import LoadContext
-from pterun.executor.failures import translate
-from pterun.executor.inputs import input_sequence
-from pterun.executor.load import load_method
+from pterun.executor.load.values import shares_memory
+from pterun.executor.loader import load_method
 from pterun.executor.meta import MethodMeta
-from pterun.executor.outputs import prepare
-from pterun.executor.precision import Precision
-from pterun.executor.threads import Threads
-from pterun.executor.values import shares_memory
 from pterun.format import Plan, TensorSpec
 
 _InferenceMode = torch._C._InferenceMode  # torch.inference_mode's guard, without its Python wrapper

@@ -42,10 +42,10 @@ import torch
 from pterun.core.layout import strides_for
 from pterun.errors import PteError
 from pterun.executor.cache import LoadCache
-from pterun.executor.callforms import python_binding
+from pterun.executor.codegen.source import bind, comment, inline, kernel_name, literal, make_function
+from pterun.executor.codegen.torch_functions import python_binding
 from pterun.executor.etdump import MethodTrace
-from pterun.executor.source import bind, comment, inline, kernel_name, literal, make_function
-from pterun.executor.steps import DelegateStep, KernelStep, Step, describe
+from pterun.executor.load.steps import DelegateStep, KernelStep, Step, describe
 from pterun.format import FreeCall, JumpFalseCall, MoveCall, Plan
 
 FAST_CALLS = True  # call ATen out-variants through torch's Python bindings where they match (callforms.py)

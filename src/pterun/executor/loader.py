@@ -28,22 +28,22 @@ from dataclasses import dataclass
 
 from pterun.core.device import DeviceType
 from pterun.core.layout import is_contiguous_order
-from pterun.executor.arguments import check_arguments
-from pterun.executor.binders import Binder, scalar_binder, tensor_binder
-from pterun.executor.codegen import CompiledMethod, MethodValues, compile_method
-from pterun.executor.compiled import CompiledFunction
+from pterun.executor.call.binders import Binder, scalar_binder, tensor_binder
+from pterun.executor.call.graphs import CudaGraphRunner
+from pterun.executor.call.outputs import OutputSlot
+from pterun.executor.codegen.functional import Unsupported, functional_method
+from pterun.executor.codegen.generate import CompiledMethod, MethodValues, compile_method
+from pterun.executor.codegen.torch_compile import CompiledFunction
 from pterun.executor.context import LoadContext
-from pterun.executor.delegates import Delegates, check_delegates
-from pterun.executor.effects import MethodEffects, check_writes, delegate_writes, written_inputs
 from pterun.executor.etdump import MethodTrace
-from pterun.executor.fold import elide_view_copies, fold_constant_views, with_views
-from pterun.executor.functional import Unsupported, functional_method
-from pterun.executor.fuse import fuse_chains, patterns
-from pterun.executor.fuse.positions import keep_positions_on_device
-from pterun.executor.graphs import CudaGraphRunner
-from pterun.executor.outputs import OutputSlot
-from pterun.executor.steps import build_steps
-from pterun.executor.values import Values, make_values
+from pterun.executor.load.arguments import check_arguments
+from pterun.executor.load.delegates import Delegates, check_delegates
+from pterun.executor.load.effects import MethodEffects, check_writes, delegate_writes, written_inputs
+from pterun.executor.load.fold import elide_view_copies, fold_constant_views, with_views
+from pterun.executor.load.fuse import fuse_chains, patterns
+from pterun.executor.load.fuse.positions import keep_positions_on_device
+from pterun.executor.load.steps import build_steps
+from pterun.executor.load.values import Values, make_values
 from pterun.format import Dynamism, Kind, ListValue, Plan, TensorSpec
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pterun.errors import InvalidProgram
+from pterun.executor.load.steps import KernelStep
 from pterun.executor.meta import value_kind
-from pterun.executor.steps import KernelStep
 from pterun.format import JumpFalseCall, MoveCall, Plan
 
 _CONDITIONS = frozenset({"bool", "tensor"})
