@@ -1,4 +1,4 @@
-"""Method: loaded once (load.py), then each call binds inputs, runs one compiled function, returns outputs."""
+"""Method: loaded once (load.py), then each call binds inputs, runs one generated function, returns outputs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pterun.executor.call.inputs import input_sequence
 from pterun.executor.call.outputs import prepare
 from pterun.executor.call.precision import Precision
 from pterun.executor.call.threads import Threads
-from pterun.executor.codegen.failures import translate
+from pterun.executor.codegen.failures import as_pte_error
 from pterun.executor.context import LoadContext
 from pterun.executor.load.values import shares_memory
 from pterun.executor.loader import load_method
@@ -175,9 +175,9 @@ class Method:
                     with self._precision:
                         outputs = graph(self._args, key)
                 self._outputs = outputs
-        except Exception as exc:  # noqa: BLE001 - translated into a PteError naming the instruction
+        except Exception as exc:  # noqa: BLE001 - mapped to a PteError naming the instruction
             self._outputs = None
-            raise translate(exc, self._loaded.compiled, self._loaded.steps, self._where) from exc
+            raise as_pte_error(exc, self._loaded.generated, self._loaded.steps, self._where) from exc
         finally:
             self._threads.exit(threads)
             calls.busy = False
@@ -218,8 +218,8 @@ class Method:
 
     @property
     def source(self) -> str:
-        """The Python the method was compiled into."""
-        return self._loaded.compiled.source
+        """The Python the method was generated as (its own code)."""
+        return self._loaded.generated.source
 
     @property
     def functional_source(self) -> str | None:
