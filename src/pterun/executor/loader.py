@@ -29,6 +29,7 @@ from pterun.core.layout import is_contiguous_order
 from pterun.executor.call.binders import Binder, scalar_binder, tensor_binder
 from pterun.executor.call.graphs import CudaGraphRunner
 from pterun.executor.call.outputs import OutputSlot
+from pterun.executor.call.precision import Precision
 from pterun.executor.codegen.functional import Unsupported, functional_method
 from pterun.executor.codegen.generate import GeneratedMethod, MethodValues, generate_method
 from pterun.executor.codegen.torch_compile import CompiledFunction
@@ -61,8 +62,8 @@ class LoadedMethod:
     slot_of: dict[int, OutputSlot]  # output position -> its slot
     written_inputs: frozenset[int]  # inputs the method updates in place
     graph: CudaGraphRunner | None
-    shape_tensors: list  # planned dynamic inputs, whose shapes key the CUDA graph
-    shape_args: bool  # the graph is keyed by shapes at all
+    owned: frozenset[int]  # output positions the method does not plan: the caller's once handed out
+    precision: Precision  # the switches a call runs under
     trace: MethodTrace | None = None  # profiling on: what the traced function records (etdump.py)
 
 
@@ -143,11 +144,14 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
         slot_of={pos: slots[outputs_unplanned.index(vi)] for pos, vi in enumerate(plan.outputs)
                  if vi in outputs_unplanned},
         written_inputs=written_inputs(plan, effects),
-        graph=(_graph_runner(context, own.effects if compiled_function is None else effects, run)
-               if trace is None else None),
         # The graph is keyed by the input shapes; a method whose inputs cannot change shape needs no key.
-        shape_tensors=[objects[vi] for vi in dynamic_inputs if vi not in params_in],
-        shape_args=bool(dynamic_inputs),
+        graph=(_graph_runner(context, own.effects if compiled_function is None else effects, run,
+                             [objects[vi] for vi in dynamic_inputs if vi not in params_in], bool(dynamic_inputs))
+               if trace is None else None),
+        owned=frozenset(pos for pos, vi in enumerate(plan.outputs)
+                        if isinstance(plan.values[vi], TensorSpec) and not plan.values[vi].is_memory_planned),
+        precision=Precision(tf32=context.options.allow_tf32,
+                            host=context.run_device.type == DeviceType.CPU and not plan.delegates),
         trace=trace,
     )
 
@@ -163,7 +167,8 @@ def _binder(context: LoadContext, plan: Plan, index: int, vi: int, objects: list
     return tensor_binder(value, where, target=objects[vi])
 
 
-def _graph_runner(context: LoadContext, effects: MethodEffects, run: Callable) -> CudaGraphRunner | None:
+def _graph_runner(context: LoadContext, effects: MethodEffects, run: Callable, shape_tensors: list,
+                  keyed: bool) -> CudaGraphRunner | None:
     device = context.options.device
     if device is None or device.type != DeviceType.CUDA or not context.options.cuda_graphs:
         return None
@@ -171,4 +176,4 @@ def _graph_runner(context: LoadContext, effects: MethodEffects, run: Callable) -
     # tensor values into Python numbers.
     if effects.syncs:
         return None
-    return CudaGraphRunner(run, device.torch)
+    return CudaGraphRunner(run, device.torch, shape_tensors, keyed)
