@@ -1,5 +1,5 @@
 """ATen out-variants are called through torch's Python bindings only where the binding reaches exactly the
-program's overload, and the results are the same bits as through ``OpOverload._op`` (callforms.py)."""
+program's overload, and the results are the same bits as through ``OpOverload._op`` (executor/codegen/torch_functions.py)."""
 
 from __future__ import annotations
 

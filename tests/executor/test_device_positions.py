@@ -1,4 +1,4 @@
-"""Start positions kept on the device (executor/fuse/positions.py), forced on the CPU: the rewritten method has
+"""Start positions kept on the device (executor/load/fuse/positions.py), forced on the CPU: the rewritten method has
 no host read and computes what the method as exported computes, step by step over a prompt and a generation."""
 
 from __future__ import annotations

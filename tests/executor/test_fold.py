@@ -1,4 +1,4 @@
-"""Copies the exporter made become views at load (executor/fold.py), on an exported transformer."""
+"""Copies the exporter made become views at load (executor/load/fold.py), on an exported transformer."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ class LoadContext:
     data: ProgramData
     options: LoadOptions
     load_nested: Callable  # (program bytes, device) -> a program run by the same executor (a delegate's)
-    shared: SharedArenas | None = None  # planned memory the program's methods share (shared.py); None: none
+    shared: SharedArenas | None = None  # planned memory the program's methods share (load/shared.py); None: none
 
     def device_for(self, device_type: int, device_index: int) -> Device:
         """Where a value the plan tags with this device lives."""

@@ -2,7 +2,7 @@
 
 A program's :class:`ProgramTrace` holds its blocks of events and the debug
 buffer; each method has a :class:`MethodTrace`, which its traced function
-(codegen.py, compiled only for such programs) calls around every instruction.
+(codegen/generate.py, generated only for such programs) calls around every instruction.
 The events and their order are ExecuTorch's:
 
 * loading a method: ``Method::init`` inside ``Program::load_method``, in the

@@ -1,4 +1,4 @@
-"""Method: loaded once (load.py), then each call binds inputs, runs one generated function, returns outputs."""
+"""Method: loaded once (loader.py), then each call binds inputs, runs one generated function, returns outputs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """An exception raised inside a method's code, mapped back to the instruction that raised it.
 
-Every line of the generated function belongs to one instruction (codegen.py),
+Every line of the generated function belongs to one instruction (generate.py),
 and its file name is its own (pterun.sourcecode), so the traceback says which
 instruction failed even when two programs have a method of the same name.
 """

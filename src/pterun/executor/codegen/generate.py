@@ -48,7 +48,7 @@ from pterun.executor.etdump import MethodTrace
 from pterun.executor.load.steps import DelegateStep, KernelStep, Step, describe
 from pterun.format import FreeCall, JumpFalseCall, MoveCall, Plan
 
-FAST_CALLS = True  # call ATen out-variants through torch's Python bindings where they match (callforms.py)
+FAST_CALLS = True  # call ATen out-variants through torch's Python bindings where they match (torch_functions.py)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Python source written from a program: its functions, and a program's names and values made safe in it.
 
-The executor writes each method as Python (codegen.py) and, for ``compile=True``, as a pure function
+The executor writes each method as Python (generate.py) and, for ``compile=True``, as a pure function
 (functional.py); ``make_function`` makes the function, compiled by ``pterun.sourcecode`` under a file name
 of its own with its lines in :mod:`linecache`.
 """
