@@ -24,8 +24,8 @@ import torch
 from pterun.bundled import BundledProgram as BundledModule
 from pterun.errors import IndexOutOfRange, InvalidArgument, InvalidArgumentType, InvalidState, Unimplemented
 from pterun.executor import Method, MethodMeta, Program, TensorInfo
-from pterun.executor.inputs import is_sequence
-from pterun.executor.threads import check_num_threads
+from pterun.executor.call.inputs import is_sequence
+from pterun.executor.call.threads import check_num_threads
 from pterun.format import Verification
 from pterun.format.source import read_source
 from pterun.runtime import Runtime
@@ -157,7 +157,7 @@ class ExecuTorchModule:
     def _loaded(self) -> Program:
         if self._program is None:
             enable_etdump, debug_buffer_size = self._etdump
-            # A module's methods keep their own state, as ExecuTorch's modules' do (pterun/executor/shared.py).
+            # A module's methods keep their own state, as ExecuTorch's modules' do (pterun/executor/load/shared.py).
             self._program = Runtime.get().load_program(
                 self._source, verification=self._verification, data_path=self._data, num_threads=self._num_threads,
                 enable_etdump=enable_etdump, debug_buffer_size=debug_buffer_size, share_state=False,

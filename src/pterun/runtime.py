@@ -19,8 +19,9 @@ from pterun.backends import BackendRegistry, default_backend_registry
 from pterun.core.device import Device, DeviceType
 from pterun.executor import Method, MethodMeta, Program, Registries
 from pterun.executor.cache import LoadCache
+from pterun.executor.call.threads import check_num_threads
 from pterun.executor.etdump import ProgramTrace
-from pterun.executor.threads import check_num_threads
+from pterun.executor.options import LoadOptions
 from pterun.format import DataFile, ProgramFile, Verification
 from pterun.kernels import KernelRegistry, default_registry
 from pterun.memory import AllocatorRegistry
@@ -174,12 +175,9 @@ class Runtime:
         else:
             sources = [data_path]
         data_files = [DataFile(source) for source in sources]
-        return Program(
-            file,
-            self.registries,
-            data_files,
-            None if device is None else Device.parse(device),
-            dict(backend_options or {}),
+        options = LoadOptions(
+            device=None if device is None else Device.parse(device),
+            backend_options=dict(backend_options or {}),
             cuda_graphs=cuda_graphs,
             compile=compile,
             allow_tf32=allow_tf32,
@@ -191,6 +189,6 @@ class Runtime:
             share_state=share_state,
             trust_native_code=bool(trust_native_code),
         )
-
+        return Program(file, self.registries, data_files, options=options)
 
 __all__ = ["Method", "MethodMeta", "Program", "Runtime", "Verification"]

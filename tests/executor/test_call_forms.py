@@ -1,12 +1,12 @@
 """ATen out-variants are called through torch's Python bindings only where the binding reaches exactly the
-program's overload, and the results are the same bits as through ``OpOverload._op`` (callforms.py)."""
+program's overload, and the results are the same bits as through ``OpOverload._op`` (executor/codegen/torch_functions.py)."""
 
 from __future__ import annotations
 
 import torch
 
 import pterun
-from pterun.executor import codegen
+from pterun.executor.codegen import generate as codegen
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.oracle import run_reference
 
@@ -22,8 +22,8 @@ def _chain():
 
 def _kernels(method) -> dict:
     """The callables the method's code calls, by the name the code uses."""
-    code = method._loaded.compiled.run.__code__
-    cells = dict(zip(code.co_freevars, (c.cell_contents for c in method._loaded.compiled.run.__closure__)))
+    code = method._loaded.generated.run.__code__
+    cells = dict(zip(code.co_freevars, (c.cell_contents for c in method._loaded.generated.run.__closure__)))
     return {name: fn for name, fn in cells.items() if callable(fn) and not isinstance(fn, torch.Tensor)}
 
 

@@ -1,4 +1,4 @@
-"""Start positions kept on the device (executor/fuse/positions.py), forced on the CPU: the rewritten method has
+"""Start positions kept on the device (executor/load/fuse/positions.py), forced on the CPU: the rewritten method has
 no host read and computes what the method as exported computes, step by step over a prompt and a generation."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import torch
 
 import pterun
 from pterun.errors import InvalidArgument
-from pterun.executor.effects import MethodEffects
-from pterun.executor.fuse.positions import READS
+from pterun.executor.load.effects import MethodEffects
+from pterun.executor.load.fuse.positions import READS
 from pterun.kernels.llm.attention import custom_sdpa
 from pterun.kernels.llm.positions import custom_sdpa_at, slice_at, update_cache_at
 from tests.support.exporting import ExportSpec

@@ -1,8 +1,8 @@
-"""Copies the exporter made become views at load (executor/fold.py), on an exported transformer."""
+"""Copies the exporter made become views at load (executor/load/fold.py), on an exported transformer."""
 
 from __future__ import annotations
 
-from pterun.executor.steps import KernelStep
+from pterun.executor.load.steps import KernelStep
 from pterun.format import KernelCall
 from tests.support.differential import check, export_model, load
 from tests.support.models import build

@@ -1,4 +1,4 @@
-"""Decomposed attention and RMSNorm run as one fused kernel each (executor/fuse/), against ExecuTorch."""
+"""Decomposed attention and RMSNorm run as one fused kernel each (executor/load/fuse/), against ExecuTorch."""
 
 from __future__ import annotations
 

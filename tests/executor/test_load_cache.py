@@ -16,8 +16,8 @@ import pterun
 from pterun.errors import InvalidProgram
 from pterun.executor import cache as cache_module
 from pterun.executor.cache import LoadCache
-from pterun.executor.source import _lines
 from pterun.format import program as program_module
+from pterun.sourcecode import _lines
 from tests.format import build
 from tests.format.test_lazy_verification import _two_methods_second_corrupt
 
@@ -57,7 +57,7 @@ def test_a_second_load_takes_the_code_and_the_verification_from_the_cache(tmp_pa
     _refuse(monkeypatch, program_module, "verify_buffer")
     method = _run(data, tmp_path)
     # Each load names its code after itself, so that errors map back to this method's lines.
-    assert method._loaded.compiled.run.__code__.co_filename == method._loaded.compiled.filename
+    assert method._loaded.generated.run.__code__.co_filename == method._loaded.generated.filename
     assert len(_entries(tmp_path)) == 3
 
 
@@ -135,7 +135,7 @@ def test_a_corrupt_method_is_never_marked_verified(tmp_path):
 def test_a_function_that_dies_while_its_name_is_being_held_does_not_wait(tmp_path):
     """The collector may run a generated function's finalizer inside another load's hold of the lock."""
     method = _run(_program(), tmp_path)
-    filename = method._loaded.compiled.filename
+    filename = method._loaded.generated.filename
     with _lines._lock:
         released = threading.Thread(target=_lines._release, args=("<no such function>",))
         released.start()

@@ -8,7 +8,7 @@ import torch
 import pterun
 from pterun.core.device import DeviceType
 from pterun.executor import Registries
-from pterun.executor.fuse.swiglu import FUSED
+from pterun.executor.load.fuse.swiglu import FUSED
 from pterun.kernels import Binding, default_registry, exact_count
 from pterun.runtime import default_allocators, default_backend_registry
 from tests.support.exporting import ExportSpec, export_program

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pterun.cli.options import example_llm
-from pterun.executor.steps import KernelStep
+from pterun.executor.load.steps import KernelStep
 from pterun.llm import GenerationConfig, TextLLMRunner
 
 pytestmark = pytest.mark.gpu

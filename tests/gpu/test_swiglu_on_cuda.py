@@ -9,7 +9,7 @@ import torch
 import pterun
 from pterun.core.device import DeviceType
 from pterun.executor import Registries
-from pterun.executor.fuse.swiglu import FUSED
+from pterun.executor.load.fuse.swiglu import FUSED
 from pterun.kernels import default_registry
 from pterun.runtime import default_allocators, default_backend_registry
 from tests.gpu.conftest import FIXTURES, load_fixture, on

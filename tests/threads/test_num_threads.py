@@ -18,7 +18,7 @@ import pterun
 from pterun import pybindings
 from pterun.errors import InvalidArgument, PteError
 from pterun.executor import Registries
-from pterun.executor import threads as threads_module
+from pterun.executor.call import threads as threads_module
 from pterun.kernels import Binding, default_registry
 from tests.executor.programs import AddMul, add_mul
 from tests.support.exporting import ExportSpec, export_program

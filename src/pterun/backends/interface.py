@@ -34,13 +34,14 @@ from ``execute`` is reported as ``Internal``.
 
 from __future__ import annotations
 
-import types
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+
+from pterun.sourcecode import CompileCode
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class BackendInitContext:
     load_program: Callable[[memoryview | bytes, torch.device], Any] | None = None
     # compile_code(source, filename) -> compile(source, filename, "exec") from the executor's load cache, for
     # backends that generate code (it need not be compiled again on the next load); None: no cache.
-    compile_code: Callable[[str, str], types.CodeType] | None = None
+    compile_code: CompileCode | None = None
 
     def get_runtime_spec(self, key: str, default: Any = None) -> Any:
         return self.runtime_specs.get(key, default)

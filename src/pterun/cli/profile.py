@@ -11,8 +11,8 @@ import typer
 from rich.table import Table
 
 from pterun.cli import progress, traced
+from pterun.cli.etdump_spans import Profile, chrome_trace, profile_rows
 from pterun.cli.options import device_option, example_program
-from pterun.cli.profiling import Profile, chrome_trace, profile_rows
 from pterun.cli.report import UserError, console, esc, reported
 
 

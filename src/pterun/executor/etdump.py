@@ -2,7 +2,7 @@
 
 A program's :class:`ProgramTrace` holds its blocks of events and the debug
 buffer; each method has a :class:`MethodTrace`, which its traced function
-(codegen.py, compiled only for such programs) calls around every instruction.
+(codegen/generate.py, generated only for such programs) calls around every instruction.
 The events and their order are ExecuTorch's:
 
 * loading a method: ``Method::init`` inside ``Program::load_method``, in the
@@ -37,8 +37,7 @@ from pterun.core.device import Device, DeviceType
 from pterun.core.dtype import _BY_CODE
 from pterun.core.layout import CHANNELS_LAST_4D, strides_for
 from pterun.errors import InvalidArgument, InvalidState, MemoryAllocationFailed
-from pterun.executor.steps import DelegateStep, KernelStep, Step
-from pterun.format import FreeCall, JumpFalseCall, MoveCall
+from pterun.executor.load.steps import DelegateStep, KernelStep, Step
 from pterun.format.etdump import DebugEvent, LoggedValue, ProfileEvent, RunBlock, TensorEntry, write_etdump
 
 # Kernels ExecuTorch registers by hand (kernels/prim_ops): they record no event of their own and log nothing.
@@ -276,17 +275,9 @@ class MethodTrace:
         log = self.program.log if self.logs_values else None
         if isinstance(original, KernelStep):
             inner = kernel_event_name(original.name)
-            names = ((inner,) if inner is not None else ()) + ("OPERATOR_CALL",)
-        elif isinstance(original, DelegateStep):
-            names = ("DELEGATE_CALL",)
-        elif isinstance(original, MoveCall):
-            names = ("MOVE_CALL",)
-        elif isinstance(original, JumpFalseCall):
-            names = ("JF_CALL",)
-        elif isinstance(original, FreeCall):
-            names = ("FREE_CALL",)
+            names = ((inner,) if inner is not None else ()) + (original.event,)
         else:
-            names = ()
+            names = (original.event,) if original is not None else ()
 
         def record(events: list, start, end, *values) -> None:
             if log is not None:

@@ -20,16 +20,7 @@ import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pterun.format.plan import (
-    DelegateCall,
-    JumpFalseCall,
-    KernelCall,
-    Kind,
-    ListValue,
-    MoveCall,
-    Plan,
-    TensorSpec,
-)
+from pterun.format.plan import Kind, ListValue, Plan, TensorSpec
 
 _TENSOR_LISTS = (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)
 
@@ -101,7 +92,7 @@ def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _named(plan: Plan) -> dict[int, list[int]]:
-    """value -> the instructions that name it (a list's items through the list)."""
+    """value -> the instructions that compute with it (``uses``; a list's items through the list)."""
     uses: dict[int, list[int]] = {}
     values = plan.values
 
@@ -115,14 +106,8 @@ def _named(plan: Plan) -> dict[int, list[int]]:
             uses.setdefault(vi, []).append(n)
 
     for n, ins in enumerate(plan.instructions):
-        if isinstance(ins, (KernelCall, DelegateCall)):
-            for vi in ins.args:
-                name(vi, n)
-        elif isinstance(ins, MoveCall):
-            name(ins.source, n)
-            name(ins.target, n)
-        elif isinstance(ins, JumpFalseCall):
-            name(ins.condition, n)
+        for vi in ins.uses:
+            name(vi, n)
     return uses
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Union
+from typing import ClassVar, Union
 
 from pterun.errors import InvalidProgram, NotSupported
 
@@ -95,33 +95,109 @@ class ListValue:
 Value = Union[TensorSpec, Scalar, ListValue]
 
 
+# The instruction kinds. Each says which values it names (``values``: every index, checked by ``check_plan``),
+# which it computes with (``uses``: all but a free's), which other index it holds and whether that is in range
+# (``index_error``), and its name in an ETDump (``event``, ExecuTorch's). The format's own instructions (a move,
+# a jump, a free) also say what they read and which value they give a new object (``reads``, ``binds``); a call's
+# kernel or backend says that of a call.
+
+
 @dataclass(frozen=True, slots=True)
 class KernelCall:
     op_index: int
     args: tuple[int, ...]
+    event: ClassVar[str] = "OPERATOR_CALL"
+
+    @property
+    def values(self) -> tuple[int, ...]:
+        return self.args
+
+    uses = values
+
+    def index_error(self, plan: Plan) -> str | None:
+        if 0 <= self.op_index < len(plan.operators):
+            return None
+        return f"calls operator {self.op_index} of {len(plan.operators)}"
 
 
 @dataclass(frozen=True, slots=True)
 class DelegateCall:
     delegate_index: int
     args: tuple[int, ...]
+    event: ClassVar[str] = "DELEGATE_CALL"
+
+    @property
+    def values(self) -> tuple[int, ...]:
+        return self.args
+
+    uses = values
+
+    def index_error(self, plan: Plan) -> str | None:
+        if 0 <= self.delegate_index < len(plan.delegates):
+            return None
+        return f"calls delegate {self.delegate_index} of {len(plan.delegates)}"
 
 
 @dataclass(frozen=True, slots=True)
 class MoveCall:
     source: int
     target: int
+    event: ClassVar[str] = "MOVE_CALL"
+
+    @property
+    def values(self) -> tuple[int, ...]:
+        return (self.source, self.target)
+
+    uses = values
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        return (self.source,)
+
+    @property
+    def binds(self) -> tuple[int, ...]:
+        return (self.target,)  # the target becomes the source's object
+
+    def index_error(self, plan: Plan) -> str | None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
 class JumpFalseCall:
     condition: int
     destination: int
+    event: ClassVar[str] = "JF_CALL"
+
+    @property
+    def values(self) -> tuple[int, ...]:
+        return (self.condition,)
+
+    uses = values
+    reads = values
+    binds: ClassVar[tuple[int, ...]] = ()
+
+    def index_error(self, plan: Plan) -> str | None:
+        if 0 <= self.destination <= len(plan.instructions):
+            return None
+        return f"jumps to {self.destination}; the chain has {len(plan.instructions)} instructions"
 
 
 @dataclass(frozen=True, slots=True)
 class FreeCall:
     value: int
+    event: ClassVar[str] = "FREE_CALL"
+
+    @property
+    def values(self) -> tuple[int, ...]:
+        return (self.value,)
+
+    # Memory is released when nothing refers to it any more: a free computes with nothing.
+    uses: ClassVar[tuple[int, ...]] = ()
+    reads: ClassVar[tuple[int, ...]] = ()
+    binds: ClassVar[tuple[int, ...]] = ()
+
+    def index_error(self, plan: Plan) -> str | None:
+        return None
 
 
 Instruction = Union[KernelCall, DelegateCall, MoveCall, JumpFalseCall, FreeCall]
@@ -211,27 +287,12 @@ def check_plan(plan: Plan) -> None:
                     raise InvalidProgram(
                         f"{where} value {vi}: a {v.kind.name} item refers to value {item}, a {got.name}"
                     )
-    n_ins = len(plan.instructions)
     for pc, ins in enumerate(plan.instructions):
         what = f"instruction {pc}"
-        if isinstance(ins, KernelCall):
-            if not 0 <= ins.op_index < len(plan.operators):
-                raise InvalidProgram(f"{where}: {what} calls operator {ins.op_index} of {len(plan.operators)}")
-            if ins.args and not (0 <= min(ins.args) and max(ins.args) < n):
-                for a in ins.args:
-                    value(a, what)
-        elif isinstance(ins, DelegateCall):
-            if not 0 <= ins.delegate_index < len(plan.delegates):
-                raise InvalidProgram(f"{where}: {what} calls delegate {ins.delegate_index} of {len(plan.delegates)}")
-            if ins.args and not (0 <= min(ins.args) and max(ins.args) < n):
-                for a in ins.args:
-                    value(a, what)
-        elif isinstance(ins, MoveCall):
-            value(ins.source, what)
-            value(ins.target, what)
-        elif isinstance(ins, JumpFalseCall):
-            value(ins.condition, what)
-            if not 0 <= ins.destination <= n_ins:
-                raise InvalidProgram(f"{where}: {what} jumps to {ins.destination}; the chain has {n_ins} instructions")
-        elif isinstance(ins, FreeCall):
-            value(ins.value, what)
+        problem = ins.index_error(plan)
+        if problem is not None:
+            raise InvalidProgram(f"{where}: {what} {problem}")
+        named = ins.values
+        if named and not (0 <= min(named) and max(named) < n):
+            for a in named:
+                value(a, what)

@@ -18,7 +18,7 @@ from pterun.kernels.registry import (
 def default_registry() -> KernelRegistry:
     """A registry holding every built-in kernel, with ATen as the fallback provider."""
     from pterun.kernels import aten, device_copy, dim_order, float_stats, llm, prim, quantized, split, views
-    from pterun.kernels.llm import positions  # what executor/fuse/positions.py makes of host start positions
+    from pterun.kernels.llm import positions  # what executor/load/fuse/positions.py makes of host start positions
 
     registry = KernelRegistry()
     for module in (prim, dim_order, device_copy, quantized, llm, positions):
@@ -27,7 +27,7 @@ def default_registry() -> KernelRegistry:
     registry.add_provider(aten.aten_provider, aten.aten_names)
     registry.register("aten::mm.out", _cuda_mm, DeviceType.CUDA)
     if importlib.util.find_spec("triton") is not None:
-        # What executor/fuse/swiglu.py makes of a SwiGLU MLP's gate, up and SiLU-product steps.
+        # What executor/load/fuse/swiglu.py makes of a SwiGLU MLP's gate, up and SiLU-product steps.
         registry.register("pterun::swiglu.out", _cuda_swiglu, DeviceType.CUDA)
     for name in float_stats.STATISTICS:
         registry.register(name, float_stats.float_statistics(name), DeviceType.CUDA)

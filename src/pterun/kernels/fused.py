@@ -1,4 +1,4 @@
-"""Kernels for chains of operators the exporter decomposed, run as one call again (executor/fuse/).
+"""Kernels for chains of operators the exporter decomposed, run as one call again (executor/load/fuse/).
 
 Each is a device-agnostic torch call with an ``out`` variant, as the executor's
 code calls kernels, and a pure form for ``torch.compile``. Their results

@@ -25,7 +25,7 @@ from pterun.errors import InvalidProgram, OperatorMissing
 
 @dataclass(frozen=True)
 class Functional:
-    """A kernel's call as a pure function, which ``torch.compile`` can trace (``executor/functional.py``).
+    """A kernel's call as a pure function, which ``torch.compile`` can trace (``executor/codegen/functional.py``).
 
     ``fn`` takes the binding's arguments except ``outputs`` (in the same positions and keywords) and
     returns the values those arguments would be written with, in order: one value, or a sequence when
@@ -50,7 +50,7 @@ class Binding:
     load (ExecuTorch encodes dtypes and memory formats as ints).
 
     The rest is the kernel's whole effect on the call's values, and the
-    executor relies on it (``executor/steps.py`` describes every step from
+    executor relies on it (``executor/load/steps.py`` describes every step from
     it): to refuse a program that would write a constant (the file's bytes),
     to turn copies into views, to decide what a CUDA graph can hold and what
     ``torch.compile`` can trace. A kernel must declare every argument it writes:

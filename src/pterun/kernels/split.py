@@ -3,7 +3,7 @@
 PyTorch's CUDA kernel for both (``split_with_sizes_copy_out_cuda``, which ``split_copy`` reaches too) takes a
 fast path whenever the input and every output are non-overlapping and dense, and that path computes its
 addresses as if they were contiguous: a permuted input, or outputs laid out in another dim order, are split
-into the wrong elements. pterun hands kernels views where the exporter made copies (executor/fold.py), so a
+into the wrong elements. pterun hands kernels views where the exporter made copies (executor/load/fold.py), so a
 split of an attention's transposed heads (StableLM's per-head LayerNorm) reads a permuted view, and was
 several units off on CUDA only. Here the fast path is taken only when everything is contiguous, where it is
 right; anything else is one strided copy per output, as PyTorch's CPU kernel does.

@@ -18,8 +18,6 @@ from __future__ import annotations
 import copy
 import math
 from collections import OrderedDict
-from collections.abc import Callable
-from types import CodeType
 
 import torch
 
@@ -39,6 +37,7 @@ from pterun.errors import (
     InvalidProgram,
     PteError,
 )
+from pterun.sourcecode import CompileCode
 
 NAME = "XnnpackBackend"
 
@@ -50,7 +49,7 @@ class XnnpackDelegate:
     """One initialized blob: its graph and its translations by input shapes."""
 
     def __init__(self, graph: Graph, device: torch.device, options: dict | None = None,
-                 compile_code: Callable[[str, str], CodeType] | None = None) -> None:
+                 compile_code: CompileCode | None = None) -> None:
         unknown = sorted({n.kind for n in graph.nodes if n.kind not in TRANSLATORS})
         if unknown:
             raise DelegateInvalidCompatibility(

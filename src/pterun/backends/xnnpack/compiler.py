@@ -36,37 +36,31 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from types import CodeType
 from typing import Any, Protocol
 
 import torch
 
 from pterun.backends.xnnpack.graph import Datatype, Graph, Node, Value
 from pterun.errors import DelegateInvalidCompatibility, InvalidArgument, InvalidProgram
+from pterun.sourcecode import CompileCode, define, keep_lines, raising_line
 
 Shape = tuple[int, ...]
-
-SOURCE_NAME = "<xnnpack delegate>"
-
 
 class Translation:
     """What translating a graph for one set of input shapes produced."""
 
-    def __init__(self, run: Callable[[list], None], source: str, shapes: dict[int, Shape],
+    def __init__(self, run: Callable[[list], None], source: str, filename: str, shapes: dict[int, Shape],
                  line_nodes: list[str], routes: list[tuple[str, str]]) -> None:
         self.run = run
         self.source = source
+        self.filename = filename  # its own (pterun.sourcecode): tracebacks show its lines
         self.shapes = shapes
         self.line_nodes = line_nodes  # by source line (1-based): the node that line computes
         self.routes = routes  # (node, how it computes) for nodes whose way depends on the CPU or the sizes
 
     def where(self, traceback) -> str | None:
         """The node whose line raised, from a traceback through ``run``."""
-        line = None
-        while traceback is not None:
-            if traceback.tb_frame.f_code.co_filename == SOURCE_NAME:
-                line = traceback.tb_lineno
-            traceback = traceback.tb_next
+        line = raising_line(traceback, self.filename)
         if line is None or not 0 < line <= len(self.line_nodes):
             return None
         return self.line_nodes[line - 1]
@@ -301,7 +295,7 @@ class Hooks(Protocol):
 
 def translate(graph: Graph, device: torch.device, cache: dict, input_shapes: dict[int, Shape],
               translators: Mapping[str, Callable[[Node, Builder], None]], options: dict | None = None,
-              compile_code: Callable[[str, str], CodeType] | None = None, hooks: Hooks | None = None) -> Translation:
+              compile_code: CompileCode | None = None, hooks: Hooks | None = None) -> Translation:
     b = Builder(graph, device, cache, input_shapes, options)
     for node in graph.nodes:
         b.node = node
@@ -327,11 +321,15 @@ def translate(graph: Graph, device: torch.device, cache: dict, input_shapes: dic
     lines, b.line_nodes = _release_locals(b.lines, b.line_nodes)
     body = head + ["    " + line for line in b.prologue + lines] + ["    return None"]
     source = "\n".join(body) + "\n"
-    code = compile_code(source, SOURCE_NAME) if compile_code else compile(source, SOURCE_NAME, "exec")
-    namespace = dict(b.env)
-    exec(code, namespace)  # noqa: S102 - our own generated source
+    run, filename = define("xnnpack graph", _shapes_name(input_shapes), source, dict(b.env), "run", compile_code)
+    keep_lines(filename, source, run)
     line_nodes = ["entry"] * (len(head) + len(b.prologue)) + b.line_nodes + ["exit"]
-    return Translation(namespace["run"], source, b.shapes, line_nodes, b.routes)
+    return Translation(run, source, filename, b.shapes, line_nodes, b.routes)
+
+
+def _shapes_name(input_shapes: dict[int, Shape]) -> str:
+    """The translation's name in its file name: the input shapes it is for ("0:1x3x8x8 1:8")."""
+    return " ".join(f"{k}:{'x'.join(map(str, s))}" for k, s in sorted(input_shapes.items())) or "static"
 
 
 _ASSIGNED = re.compile(r"^([A-Za-z_]\w*) = ")

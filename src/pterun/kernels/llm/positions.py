@@ -1,4 +1,4 @@
-"""LLM kernels that take their start position as a tensor: what executor/fuse/positions.py makes of the calls
+"""LLM kernels that take their start position as a tensor: what executor/load/fuse/positions.py makes of the calls
 ExecuTorch's exporter feeds a position read to the host.
 
 The position is a one-element integer tensor on the kernel's device, never read

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from pterun.executor.fuse.common import Chain, Graph, last_dim, scalar
+from pterun.executor.load.fuse.common import Chain, Graph, last_dim, scalar
 from pterun.format import Dynamism, ListValue
 from pterun.kernels import Binding, Functional
 from pterun.kernels import fused as kernels

@@ -32,9 +32,9 @@ import torch
 
 from pterun.core.device import DeviceType
 from pterun.core.dtype import to_torch
-from pterun.executor.effects import MethodEffects
-from pterun.executor.fold import overlaps
-from pterun.executor.steps import KernelStep
+from pterun.executor.load.effects import MethodEffects
+from pterun.executor.load.fold import overlaps
+from pterun.executor.load.steps import KernelStep
 from pterun.format import JumpFalseCall, Kind, ListValue, Plan, Scalar, TensorSpec
 from pterun.kernels import KernelRegistry
 

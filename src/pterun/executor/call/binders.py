@@ -19,8 +19,8 @@ from pterun.core.dtype import name as dtype_name
 from pterun.core.dtype import storage_dtype
 from pterun.core.layout import strides_for
 from pterun.errors import InvalidArgument, NotSupported
+from pterun.executor.call.outputs import check_device_memory
 from pterun.executor.meta import value_kind
-from pterun.executor.outputs import check_device_memory
 from pterun.format import Dynamism, Kind, Scalar, TensorSpec
 
 Binder = Callable[[object, bool, list], None]

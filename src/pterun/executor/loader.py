@@ -1,20 +1,18 @@
-"""Loading a method, in ExecuTorch's order; each step returns what it made.
+"""Loading a method, in ExecuTorch's order; each phase returns what it made.
 
-0. its delegates checked (delegates.py): registered, trusted when they load native code, their blobs
+0. its delegates checked (load/delegates.py): registered, trusted when they load native code, their blobs
    accepted by their backends, available here; before anything is allocated;
-1. memory and values (values.py): arenas, planned tensors, constants;
-2. delegates, initialized (delegates.py), then every operator resolved to a
-   kernel (steps.py);
-3. checks: every call's arguments are of the kinds its kernel takes
-   (arguments.py), and no step writes a constant (effects.py);
-4. copies become views (fold.py), and decomposed chains (attention, RMSNorm,
-   SwiGLU where the device has a kernel) one fused call each (fuse/); on a
-   GPU, start positions read to the host stay on the device (fuse/positions.py);
-5. the instruction chain compiled into one Python function (codegen.py), and
-   with ``compile=True`` also written as a pure function for ``torch.compile``
-   (functional.py, compiled.py);
-6. what a call needs: a binder per input (binders.py), a slot per unplanned
-   output (outputs.py), and on CUDA a graph runner (graphs.py).
+1. memory and values (load/values.py): arenas, planned tensors, constants;
+2. delegates, initialized (load/delegates.py), then every operator resolved to a kernel (load/steps.py);
+3. checks: every call's arguments are of the kinds its kernel takes (load/arguments.py), and no step writes
+   a constant (load/effects.py);
+4. the passes (load/passes.py), chosen per form: copies become views (every form), then for the method's
+   own code decomposed chains one fused call each and start positions kept on the device, for the
+   functional form only the chains with a functional kernel, for the traced form nothing more;
+5. code generation (codegen/): the own code's steps as one Python function (generate.py), and with
+   ``compile=True`` the functional form's as a pure function for ``torch.compile`` (functional.py,
+   torch_compile.py);
+6. what a call needs (call/): a binder per input, a slot per unplanned output, and on CUDA a graph runner.
 
 Everything is built in locals and returned only once all of it succeeded, so
 a failed load leaves nothing behind (its delegates are destroyed) and other
@@ -28,22 +26,22 @@ from dataclasses import dataclass
 
 from pterun.core.device import DeviceType
 from pterun.core.layout import is_contiguous_order
-from pterun.executor.arguments import check_arguments
-from pterun.executor.binders import Binder, scalar_binder, tensor_binder
-from pterun.executor.codegen import CompiledMethod, MethodValues, compile_method
-from pterun.executor.compiled import CompiledFunction
+from pterun.executor.call.binders import Binder, scalar_binder, tensor_binder
+from pterun.executor.call.graphs import CudaGraphRunner
+from pterun.executor.call.outputs import OutputSlot
+from pterun.executor.call.precision import Precision
+from pterun.executor.codegen.functional import Unsupported, functional_method
+from pterun.executor.codegen.generate import GeneratedMethod, MethodValues, generate_method
+from pterun.executor.codegen.torch_compile import CompiledFunction
 from pterun.executor.context import LoadContext
-from pterun.executor.delegates import Delegates, check_delegates
-from pterun.executor.effects import MethodEffects, check_writes, delegate_writes, written_inputs
 from pterun.executor.etdump import MethodTrace
-from pterun.executor.fold import elide_view_copies, fold_constant_views, with_views
-from pterun.executor.functional import Unsupported, functional_method
-from pterun.executor.fuse import fuse_chains, patterns
-from pterun.executor.fuse.positions import keep_positions_on_device
-from pterun.executor.graphs import CudaGraphRunner
-from pterun.executor.outputs import OutputSlot
-from pterun.executor.steps import build_steps
-from pterun.executor.values import Values, make_values
+from pterun.executor.load import passes
+from pterun.executor.load.arguments import check_arguments
+from pterun.executor.load.delegates import Delegates, check_delegates
+from pterun.executor.load.effects import MethodEffects, check_writes, delegate_writes, written_inputs
+from pterun.executor.load.passes import Form, Load, Stage
+from pterun.executor.load.steps import build_steps
+from pterun.executor.load.values import Values, make_values
 from pterun.format import Dynamism, Kind, ListValue, Plan, TensorSpec
 
 
@@ -52,9 +50,9 @@ class LoadedMethod:
     values: Values
     objects: list  # every value's object, copies folded into views
     delegates: Delegates
-    steps: list
-    compiled: CompiledMethod  # the method's own code, which errors are mapped back to
-    run: Callable  # what a call runs: the compiled code, or the compiled functional form
+    steps: list  # the own code's steps
+    generated: GeneratedMethod  # the method's own code, which errors are mapped back to
+    run: Callable  # what a call runs: the generated code, or the functional form compiled by torch.compile
     compiled_function: CompiledFunction | None  # compile=True and the method has a functional form
     compile_status: str  # "off", or why the method has no functional form
     functional_source: str | None
@@ -64,8 +62,8 @@ class LoadedMethod:
     slot_of: dict[int, OutputSlot]  # output position -> its slot
     written_inputs: frozenset[int]  # inputs the method updates in place
     graph: CudaGraphRunner | None
-    shape_tensors: list  # planned dynamic inputs, whose shapes key the CUDA graph
-    shape_args: bool  # the graph is keyed by shapes at all
+    owned: frozenset[int]  # output positions the method does not plan: the caller's once handed out
+    precision: Precision  # the switches a call runs under
     trace: MethodTrace | None = None  # profiling on: what the traced function records (etdump.py)
 
 
@@ -84,31 +82,20 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     steps, assigned = build_steps(plan, context.registries.kernels, context.run_device.type, delegates.functions(plan))
     # Profiling (ETDump): every instruction of the file runs (no fused chains), each delegate reports its nodes
     # where its backend can, and the method runs its traced function, never a graph or a compiled form.
-    trace = context.trace.method(plan.name, context.run_device) if context.trace is not None else None
+    trace = context.options.trace.method(plan.name, context.run_device) if context.options.trace is not None else None
     if trace is not None:
         steps = delegates.profiled(plan, steps, trace)
-    originals = steps
     check_arguments(plan, steps)
     effects = MethodEffects(plan, steps, delegate_writes(plan, delegates.handles, values.objects))
     check_writes(plan, steps, effects)
 
     constants = frozenset(i for i, v in enumerate(plan.values) if isinstance(v, TensorSpec) and v.is_constant)
-    steps, views = fold_constant_views(plan, steps, values.objects, constants, assigned, effects)
-    objects = with_views(plan, values.objects, views)
-    constants |= views.keys()
     params_in = [vi for vi in values.unplanned if vi in plan.inputs]
-    steps, made = elide_view_copies(plan, steps, objects, assigned, set(params_in), effects)
-    # steps_run: the method's own code; steps: the functional form, which keeps the chains whose fused call
-    # has no functional form (torch.compile fuses them on its own).
-    steps_run = steps
-    if context.fuse and trace is None:
-        matchers = patterns(context.registries.kernels, context.run_device.type)
-        steps, steps_run = fuse_chains(plan, steps, objects, effects, matchers)
-    if context.positions_on_device and trace is None:
-        # The method's own code only: the functional form keeps the host reads (torch.compile traces them).
-        steps_run = keep_positions_on_device(plan, steps_run, effects.after(steps_run), context.registries.kernels,
-                                             context.run_device.type)
-    computed = assigned | made
+    load = Load(context, plan, effects, params_in)
+    checked = Stage(steps, values.objects, constants, assigned, effects)
+    folded = passes.run(passes.FOLDS, load, checked)
+    own = passes.run(passes.passes(Form.TRACED if trace is not None else Form.OWN_CODE, context), load, folded)
+    objects, computed = folded.objects, folded.computed
 
     # Unplanned inputs alias the caller's tensors; unplanned outputs get buffers, unless an instruction
     # computes them (a view of another tensor).
@@ -121,14 +108,15 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
          and v.kind in (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)},
         {i: plan.values[i].dim_order for i in dynamic if not is_contiguous_order(plan.values[i].dim_order)},
     )
-    compiled = compile_method(code, steps_run, plan, context.cache, trace, originals)
-    run, compiled_function, status, functional_source = compiled.run, None, "off", None
-    if context.compile and trace is not None:
+    generated = generate_method(code, own.steps, plan, context.options.cache, trace, checked.steps)
+    run, compiled_function, status, functional_source = generated.run, None, "off", None
+    if context.options.compile and trace is not None:
         status = "not compiled: profiling (ETDump) is on, which times every instruction"
-    elif context.compile:
+    elif context.options.compile:
+        pure = passes.run(passes.passes(Form.FUNCTIONAL, context), load, folded)
         try:
-            functional, functional_source = functional_method(plan, steps, effects.after(steps), objects,
-                                                              context.run_device.torch, constants)
+            functional, functional_source = functional_method(plan, pure.steps, pure.effects, objects,
+                                                              context.run_device.torch, pure.constants)
         except Unsupported as reason:
             status = f"not compiled: {reason}"
         else:
@@ -149,18 +137,21 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
              for k, vi in enumerate(outputs_unplanned)]
     dynamic_inputs = [vi for vi in plan.inputs if isinstance(plan.values[vi], TensorSpec) and vi in dynamic]
     return LoadedMethod(
-        values, objects, delegates, steps_run, compiled, run, compiled_function, status, functional_source,
+        values, objects, delegates, own.steps, generated, run, compiled_function, status, functional_source,
         arguments=len(params_in) + len(outputs_unplanned),
         binders=binders,
         outputs=slots,
         slot_of={pos: slots[outputs_unplanned.index(vi)] for pos, vi in enumerate(plan.outputs)
                  if vi in outputs_unplanned},
         written_inputs=written_inputs(plan, effects),
-        graph=(_graph_runner(context, effects.after(steps_run) if compiled_function is None else effects, run)
-               if trace is None else None),
         # The graph is keyed by the input shapes; a method whose inputs cannot change shape needs no key.
-        shape_tensors=[objects[vi] for vi in dynamic_inputs if vi not in params_in],
-        shape_args=bool(dynamic_inputs),
+        graph=(_graph_runner(context, own.effects if compiled_function is None else effects, run,
+                             [objects[vi] for vi in dynamic_inputs if vi not in params_in], bool(dynamic_inputs))
+               if trace is None else None),
+        owned=frozenset(pos for pos, vi in enumerate(plan.outputs)
+                        if isinstance(plan.values[vi], TensorSpec) and not plan.values[vi].is_memory_planned),
+        precision=Precision(tf32=context.options.allow_tf32,
+                            host=context.run_device.type == DeviceType.CPU and not plan.delegates),
         trace=trace,
     )
 
@@ -176,12 +167,13 @@ def _binder(context: LoadContext, plan: Plan, index: int, vi: int, objects: list
     return tensor_binder(value, where, target=objects[vi])
 
 
-def _graph_runner(context: LoadContext, effects: MethodEffects, run: Callable) -> CudaGraphRunner | None:
-    device = context.device
-    if device is None or device.type != DeviceType.CUDA or not context.cuda_graphs:
+def _graph_runner(context: LoadContext, effects: MethodEffects, run: Callable, shape_tensors: list,
+                  keyed: bool) -> CudaGraphRunner | None:
+    device = context.options.device
+    if device is None or device.type != DeviceType.CUDA or not context.options.cuda_graphs:
         return None
     # Host synchronization cannot be captured: control flow reads conditions, and some kernels read
     # tensor values into Python numbers.
     if effects.syncs:
         return None
-    return CudaGraphRunner(run, device.torch)
+    return CudaGraphRunner(run, device.torch, shape_tensors, keyed)

@@ -13,7 +13,7 @@ import torch
 
 from pterun.core.device import Device
 from pterun.errors import InvalidArgument, InvalidExternalData, InvalidState, NotFound
-from pterun.executor.tensors import check_external_layout, from_bytes, shaped
+from pterun.executor.load.tensors import check_external_layout, from_bytes, shaped
 from pterun.format import DataFile, ProgramFile, TensorSpec
 from pterun.format.data_file import NamedEntry
 from pterun.memory import AllocatorRegistry

@@ -21,6 +21,7 @@ always run eagerly.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -29,9 +30,13 @@ _NOTHING = object()
 
 
 class CudaGraphRunner:
-    def __init__(self, run: Callable, device: torch.device) -> None:
+    def __init__(self, run: Callable, device: torch.device, shape_tensors: Sequence = (), keyed: bool = False) -> None:
+        """``keyed``: some input can change shape, so a graph holds one set of shapes (of the arguments and of
+        ``shape_tensors``, the planned dynamic inputs)."""
         self.run = run
         self.device = device
+        self.shape_tensors = shape_tensors
+        self.keyed = keyed
         self.pool: Any = None  # torch.cuda.graph_pool_handle(): an opaque token
         self.graph: torch.cuda.CUDAGraph | None = None
         self.key = None
@@ -43,6 +48,24 @@ class CudaGraphRunner:
         self.bound: list[bool] = []
         self.copy_always: set[int] = set()
         self.previous: list[int] = []
+
+    def shape_key(self, args: Sequence):
+        """What a graph is captured for: the input shapes of this call (None: a method whose inputs cannot
+        change shape)."""
+        if not self.keyed:
+            return None
+        return (tuple(a.shape for a in args if isinstance(a, torch.Tensor)),
+                tuple(t.shape for t in self.shape_tensors))
+
+    def call(self, args: Sequence, precision: AbstractContextManager) -> tuple:
+        """A call's outputs: a replay when the graph holds this call, else run eagerly or captured, under the
+        call's ``precision``."""
+        key = self.shape_key(args)
+        outputs = self.replay(args, key)
+        if outputs is None:
+            with precision:
+                outputs = self(args, key)
+        return outputs
 
     def replay(self, args: Sequence, key) -> tuple | None:
         """The outputs of a replay if the graph holds this call (its shapes, bound inputs in place), else None.

@@ -29,8 +29,8 @@ from collections.abc import Set as AbstractSet
 
 import torch
 
-from pterun.executor.effects import MethodEffects
-from pterun.executor.steps import DelegateStep, KernelStep
+from pterun.executor.load.effects import MethodEffects
+from pterun.executor.load.steps import DelegateStep, KernelStep
 from pterun.format import Dynamism, JumpFalseCall, Kind, ListValue, Plan, TensorSpec
 from pterun.kernels import Binding, Functional
 

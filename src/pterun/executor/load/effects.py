@@ -28,7 +28,7 @@ import torch
 
 from pterun.core.dtype import storage_dtype
 from pterun.errors import InvalidProgram, PteError
-from pterun.executor.steps import Effect, describe, step_effect
+from pterun.executor.load.steps import Effect, describe, step_effect
 from pterun.format import DelegateCall, Kind, ListValue, Plan, TensorSpec
 
 _TENSOR_LISTS = (Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from pterun.executor.fuse.common import Chain, Graph, last_dim, operand, plain_cast, scalar
+from pterun.executor.load.fuse.common import Chain, Graph, last_dim, operand, plain_cast, scalar
 from pterun.kernels import Binding, Functional
 from pterun.kernels import fused as kernels
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pterun.core.layout import is_contiguous_order
-from pterun.executor.fold import overlaps
-from pterun.executor.steps import KernelStep
+from pterun.executor.load.fold import overlaps
+from pterun.executor.load.steps import KernelStep
 from pterun.format import Dynamism, Plan, TensorSpec
 from pterun.kernels import Binding
 

@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections import Counter
 
 from pterun.core.device import DeviceType
-from pterun.executor.effects import MethodEffects
-from pterun.executor.fold import Rewriter, overlaps
-from pterun.executor.fuse import attention, rms_norm, swiglu
-from pterun.executor.fuse.common import Chain, Graph
-from pterun.executor.steps import KernelStep
+from pterun.executor.load.effects import MethodEffects
+from pterun.executor.load.fold import Rewriter, overlaps
+from pterun.executor.load.fuse import attention, rms_norm, swiglu
+from pterun.executor.load.fuse.common import Chain, Graph
+from pterun.executor.load.steps import KernelStep
 from pterun.format import JumpFalseCall, Plan, TensorSpec
 from pterun.kernels import KernelRegistry
 
@@ -40,12 +40,11 @@ def patterns(kernels: KernelRegistry, device_type: DeviceType) -> tuple:
     return (attention.match, rms_norm.match) + ((found,) if found is not None else ())
 
 
-def fuse_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects, matchers: tuple) -> tuple[list, list]:
-    """``steps`` with every chain found replaced by one fused call: for the functional form (fused calls that
-    have one), and for the method's own code (all). ``effects`` are those of the method's steps before any
-    were folded."""
+def find_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects, matchers: tuple) -> list[Chain]:
+    """Every chain of ``steps`` that can be replaced by one fused call. ``effects`` are those of the method's
+    steps before any were folded."""
     if any(isinstance(s, JumpFalseCall) for s in steps):
-        return steps, steps
+        return []
     g = Graph(plan, steps, objects)
     current = effects.after(steps)
     rw = Rewriter(plan, steps, objects, set(), current, effects)
@@ -63,12 +62,11 @@ def fuse_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects, 
             chains.append(chain)
             taken |= chain.steps
             break
-    if not chains:
-        return steps, steps
-    return _replaced(steps, [c for c in chains if c.binding.functional is not None]), _replaced(steps, chains)
+    return chains
 
 
-def _replaced(steps: list, chains: list[Chain]) -> list:
+def fused(steps: list, chains: list[Chain]) -> list:
+    """``steps`` with each chain replaced by its fused call at the chain's last step (the others None)."""
     result = list(steps)
     for chain in chains:
         last = max(chain.steps)

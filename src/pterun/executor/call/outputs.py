@@ -14,8 +14,8 @@ import torch
 from pterun.core.device import Device, DeviceType
 from pterun.core.dtype import name as dtype_name
 from pterun.core.dtype import storage_dtype
-from pterun.errors import InvalidArgument
-from pterun.executor.tensors import shaped
+from pterun.errors import InvalidArgument, InvalidState
+from pterun.executor.load.tensors import shaped
 from pterun.format import TensorSpec
 from pterun.memory import AllocatorRegistry
 from pterun.memory.pointer import device_memory_kind
@@ -86,3 +86,24 @@ def prepare(slots: list[OutputSlot], allocators: AllocatorRegistry, args: list) 
     if fresh:
         for slot, tensor in fresh:
             slot.use(tensor, args)
+
+
+def collect(outputs: tuple | None, clone_outputs: bool, slots: list[OutputSlot], copied: frozenset[int],
+            where: str) -> list:
+    """A run's outputs for the caller: copies with ``clone_outputs``; else the tensors themselves, but for the
+    positions in ``copied`` (unplanned outputs a replayed CUDA graph writes again on every replay), after which
+    the caller owns the slots' buffers and the next call gets new ones."""
+    if outputs is None:
+        raise InvalidState(f"{where}: has not been executed")
+    if clone_outputs:
+        return [o.clone() if isinstance(o, torch.Tensor) else _plain(o) for o in outputs]
+    if copied:
+        return [o.clone() if i in copied else (o if isinstance(o, torch.Tensor) else _plain(o))
+                for i, o in enumerate(outputs)]
+    for slot in slots:
+        slot.handed_out = True
+    return [o if isinstance(o, torch.Tensor) else _plain(o) for o in outputs]
+
+
+def _plain(value):
+    return list(value) if isinstance(value, list) else value

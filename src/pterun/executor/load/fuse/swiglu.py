@@ -24,7 +24,7 @@ import torch
 
 from pterun.core.device import DeviceType
 from pterun.core.dtype import to_torch
-from pterun.executor.fuse.common import Chain, Graph, contiguous
+from pterun.executor.load.fuse.common import Chain, Graph, contiguous
 from pterun.kernels import Binding, KernelRegistry
 
 FUSED = "pterun::swiglu.out"

@@ -18,7 +18,7 @@ from typing import Any
 
 from pterun.errors import PteError
 from pterun.executor.context import LoadContext
-from pterun.executor.tensors import shaped
+from pterun.executor.load.tensors import shaped
 from pterun.format import Kind, ListValue, Plan, Scalar, TensorSpec
 
 _ITEM_LISTS = (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)  # lists of other values

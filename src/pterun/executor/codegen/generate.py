@@ -1,4 +1,4 @@
-"""Compiles a method's instruction chain into one Python function.
+"""Generates one Python function from a method's instruction chain.
 
 Every value the method uses becomes a name the function reads directly:
 
@@ -19,12 +19,12 @@ Chains with jumps (control flow) become a small state machine over their
 basic blocks.
 
 A program loaded with profiling on (ETDump) gets a second form of the same
-function instead, compiled with a :class:`~pterun.executor.etdump.MethodTrace`:
+function instead, generated with a :class:`~pterun.executor.etdump.MethodTrace`:
 each instruction's lines are bracketed by timestamps and followed by a call
 that records its events (and logs the values it wrote); the plain form has
 none of this.
 
-The generated source is kept (``CompiledMethod.source``) and every line maps
+The generated source is kept (``GeneratedMethod.source``) and every line maps
 back to its instruction, so an error raised inside names the instruction and
 operator that failed. Names from the file reach the source only as
 identifiers made of letters, digits and underscores, and in comments only
@@ -42,18 +42,18 @@ import torch
 from pterun.core.layout import strides_for
 from pterun.errors import PteError
 from pterun.executor.cache import LoadCache
-from pterun.executor.callforms import python_binding
+from pterun.executor.codegen.source import bind, comment, inline, kernel_name, literal, make_function
+from pterun.executor.codegen.torch_functions import python_binding
 from pterun.executor.etdump import MethodTrace
-from pterun.executor.source import bind, comment, inline, kernel_name, literal, make_function
-from pterun.executor.steps import DelegateStep, KernelStep, Step, describe
+from pterun.executor.load.steps import DelegateStep, KernelStep, Step, describe
 from pterun.format import FreeCall, JumpFalseCall, MoveCall, Plan
 
-FAST_CALLS = True  # call ATen out-variants through torch's Python bindings where they match (callforms.py)
+FAST_CALLS = True  # call ATen out-variants through torch's Python bindings where they match (torch_functions.py)
 
 
 @dataclass
 class MethodValues:
-    """What the compiler needs to know of each value."""
+    """What the generator needs to know of each value."""
 
     objects: list  # the load-time object of every value (None for parameters)
     params: list[int]  # value indices passed in on each call, in order
@@ -65,7 +65,7 @@ class MethodValues:
 
 
 @dataclass
-class CompiledMethod:
+class GeneratedMethod:
     run: Callable
     source: str
     lines: dict[int, int]  # source line -> instruction index
@@ -100,7 +100,7 @@ def _truth(cond) -> bool:
     return bool(cond)
 
 
-class _Compiler:
+class _Generator:
     def __init__(self, values: MethodValues, steps: Sequence[Step], plan: Plan, cache: LoadCache | None,
                  trace: MethodTrace | None = None, originals: Sequence[Step] = ()) -> None:
         self.values = values
@@ -269,7 +269,7 @@ class _Compiler:
         elif isinstance(step, FreeCall):
             pass  # memory is released when nothing refers to it any more
 
-    def compile(self) -> CompiledMethod:
+    def generate(self) -> GeneratedMethod:
         params = ", ".join(f"p{i}" for i in self.values.params)
         self.emit(1, f"def run({params}):")
         if self.trace is not None:
@@ -321,14 +321,14 @@ class _Compiler:
         self.emit(3, "else:")
         self.emit(4, "raise RuntimeError(f'jumped to instruction {pc}, which starts no block')")
 
-    def _build(self) -> CompiledMethod:
+    def _build(self) -> GeneratedMethod:
         run, source, filename = make_function("method", self.name, self.lines, self.env, self.cache)
         lines = {line + 1: step for line, step in self.line_step.items()}  # +1: the header line
-        return CompiledMethod(run, source, lines, filename)
+        return GeneratedMethod(run, source, lines, filename)
 
 
-def compile_method(values: MethodValues, steps: Sequence[Step], plan: Plan, cache: LoadCache | None = None,
-                   trace: MethodTrace | None = None, originals: Sequence[Step] = ()) -> CompiledMethod:
+def generate_method(values: MethodValues, steps: Sequence[Step], plan: Plan, cache: LoadCache | None = None,
+                   trace: MethodTrace | None = None, originals: Sequence[Step] = ()) -> GeneratedMethod:
     """The method's function; with ``trace``, its profiled form (``originals``: the steps before copies were
     folded into views, which say what each instruction logs)."""
-    return _Compiler(values, steps, plan, cache, trace, originals).compile()
+    return _Generator(values, steps, plan, cache, trace, originals).generate()

@@ -1,39 +1,20 @@
-"""Functions made at load from generated Python source.
+"""Python source written from a program: its functions, and a program's names and values made safe in it.
 
-The executor writes each method as Python (codegen.py) and, for
-``compile=True``, as a pure function (functional.py). Each is compiled under a
-file name of its own, "<pterun method 'forward' #12>" (or, when its code may
-come from the load cache, named after its source: "<pterun method 'forward'
-3f2a...>"), whose source is registered with :mod:`linecache` for as long as a
-function compiled under that name lives, so:
-
-* tracebacks and debuggers show the generated lines (``inspect.getsource``
-  works on them);
-* an error is mapped back to its instruction by file name and line, even when
-  two programs in one process both have a method named "forward";
-* ``torch.compile`` traces the function's own frame: a function with no source
-  file would be wrapped in a frame shared by every such function, whose
-  recompilation limit (8) would silently stop compiling the ninth method a
-  process loads.
+The executor writes each method as Python (generate.py) and, for ``compile=True``, as a pure function
+(functional.py); ``make_function`` makes the function, compiled by ``pterun.sourcecode`` under a file name
+of its own with its lines in :mod:`linecache`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import itertools
 import keyword
-import linecache
 import math
 import re
-import threading
-import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from pterun.executor.cache import LoadCache
-
-_serial = itertools.count(1)
+from pterun.sourcecode import define, keep_lines
 
 
 def make_function(kind: str, name: str, body: Sequence[str], env: Mapping[str, object],
@@ -45,59 +26,10 @@ def make_function(kind: str, name: str, body: Sequence[str], env: Mapping[str, o
     """
     names = sorted(env, key=_natural)
     source = "\n".join([f"def __make({', '.join(names)}):", *body, "    return run", ""])
-    scope: dict[str, Any] = {}
-    if cache is None:
-        filename = f"<pterun {kind} {name!r} #{next(_serial)}>"
-        code = compile(source, filename, "exec")
-    else:
-        # Named after its source, so that the code read back from the cache has its own name already.
-        filename = f"<pterun {kind} {name!r} {hashlib.sha256(source.encode()).hexdigest()[:16]}>"
-        code = cache.code(source, filename)
-    exec(code, scope)  # noqa: S102 - generated from a checked plan; names, not text
-    run = scope["__make"](*(env[n] for n in names))
-    _lines.hold(filename, source, run)
+    make, filename = define(kind, name, source, {}, "__make", cache.code if cache is not None else None)
+    run = make(*(env[n] for n in names))
+    keep_lines(filename, source, run)
     return run, source, filename
-
-
-class _Lines:
-    """linecache entries of generated functions, each kept while a function compiled under its name lives
-    (functions of the same source share a name).
-
-    A function's death is noted without waiting for the lock: the collector can run its finalizer in the
-    middle of ``hold``, in the thread that holds the lock. What cannot be settled then is settled by the
-    next ``hold``."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._holders: dict[str, int] = {}
-        self._dead: list[str] = []  # names of functions that died, not yet counted off
-
-    def hold(self, filename: str, source: str, run: Callable) -> None:
-        with self._lock:
-            self._settle()
-            linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-            self._holders[filename] = self._holders.get(filename, 0) + 1
-        weakref.finalize(run, self._release, filename)
-
-    def _release(self, filename: str) -> None:
-        self._dead.append(filename)
-        if self._lock.acquire(blocking=False):
-            try:
-                self._settle()
-            finally:
-                self._lock.release()
-
-    def _settle(self) -> None:
-        while self._dead:
-            filename = self._dead.pop()
-            left = self._holders.pop(filename, 1) - 1
-            if left:
-                self._holders[filename] = left
-            else:
-                linecache.cache.pop(filename, None)
-
-
-_lines = _Lines()
 
 
 @functools.lru_cache(maxsize=1 << 16)

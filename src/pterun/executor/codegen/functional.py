@@ -1,6 +1,6 @@
 """A functional form of a method, for ``torch.compile``.
 
-The executor's own code (codegen.py) writes every result into the memory
+The executor's own code (generate.py) writes every result into the memory
 the exporter planned for it. That is what makes it exact and allocation-free,
 and also what keeps a compiler from fusing anything: every intermediate is a
 write to memory the caller can observe. This module writes the same method as
@@ -14,7 +14,7 @@ its own kernels.
 
 Methods with delegates, control flow, or kernels that have no functional form
 (quantized and LLM custom operators) are not rewritten; :class:`Unsupported`
-says why, and the method runs as compiled by codegen.py.
+says why, and the method runs as generate.py wrote it.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import torch
 
 from pterun.core.dtype import storage_dtype
 from pterun.core.layout import CHANNELS_LAST_4D, CHANNELS_LAST_5D
-from pterun.executor.effects import MethodEffects
-from pterun.executor.source import bind, comment, kernel_name, make_function
-from pterun.executor.steps import DelegateStep, KernelStep
+from pterun.executor.codegen.source import bind, comment, kernel_name, make_function
+from pterun.executor.load.effects import MethodEffects
+from pterun.executor.load.steps import DelegateStep, KernelStep
 from pterun.format import Kind, ListValue, Plan, TensorSpec
 
 

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from pterun.errors import InvalidArgument
-from pterun.executor.steps import DelegateStep, KernelStep
+from pterun.executor.load.steps import DelegateStep, KernelStep
 from pterun.format import Kind, ListValue, Plan, TensorSpec
 
 SMALL = 32768  # elements a call writes; at::internal::GRAIN_SIZE, below which elementwise kernels use one thread

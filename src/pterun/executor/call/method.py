@@ -1,4 +1,4 @@
-"""Method: loaded once (load.py), then each call binds inputs, runs one compiled function, returns outputs."""
+"""Method: loaded once (loader.py), then each call binds inputs, runs one generated function, returns outputs."""
 
 from __future__ import annotations
 
@@ -6,18 +6,16 @@ from collections.abc import Sequence
 
 import torch
 
-from pterun.core.device import DeviceType
 from pterun.errors import InvalidArgument, InvalidState, NotFound
-from pterun.executor.calls import CallGuard
+from pterun.executor.call.guard import CallGuard
+from pterun.executor.call.inputs import input_sequence
+from pterun.executor.call.outputs import collect, prepare
+from pterun.executor.call.threads import Threads
+from pterun.executor.codegen.failures import as_pte_error
 from pterun.executor.context import LoadContext
-from pterun.executor.failures import translate
-from pterun.executor.inputs import input_sequence
-from pterun.executor.load import load_method
+from pterun.executor.load.values import shares_memory
+from pterun.executor.loader import load_method
 from pterun.executor.meta import MethodMeta
-from pterun.executor.outputs import prepare
-from pterun.executor.precision import Precision
-from pterun.executor.threads import Threads
-from pterun.executor.values import shares_memory
 from pterun.format import Plan, TensorSpec
 
 _InferenceMode = torch._C._InferenceMode  # torch.inference_mode's guard, without its Python wrapper
@@ -42,12 +40,9 @@ class Method:
         self._slots = loaded.outputs
         self._slot_of = loaded.slot_of
         self._outputs: tuple | None = None
-        # Outputs the method does not plan belong to the caller once handed out (see get_outputs).
-        self._owned = {pos for pos, vi in enumerate(plan.outputs)
-                       if isinstance(plan.values[vi], TensorSpec) and not plan.values[vi].is_memory_planned}
-        self._precision = Precision(tf32=context.allow_tf32,
-                                    host=context.run_device.type == DeviceType.CPU and not plan.delegates)
-        self._threads = Threads.choose(context.num_threads, plan, loaded.steps)
+        self._owned = loaded.owned
+        self._precision = loaded.precision
+        self._threads = Threads.choose(context.options.num_threads, plan, loaded.steps)
         self._calls = CallGuard(self._where, context.shared.lock if shares_memory(context, plan) else None)
         self.written_inputs = loaded.written_inputs  # inputs the method updates in place
         self._trace = loaded.trace
@@ -110,17 +105,10 @@ class Method:
             return self._collect_outputs(clone_outputs)
 
     def _collect_outputs(self, clone_outputs: bool) -> list:
-        if self._outputs is None:
-            raise InvalidState(f"{self._where}: has not been executed")
-        if clone_outputs:
-            return [o.clone() if isinstance(o, torch.Tensor) else _plain(o) for o in self._outputs]
-        if self._graph is not None and self._graph.replaying and self._owned:
-            # A captured graph writes the same buffers on every replay: the caller gets copies.
-            return [o.clone() if i in self._owned else (o if isinstance(o, torch.Tensor) else _plain(o))
-                    for i, o in enumerate(self._outputs)]
-        for slot in self._slots:
-            slot.handed_out = True  # the caller now owns these buffers; the next call gets new ones
-        return [o if isinstance(o, torch.Tensor) else _plain(o) for o in self._outputs]
+        # A captured graph writes the same buffers on every replay: the caller gets copies of unplanned ones.
+        replaying = self._graph is not None and self._graph.replaying
+        return collect(self._outputs, clone_outputs, self._slots, self._owned if replaying else frozenset(),
+                       self._where)
 
     # -- execute -----------------------------------------------------------------
 
@@ -164,32 +152,19 @@ class Method:
         calls = self._calls
         calls.start()
         try:
-            graph = self._graph
-            if graph is None:
+            if self._graph is None:
                 with self._precision:
                     self._outputs = self._run(*self._args)
             else:
-                key = self._graph_key()
-                outputs = graph.replay(self._args, key)
-                if outputs is None:  # run eagerly or capture, under the call's switches
-                    with self._precision:
-                        outputs = graph(self._args, key)
-                self._outputs = outputs
-        except Exception as exc:  # noqa: BLE001 - translated into a PteError naming the instruction
+                self._outputs = self._graph.call(self._args, self._precision)
+        except Exception as exc:  # noqa: BLE001 - mapped to a PteError naming the instruction
             self._outputs = None
-            raise translate(exc, self._loaded.compiled, self._loaded.steps, self._where) from exc
+            raise as_pte_error(exc, self._loaded.generated, self._loaded.steps, self._where) from exc
         finally:
             self._threads.exit(threads)
             calls.busy = False
         if self._trace is not None:
             self._trace.check()  # a debug buffer too small for this run's values
-
-    def _graph_key(self):
-        # The graph is keyed by the input shapes; a method whose inputs cannot change shape needs no key.
-        if not self._loaded.shape_args:
-            return None
-        return (tuple(a.shape for a in self._args if isinstance(a, torch.Tensor)),
-                tuple(t.shape for t in self._loaded.shape_tensors))
 
     # -- introspection -----------------------------------------------------------
 
@@ -218,8 +193,8 @@ class Method:
 
     @property
     def source(self) -> str:
-        """The Python the method was compiled into."""
-        return self._loaded.compiled.source
+        """The Python the method was generated as (its own code)."""
+        return self._loaded.generated.source
 
     @property
     def functional_source(self) -> str | None:
@@ -271,6 +246,3 @@ class Method:
     def __repr__(self) -> str:
         return f"Method({self.name!r})"
 
-
-def _plain(value):
-    return list(value) if isinstance(value, list) else value

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from pterun.core.device import DeviceType
 from pterun.errors import OperatorMissing
@@ -28,6 +29,11 @@ class KernelStep:
     binding: Binding
     args: tuple[int, ...]
     replaces: tuple[str, ...] = ()  # a fused step (fuse/): the operators of the chain it runs as one call
+    event: ClassVar[str] = KernelCall.event
+
+    @property
+    def values(self) -> tuple[int, ...]:
+        return self.args
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,11 @@ class DelegateStep:
     name: str  # the backend's id
     fn: Callable[[list], None]
     args: tuple[int, ...]
+    event: ClassVar[str] = DelegateCall.event
+
+    @property
+    def values(self) -> tuple[int, ...]:
+        return self.args
 
 
 Step = KernelStep | DelegateStep | MoveCall | JumpFalseCall | FreeCall | None  # None: folded away at load
@@ -70,11 +81,11 @@ def step_effect(step: Step, delegate_writes: Sequence[int] = ()) -> Effect:
         )
     if isinstance(step, DelegateStep):
         return Effect(writes=tuple(step.args[p] for p in delegate_writes), reads=step.args)
-    if isinstance(step, MoveCall):
-        return Effect(reads=(step.source,), binds=(step.target,), shares=(step.source,))
-    if isinstance(step, JumpFalseCall):
-        return Effect(reads=(step.condition,), syncs=True)  # the condition is read on the host
-    return Effect()  # FreeCall, or a step folded away
+    if step is None:
+        return Effect()  # folded away
+    # The format's own instructions: a moved value's new object is the source's; a condition is read on the host.
+    return Effect(reads=step.reads, binds=step.binds, shares=step.reads if step.binds else (),
+                  syncs=isinstance(step, JumpFalseCall))
 
 
 def describe(step: Step) -> str:
@@ -124,7 +135,6 @@ def build_steps(plan: Plan, kernels: KernelRegistry, device_type: DeviceType,
             backend_id, fn = delegates[ins.delegate_index]
             steps.append(DelegateStep(backend_id, fn, ins.args))
         else:
-            if isinstance(ins, MoveCall):
-                assigned.add(ins.target)
+            assigned.update(ins.binds)
             steps.append(ins)
     return steps, frozenset(assigned)

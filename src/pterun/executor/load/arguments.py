@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pterun.errors import InvalidProgram
-from pterun.executor.codegen import KernelStep
+from pterun.executor.load.steps import KernelStep
 from pterun.executor.meta import value_kind
 from pterun.format import JumpFalseCall, MoveCall, Plan
 

@@ -57,7 +57,7 @@ def check_delegates(context: LoadContext, plan: Plan) -> None:
     for n, d in enumerate(plan.delegates):
         backend = _backend(context, plan, d)
         where = f"method {plan.name!r} delegate {d.backend_id!r}"
-        if backend.native_code and not context.trust_native_code:
+        if backend.native_code and not context.options.trust_native_code:
             raise NativeCodeNotTrusted(
                 f"{where} (delegate {n}) is native code (a shared library in the program) that would run with "
                 "this process's rights; it is loaded only when the caller trusts it: "
@@ -83,10 +83,10 @@ def _init_context(context: LoadContext, plan: Plan, d) -> BackendInitContext:
     return BackendInitContext(
         method_name=plan.name,
         named_data=context.data.named_data,
-        runtime_specs=context.backend_options.get(d.backend_id, {}),
+        runtime_specs=context.options.backend_options.get(d.backend_id, {}),
         device=context.run_device.torch,
         load_program=context.load_nested,
-        compile_code=context.cache.code if context.cache is not None else None,
+        compile_code=context.options.cache.code if context.options.cache is not None else None,
     )
 
 

@@ -1,0 +1,122 @@
+"""The passes that rewrite a method's checked steps at load, in order, and which ones each form runs.
+
+A pass takes a :class:`Stage` (the steps, their effects and the values they run on) and returns the next
+one; none changes its argument, so every form starts from the same folded stage. The forms:
+
+* every form first runs ``FOLDS``: copies of constants become views computed now, copies of activations
+  views made in their place (fold.py);
+* **own code**, the method's generated function (codegen/generate.py): every chain found fused into one
+  call (fuse/, unless ``fuse=False``), then start positions read to the host kept on the device
+  (fuse/positions.py, on CUDA or wherever ``device_positions=True``);
+* **functional**, the pure function for ``torch.compile`` (``compile=True``, codegen/functional.py): only
+  the chains whose fused kernel has a functional form (torch.compile fuses the others itself); host reads
+  stay (torch.compile traces them);
+* **traced**, with profiling on (ETDump): nothing more; every instruction runs as the file has it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from pterun.executor.context import LoadContext
+from pterun.executor.load.effects import MethodEffects
+from pterun.executor.load.fold import elide_view_copies, fold_constant_views, with_views
+from pterun.executor.load.fuse import find_chains, fused, patterns
+from pterun.executor.load.fuse.common import Chain
+from pterun.executor.load.fuse.positions import keep_positions_on_device
+from pterun.executor.load.steps import Step
+from pterun.format import Plan
+
+
+class Form(enum.Enum):
+    OWN_CODE = "own code"
+    FUNCTIONAL = "functional"
+    TRACED = "traced"
+
+
+@dataclass(frozen=True)
+class Load:
+    """What every pass reads and none changes."""
+
+    context: LoadContext
+    plan: Plan
+    original: MethodEffects  # the effects of the steps as built, before any pass
+    params: Sequence[int]  # unplanned inputs: the caller's tensors, passed in on each call
+    _chains: dict = field(default_factory=dict, compare=False)  # stage -> the chains found in it
+
+    def chains(self, stage: Stage) -> list[Chain]:
+        """The chains of ``stage`` that can be fused (found once: two forms fuse from the same stage)."""
+        found = self._chains.get(stage)
+        if found is None:
+            matchers = patterns(self.context.registries.kernels, self.context.run_device.type)
+            found = self._chains[stage] = find_chains(self.plan, stage.steps, stage.objects, self.original, matchers)
+        return found
+
+
+@dataclass(frozen=True, eq=False)
+class Stage:
+    """Where the passes stand: one step per instruction (None: folded away) and what they run on."""
+
+    steps: list[Step]
+    objects: list  # every value's object at load (copies folded into views included)
+    constants: frozenset[int]  # values fixed at load: the file's constants and views of them
+    computed: frozenset[int]  # values steps assign (results, moved values, views made in place)
+    original: MethodEffects  # the effects of the steps before any pass
+
+    @cached_property
+    def effects(self) -> MethodEffects:
+        """What these steps write, read and bind."""
+        return self.original.after(self.steps)
+
+
+Pass = Callable[[Load, Stage], Stage]
+
+
+def fold_constant_copies(load: Load, stage: Stage) -> Stage:
+    steps, views = fold_constant_views(load.plan, stage.steps, stage.objects, stage.constants, stage.computed,
+                                       stage.effects)
+    return replace(stage, steps=steps, objects=with_views(load.plan, stage.objects, views),
+                   constants=stage.constants | views.keys())
+
+
+def elide_activation_copies(load: Load, stage: Stage) -> Stage:
+    steps, made = elide_view_copies(load.plan, stage.steps, stage.objects, stage.computed, set(load.params),
+                                    load.original)
+    return replace(stage, steps=steps, computed=stage.computed | made)
+
+
+def fuse_every_chain(load: Load, stage: Stage) -> Stage:
+    chains = load.chains(stage)
+    return replace(stage, steps=fused(stage.steps, chains)) if chains else stage
+
+
+def fuse_functional_chains(load: Load, stage: Stage) -> Stage:
+    chains = [c for c in load.chains(stage) if c.binding.functional is not None]
+    return replace(stage, steps=fused(stage.steps, chains)) if chains else stage
+
+
+def positions_on_device(load: Load, stage: Stage) -> Stage:
+    kernels, device_type = load.context.registries.kernels, load.context.run_device.type
+    return replace(stage, steps=keep_positions_on_device(load.plan, stage.steps, stage.effects, kernels, device_type))
+
+
+FOLDS: tuple[Pass, ...] = (fold_constant_copies, elide_activation_copies)
+
+
+def passes(form: Form, context: LoadContext) -> tuple[Pass, ...]:
+    """The passes ``form`` runs after ``FOLDS``, in order."""
+    fuse = context.options.fuse
+    if form is Form.OWN_CODE:
+        return ((fuse_every_chain,) if fuse else ()) + ((positions_on_device,) if context.positions_on_device else ())
+    if form is Form.FUNCTIONAL:
+        return (fuse_functional_chains,) if fuse else ()
+    return ()
+
+
+def run(chosen: Sequence[Pass], load: Load, stage: Stage) -> Stage:
+    for each in chosen:
+        stage = each(load, stage)
+    return stage
