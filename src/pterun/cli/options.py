@@ -9,6 +9,7 @@ import torch
 import typer
 
 from pterun.cli.report import UserError
+from pterun.enums import DEVICE_TYPE_LABELS
 
 EXAMPLE = "llama_tiny.pte"
 # The bundled example LLM (ExecuTorch's LLM export: a KV cache and the metadata methods) and its tokenizer.
@@ -35,7 +36,7 @@ def device_option(device: str | None) -> str | None:
         parsed = torch.device(device)
     except RuntimeError:
         raise UserError(f"--device {device!r}: not a device; expected cpu, cuda or cuda:N") from None
-    if parsed.type not in ("cpu", "cuda"):
+    if parsed.type not in DEVICE_TYPE_LABELS:
         raise UserError(f"--device {device!r}: pterun runs programs on cpu or cuda")
     if parsed.type == "cuda":
         if not torch.cuda.is_available():

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 import torch
 
+from pterun.enums import DEVICE_TYPE_LABELS, DeviceType
 from pterun.errors import InvalidArgument
 
-
-class DeviceType(enum.IntEnum):
-    """Numbered as the format's DeviceType enum (and ExecuTorch's runtime)."""
-
-    CPU = 0
-    CUDA = 1
+_EXPECTED = " or ".join(DEVICE_TYPE_LABELS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +32,7 @@ class Device:
             try:
                 kind = DeviceType[spec.type.upper()]
             except KeyError:
-                raise InvalidArgument(f"device {str(spec)!r} is not supported; expected cpu or cuda") from None
+                raise InvalidArgument(f"device {str(spec)!r} is not supported; expected {_EXPECTED}") from None
             return cls(kind, spec.index or 0)
         raise InvalidArgument(f"{spec!r} is not a device")
 
@@ -47,15 +42,17 @@ class Device:
 
     @property
     def torch(self) -> torch.device:
-        return torch.device("cpu") if self.type == DeviceType.CPU else torch.device(self.type.name.lower(), self.index)
+        return torch.device("cpu") if self.type == DeviceType.CPU else torch.device(self.type.label, self.index)
 
     @property
     def is_cpu(self) -> bool:
         return self.type == DeviceType.CPU
 
     def __str__(self) -> str:
-        return "cpu" if self.is_cpu else f"{self.type.name.lower()}:{self.index}"
+        return "cpu" if self.is_cpu else f"{self.type.label}:{self.index}"
 
 
 CPU = Device(DeviceType.CPU, 0)
+
+__all__ = ["CPU", "Device", "DeviceType"]
 

@@ -7,6 +7,7 @@ unchanged.
 
 from __future__ import annotations
 
+from pterun.core.device import Device, DeviceType
 from pterun.core.dtype import name as dtype_name
 from pterun.errors import IndexOutOfRange
 from pterun.format import Kind, Plan, TensorSpec
@@ -19,7 +20,6 @@ _TAG_NAMES = {
 }
 
 
-_DEVICE_NAMES = {1: "cuda"}
 
 
 def value_kind(value) -> Kind:
@@ -107,7 +107,7 @@ class MethodMeta:
         """The device planned buffer ``index`` is tagged for ("cpu", "cuda:0")."""
         self.memory_planned_buffer_size(index)
         device_type, device_index = self._plan.arena_device(index + 1)
-        return "cpu" if device_type == 0 else f"{_DEVICE_NAMES.get(device_type, device_type)}:{device_index}"
+        return str(Device(DeviceType(device_type), device_index))
 
     def operators(self) -> list[str]:
         """The operators the method calls, as ``namespace::name.overload``."""

@@ -15,13 +15,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pterun.enums import ELEMENT_SIZE
 from pterun.errors import InvalidProgram, NotSupported, PteError
 from pterun.flatbuf.tables import union_member, vector_span
 from pterun.flatbuf.verify import verify_buffer
 from pterun.format._generated import bundled_program_generated as fb
 from pterun.format._generated import bundled_program_layout
 from pterun.format.header import HEADER_OFFSET, IDENTIFIER_OFFSET, PROGRAM_IDENTIFIER
-from pterun.format.plan import ELEMENT_SIZE
 from pterun.format.program import _READ_ERRORS
 from pterun.format.source import FileBytes, Source, read_source
 

@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Union
 
+from pterun.enums import ELEMENT_SIZE
 from pterun.errors import InvalidProgram, NotSupported
 
 
@@ -37,11 +38,6 @@ class Dynamism(enum.IntEnum):
     DYNAMIC_UNBOUND = 2
 
 
-# Element sizes by ScalarType code; codes outside this table are not in the format.
-ELEMENT_SIZE = {
-    0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 12: 1, 13: 1, 14: 4, 15: 2, 16: 1, 17: 1,
-    22: 2, 23: 1, 24: 1, 25: 1, 26: 1, 27: 2, 28: 4, 29: 8,
-}
 
 
 @dataclass(frozen=True, slots=True)
