@@ -19,8 +19,9 @@ class Device:
 
     @classmethod
     def parse(cls, spec: str | torch.device | Device | None) -> Device:
+        """``spec`` as a device; None is :data:`DEFAULT_DEVICE`."""
         if spec is None:
-            return CPU
+            return DEFAULT_DEVICE
         if isinstance(spec, Device):
             return spec
         if isinstance(spec, str):
@@ -53,6 +54,9 @@ class Device:
 
 
 CPU = Device(DeviceType.CPU, 0)
+# Where a program runs when nobody names a device: the CPU, as ExecuTorch's runtime runs. Every layer that
+# has no device (a load without device=, a backend's context, the CLI without --device) asks Device.parse(None).
+DEFAULT_DEVICE = CPU
 
-__all__ = ["CPU", "Device", "DeviceType"]
+__all__ = ["CPU", "DEFAULT_DEVICE", "Device", "DeviceType"]
 

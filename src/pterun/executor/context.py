@@ -64,4 +64,4 @@ class LoadContext:
     @property
     def run_device(self) -> Device:
         """The device kernels are chosen for and delegates told about."""
-        return self.device or Device()
+        return Device.parse(self.device)

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from pterun.core.device import Device
 from pterun.errors import InvalidArgument, InvalidState
 from pterun.llm.config import GenerationConfig
 from pterun.llm.decoder import TextDecoder
@@ -50,7 +51,7 @@ class TextLLMRunner:
             else FORWARD_METHOD
         self._decode_name = DECODE_METHOD if DECODE_METHOD in names and self._prefill_name != DECODE_METHOD \
             else None
-        self._device = self.program.device.torch if self.program.device is not None else torch.device("cpu")
+        self._device = Device.parse(self.program.device).torch
         self.eos_ids = frozenset(self.metadata.eos_ids if self.metadata.eos_ids is not None
                                  else (self.tokenizer.eos_tok,))
         self._sampler_seed = seed
