@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pterun.cli import traced
-from pterun.cli.main import app, example_program
+from pterun.cli.main import app
+from pterun.cli.options import example_program
 from pterun.cli.profiling import INSTRUCTION_EVENTS, instruction_name
 from pterun.format import ProgramFile
 from tests.cli import profiled_demo, programs

@@ -10,7 +10,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import pterun
-from pterun.cli.main import example_program
+from pterun.cli.options import example_program
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.models.small import MLP
 

@@ -14,7 +14,7 @@ from torch.utils._pytree import tree_leaves
 from pterun import MethodMeta
 from pterun.cli import traced
 from pterun.cli.numerics import Gap, first_over, fmt, gap
-from pterun.cli.options import device_option, example_program
+from pterun.cli.options import DataFiles, DeviceName, ProgramPath, device_option, example_program, input_device
 from pterun.cli.report import UserError, console, esc, reported
 from pterun.errors import MemoryAllocationFailed
 from pterun.format import ProgramFile
@@ -24,7 +24,7 @@ GROWTHS = 5  # tries with a debug buffer 4 times larger each time, when delegate
 
 
 def compare(
-    program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
+    program: ProgramPath = None,
     method: str = typer.Option("forward", "--method", "-m", help="The method to run."),
     against: Optional[str] = typer.Option(
         None, "--against", help="The reference for the outputs: executorch (ExecuTorch's runtime) or etrecord (the "
@@ -34,12 +34,12 @@ def compare(
     etrecord: Optional[Path] = typer.Option(
         None, "--etrecord", help="The ETRecord written at export: compares every operator's value with the graph's."
     ),
-    data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help=".ptd file(s) with external tensors."),
+    data: DataFiles = None,
     inputs: Optional[Path] = typer.Option(
         None, "--inputs", "-i", help=".pt or .npz file of inputs; else the ETRecord's representative inputs, else "
                                      "random ones."
     ),
-    device: Optional[str] = typer.Option(None, "--device", help="Run pterun's kernels on this device (cpu, cuda)."),
+    device: DeviceName = None,
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
     threshold: float = typer.Option(
         1e-3, "--threshold", min=0.0, help="A row is over when its relative error (max abs ÷ the reference's "
@@ -60,7 +60,7 @@ def compare(
     path = program or example_program()
     with reported():
         device = device_option(device)
-        where = device or "cpu"
+        where = input_device(device)
         against = against or ("etrecord" if etrecord else "executorch")
         if against not in AGAINST:
             raise UserError(f"--against: unknown reference {against!r}; expected executorch or etrecord")

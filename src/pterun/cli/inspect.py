@@ -14,7 +14,7 @@ from rich.table import Table
 
 from pterun import MethodMeta, Runtime
 from pterun.cli.memory_plan import ArenaSummary, largest, picture, plot, summarise, summary_line, tensor_name
-from pterun.cli.options import example_program, trust_native_code_option
+from pterun.cli.options import DataFiles, ProgramPath, TrustNativeCode, example_program
 from pterun.cli.report import console, esc, reported, visible
 from pterun.core.dtype import name as dtype_name
 from pterun.format import Dynamism, Plan, TensorSpec
@@ -25,16 +25,16 @@ _DYNAMISM = {Dynamism.STATIC: "static", Dynamism.DYNAMIC_BOUND: "bounded", Dynam
 
 
 def inspect(
-    program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
+    program: ProgramPath = None,
     code: bool = typer.Option(
         False, "--code", help="Also print the Python each method compiles into, and its threads."
     ),
-    data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help=".ptd file(s) with external tensors."),
+    data: DataFiles = None,
     plot_path: Optional[Path] = typer.Option(
         None, "--plot", help="Also draw the memory plan into this .svg or .png file (needs matplotlib)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead (docs/inspect.md)."),
-    trust_native_code: bool = trust_native_code_option(),
+    trust_native_code: TrustNativeCode = False,
 ) -> None:
     """Show a program's methods, inputs, outputs, operators, delegates and memory plan.
 
