@@ -17,7 +17,6 @@ from pterun.cli.numerics import Gap, first_over, fmt, gap
 from pterun.cli.options import DataFiles, DeviceName, ProgramPath, device_option, example_program, input_device
 from pterun.cli.report import UserError, console, esc, reported
 from pterun.errors import MemoryAllocationFailed
-from pterun.format import ProgramFile
 
 AGAINST = ("executorch", "etrecord")
 GROWTHS = 5  # tries with a debug buffer 4 times larger each time, when delegates compute more than estimated
@@ -73,9 +72,9 @@ def compare(
             if method != FORWARD:
                 raise UserError(f"--etrecord: ExecuTorch's Inspector reads method {FORWARD!r} only, not {method!r}")
             record = Record(etrecord)
-        plan = ProgramFile(path).plan(method)
-        values, source = _inputs(plan, record, inputs, where, seed)
-        outputs, pairs = _run_pterun(path, data, method, device, values, record, plan)
+        meta = traced.runtime().load_program(path).metadata(method)
+        values, source = _inputs(meta, record, inputs, where, seed)
+        outputs, pairs = _run_pterun(path, data, method, device, values, record, meta)
         if against == "executorch":
             from pterun.cli.reference import executorch_outputs
 
@@ -100,23 +99,23 @@ def _copy(value):
     return value.clone() if isinstance(value, torch.Tensor) else value
 
 
-def _inputs(plan, record, inputs: Path | None, where: str, seed: int) -> tuple[list, str]:
+def _inputs(meta: MethodMeta, record, inputs: Path | None, where: str, seed: int) -> tuple[list, str]:
     """The inputs and where they came from: --inputs, else the ETRecord's, else random ones."""
     if inputs is None and record is not None and record.inputs is not None:
         values = [x.to(where) if isinstance(x, torch.Tensor) else x for x in record.inputs]
         source = "the ETRecord's representative inputs"
     else:
-        chosen = traced.method_inputs(MethodMeta(plan), inputs, where, seed)
+        chosen = traced.method_inputs(meta, inputs, where, seed)
         values, source = chosen.values, chosen.source
     if record is not None:
         record.use_inputs(values)
     return values, source
 
 
-def _run_pterun(path: Path, data, method: str, device, values: list, record, plan):
+def _run_pterun(path: Path, data, method: str, device, values: list, record, meta: MethodMeta):
     """The method's outputs on pterun (on the host), and with an ETRecord every operator's value paired with
     the reference graph's."""
-    first = traced.debug_buffer_estimate(plan) if record is not None else 0
+    first = traced.debug_buffer_estimate(meta) if record is not None else 0
     for size in (first * 4**i for i in range(GROWTHS)):
         loaded = traced.runtime().load_program(path, data_path=data or None, device=device,
                                                enable_etdump=record is not None, debug_buffer_size=size)

@@ -78,7 +78,6 @@ class PteRunner:
             compile=compile, cuda_graphs=cuda_graphs, allow_tf32=allow_tf32, num_threads=num_threads,
         )
         self.method = loaded.load_method(method)
-        plan = loaded.file.plan(method)
         meta = self.method.metadata
         for j in range(meta.num_outputs()):
             if meta.output_tag(j) != "Tensor":
@@ -89,7 +88,7 @@ class PteRunner:
         if len(self.output_names) != n_out:
             raise InvalidArgument(f"method {method!r} has {n_out} outputs; outputs= names {len(self.output_names)}")
         self.output_dtypes = [numpy_dtype(storage_dtype(meta.output_tensor_meta(j).dtype())) for j in range(n_out)]
-        self.layout = Layout(plan, inputs, index_column)
+        self.layout = Layout(meta, inputs, index_column)
         self.index_column = index_column
         self.keep_inputs = keep_inputs
         self.record = on_error == "record"
