@@ -130,6 +130,11 @@ class ExecuTorchProgram:
     def load_method(self, method_name: str) -> ExecuTorchMethod:
         return ExecuTorchMethod(self._program.load_method(method_name))
 
+    @property
+    def program(self) -> Program:
+        """The pterun Program this mirrors (pterun's own: ExecuTorch's binding has no such attribute)."""
+        return self._program
+
     def method_meta(self, method_name: str) -> MethodMeta:
         return self._program.metadata(method_name)
 
@@ -152,6 +157,11 @@ class ExecuTorchModule:
         self._num_threads = num_threads
         self._etdump = (bool(enable_etdump), _debug_buffer_size(debug_buffer_size))
         self._program: Program | None = None
+
+    @property
+    def program(self) -> Program:
+        """The pterun Program this module runs, loaded on first use (pterun's own: ExecuTorch's has none)."""
+        return self._loaded()
 
     def _loaded(self) -> Program:
         if self._program is None:

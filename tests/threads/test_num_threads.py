@@ -195,6 +195,6 @@ def test_the_pybindings_pass_the_count_on():
     module = pybindings._load_for_executorch(str(path), num_threads=1)
     x, y = _inputs()
     assert torch.equal(module.forward([x, y])[0], x + y)
-    assert module._loaded().load_method("forward").num_threads == 1
+    assert module.program.load_method("forward").num_threads == 1
     program = pybindings._load_program(str(path), num_threads=1)
-    assert program._program.load_method("forward").num_threads == 1
+    assert program.program.load_method("forward").num_threads == 1

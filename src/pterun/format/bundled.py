@@ -101,10 +101,6 @@ class BundledFile:
         return tuple(self.suites)
 
 
-def is_bundled_program(data: bytes | memoryview) -> bool:
-    return bytes(data[IDENTIFIER_OFFSET:HEADER_OFFSET]) == BUNDLED_IDENTIFIER
-
-
 def _check_identifier(data: memoryview, name: str) -> None:
     if len(data) < HEADER_OFFSET:
         raise InvalidProgram(f"{name} is {len(data)} bytes; a bundled program has at least {HEADER_OFFSET}")
