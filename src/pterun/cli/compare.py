@@ -80,6 +80,7 @@ def compare(
 
             reference = executorch_outputs(path, data or [], method, [_copy(v) for v in values])
         else:
+            assert record is not None  # --against etrecord reads the ETRecord --etrecord names
             reference = record.outputs(values)
         output_gaps = _output_gaps(outputs, reference)
         operator_gaps = [gap(p.value, p.reference, judged=not p.by_position) for p in pairs]

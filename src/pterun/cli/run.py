@@ -72,7 +72,7 @@ def run(
             args, source = random_inputs(m.metadata, on, seed), f"random from the metadata, seed {seed}"
         sync = torch.cuda.synchronize if on.startswith("cuda") else (lambda: None)
         times = []
-        outputs = None
+        outputs: list = []
         advance = shown.counted(progress.running(compile), warmup + repeat)
         for i in range(warmup + repeat):
             t0 = time.perf_counter()

@@ -181,7 +181,7 @@ def check_plan(plan: Plan) -> None:
     kinds = [Kind.TENSOR if isinstance(v, TensorSpec) else v.kind for v in plan.values]
     for vi, v in enumerate(plan.values):
         kind = kinds[vi]
-        if kind == Kind.TENSOR:
+        if isinstance(v, TensorSpec):
             if v.memory_id is not None:
                 if not 1 <= v.memory_id < len(plan.buffer_sizes):
                     raise InvalidProgram(
@@ -195,7 +195,7 @@ def check_plan(plan: Plan) -> None:
                         f"{where} value {vi}: {v.nbytes} bytes at offset {v.memory_offset} overrun arena "
                         f"{v.memory_id} of {plan.buffer_sizes[v.memory_id]} bytes"
                     )
-        elif kind in _ITEM_KINDS:
+        elif isinstance(v, ListValue) and kind in _ITEM_KINDS:
             expected = _ITEM_KINDS[kind]
             for item in v.items:
                 if kind == Kind.OPTIONAL_TENSOR_LIST and item == -1:

@@ -157,6 +157,7 @@ class TextLLMRunner:
 
     def _prefill(self, tokens: list[int]) -> int:
         """Feeds ``tokens`` at the current position; the next token, greedy (as ExecuTorch's prefill)."""
+        assert self.prefiller is not None and self.sampler is not None  # load() made them
         logits = self.prefiller.prefill(tokens, self.pos)
         self.pos += len(tokens)
         self.sampler.set_temperature(0.0)
@@ -167,6 +168,7 @@ class TextLLMRunner:
         """ExecuTorch's TextTokenGenerator loop: feed the last token, sample the next, until EOS, stop or
         ``max_new_tokens``; returns how many tokens were fed."""
         decoder, sampler, stats, eos_ids = self.decoder, self.sampler, self.stats, self.eos_ids
+        assert decoder is not None and sampler is not None  # load() made them
         sampler.set_temperature(temperature)
         start = pos = self.pos
         cur_token = tokens[-1]

@@ -140,11 +140,13 @@ class PteRunner:
         return out
 
     def _inputs(self) -> set[str]:
+        assert self.layout.inputs is not None  # bound at the first batch
         return {x.column for x in self.layout.inputs}
 
     def _test_hook(self) -> None:
         """Test-only: mark each batch with the actor's process; hold the first batch until the other actors
         are up (else the first actor ready may take every batch); die (once per job) on the chosen batch."""
+        assert self._test_dir is not None  # the hook runs only in the tests that set it
         Path(self._test_dir, f"batch-{os.getpid()}-{self._batches}").touch()
         deadline = time.monotonic() + 60
         while (self._batches == 1 and len(list(Path(self._test_dir).glob("actor-*"))) < self._wait_for_actors
