@@ -1,11 +1,13 @@
 """A busy machine: the same programs timed quiet and while two background processes spin on the cores.
 
-    python bench/busy.py [--repeat 200] [--mid-repeat 20] [--models softmax,...,tiny_mlp,example_llama] [--json out.json]
+    python bench/busy.py [--repeat 200] [--mid-repeat 20] [--models softmax,...,tiny_mlp,example_llama]
+        [--json out.json]
 
 Ways: pterun with its default thread choice, with ``num_threads=1`` and ``num_threads=2``, and
 ExecuTorch's portable runtime (single-threaded). Quiet and busy phases alternate ``--phases`` times;
 within a phase the single-threaded ways are timed interleaved, and ``num_threads=2`` after them
-(OpenMP's worker keeps spinning after a region and would slow the next way). The slowdown of a way is its busy median over its
+(OpenMP's worker keeps spinning after a region and would slow the next way). The slowdown of a way is its busy
+median over its
 quiet median; the last column divides pterun's (default) slowdown by ExecuTorch's.
 """
 

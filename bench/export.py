@@ -110,7 +110,8 @@ def export(name: str, out: Path) -> None:
         _write(program.buffer, path)
         if not suffix and name != "swiglu_bf16":
             torch.save(list(inputs), out / f"{name}.inputs.pt")
-        print(f"{path.name}: {path.stat().st_size / 2**20:.1f} MiB in {time.perf_counter() - started:.0f} s", flush=True)
+        seconds = time.perf_counter() - started
+        print(f"{path.name}: {path.stat().st_size / 2**20:.1f} MiB in {seconds:.0f} s", flush=True)
     if name in GPU_SET and not (out / "gpu" / f"{name}.pte.xz").exists():
         (out / "gpu").mkdir(exist_ok=True)
         data = (out / f"{name}.pte").read_bytes()

@@ -159,7 +159,7 @@ def whole_mlp(bandwidth: float) -> None:
     nbytes = sum(w.numel() * 2 for w in sets[0])
     floor = nbytes / bandwidth
     for label, fn in (("fused gate/up + gemv", fused), ("3 gemv + elementwise chain", chain)):
-        ms = graph_ms([lambda w=w: fn(w) for w in sets])
+        ms = graph_ms([lambda w=w, fn=fn: fn(w) for w in sets])
         print(f"whole MLP, {label}: {ms * 1e3:.1f} µs = {floor / (ms / 1e3):.0%} of the floor "
               f"({floor * 1e6:.1f} µs)")
     fused(sets[0])

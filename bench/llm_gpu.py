@@ -10,7 +10,8 @@ The model is a Llama-architecture decoder of about 100M parameters in bfloat16 (
 dim 768, 12 layers, 12 heads sharing 4 KV heads, hidden 2048, vocab 16384), each matrix's weights two values
 of either sign (so the file compresses to travel; speed does not depend on the values), exported from
 transformers' LlamaForCausalLM with its static cache (``TorchExportableModuleWithStaticCache``), the program
-optimum-executorch writes, with the metadata methods the runner reads. Its positions are tensors, so pterun replays each decode step as one CUDA graph.
+optimum-executorch writes, with the metadata methods the runner reads. Its positions are tensors, so pterun
+replays each decode step as one CUDA graph.
 
 ``run`` times, for prompt 128 and 128 new tokens (greedy, EOS never chosen):
 - pterun.llm's TextLLMRunner on the .pte (device="cuda"), from its own Stats;

@@ -52,8 +52,9 @@ def main() -> None:
         n for n in (*CPU_SET, *REAL_SET) if n not in SAME_PROGRAM)), help="those exported are timed")
     parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args()
-    import pterun
     from executorch.extension.pybindings import portable_lib
+
+    import pterun
 
     console.print(environment())
     # Warm: the load cache (docs/cache.md) in a directory of this run's, filled by the first round. Cold:
@@ -82,7 +83,7 @@ def main() -> None:
         times: dict[str, list[tuple[float, float]]] = {way: [] for way in ways}
         for _ in range(args.repeat):
             for way, load in ways.items():
-                times[way].append(_timed(lambda: load(pte)))
+                times[way].append(_timed(lambda load=load, pte=pte: load(pte)))
         probe = subprocess.run([sys.executable, "-c", RSS_PROBE, str(pte)], capture_output=True, text=True, check=True)
         growth, arenas = (int(v) for v in probe.stdout.split())
         wall = {way: statistics.median(w for w, _ in t) * 1e3 for way, t in times.items()}

@@ -32,7 +32,10 @@ from common import ROOT, console, environment, report  # noqa: E402
 import pterun  # noqa: E402
 from pterun.cli.timing import Way, measure  # noqa: E402
 from tests.backends.xnnpack.programs import (  # noqa: E402
-    export_8da4w, export_quantized, partitioners, quantized_inputs,
+    export_8da4w,
+    export_quantized,
+    partitioners,
+    quantized_inputs,
 )
 from tests.support.exporting import ExportSpec, export_program  # noqa: E402
 from tests.support.models.small import BranchyConvNet, ResidualMLP, SwiGLUMLP  # noqa: E402
@@ -130,8 +133,9 @@ def main() -> None:
             method = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
             reference = portable_lib._load_for_executorch(str(exported.pte))
             rows[name] = measure([
-                Way("pterun", lambda: method.execute(inputs, clone_outputs=False)),
-                Way("executorch-xnnpack", lambda: reference.forward(inputs, clone_outputs=False)),
+                Way("pterun", lambda method=method, inputs=inputs: method.execute(inputs, clone_outputs=False)),
+                Way("executorch-xnnpack",
+                    lambda reference=reference, inputs=inputs: reference.forward(inputs, clone_outputs=False)),
             ], warmup=args.warmup, repeat=args.repeat)
         out = args.json.with_suffix(f".t{threads}.json") if args.json else None
         report(f"quantized XNNPACK programs, {threads} thread(s): median ms per call", rows, "pterun",

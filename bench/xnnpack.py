@@ -80,8 +80,9 @@ def main() -> None:
             continue
         method = pterun.Runtime.get().load_program(pte).load_method("forward")
         reference = portable_lib._load_for_executorch(str(pte))
-        a, b = time_pair(lambda: method.execute(inputs, clone_outputs=False),
-                         lambda: reference.run_method("forward", inputs), args.warmup, args.runs)
+        a, b = time_pair(lambda method=method, inputs=inputs: method.execute(inputs, clone_outputs=False),
+                         lambda reference=reference, inputs=inputs: reference.run_method("forward", inputs),
+                         args.warmup, args.runs)
         rows.append((name, a, b, a / b))
         print(f"{name:28s} pterun {a:8.3f} ms   ExecuTorch XNNPACK {b:8.3f} ms   ratio {a / b:6.2f}", flush=True)
     print(f"\n{args.threads} thread(s), torch {torch.__version__}")

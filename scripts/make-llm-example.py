@@ -23,8 +23,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support.llm_programs import export_llama_program
-from tests.support.llm_tokenizers import BOS_ID, CORPUS, EOS_ID, train_tokenizer
+from tests.support.llm_programs import export_llama_program  # noqa: E402 - importable once ROOT is on the path
+from tests.support.llm_tokenizers import BOS_ID, CORPUS, EOS_ID, train_tokenizer  # noqa: E402
 
 OUT = ROOT / "src" / "pterun" / "examples"
 PTE, TOKENIZER = OUT / "llm_tiny.pte", OUT / "llm_tiny.tokenizer.json"

@@ -7,11 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
-"$python" scripts/regen_schema.py \
+"$python" scripts/regen-schema.py \
   --out src/pterun/format/_generated \
   src/pterun/format/schema/program.fbs src/pterun/format/schema/flat_tensor.fbs \
   src/pterun/format/schema/etdump.fbs src/pterun/format/schema/bundled_program.fbs
 for schema in src/pterun/backends/*/schema/*.fbs; do
   [ -e "$schema" ] || continue
-  "$python" scripts/regen_schema.py --out "$(dirname "$(dirname "$schema")")/_generated" "$schema"
+  "$python" scripts/regen-schema.py --out "$(dirname "$(dirname "$schema")")/_generated" "$schema"
 done

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from pterun.bundled import BundledProgram as BundledModule
+from pterun.enums import DEVICE_TYPE_LABELS
 from pterun.errors import IndexOutOfRange, InvalidArgument, InvalidArgumentType, InvalidState, Unimplemented
 from pterun.executor import Method, MethodMeta, Program, TensorInfo
 from pterun.executor.call.inputs import is_sequence
@@ -39,8 +40,6 @@ __all__ = [
     "_load_for_executorch_from_data_loader", "_load_program", "_load_program_from_buffer",
     "_reset_profile_results", "_threadpool_get_thread_count", "_unsafe_reset_threadpool",
 ]
-
-_DEVICE_TYPES = ("cpu", "cuda")
 
 
 def _convert_inputs(inputs: Sequence, method_name: str, entry: str, *, one_tensor: bool = False) -> list:
@@ -61,7 +60,7 @@ def _convert_inputs(inputs: Sequence, method_name: str, entry: str, *, one_tenso
     converted: list = []
     for i, value in enumerate(inputs):
         if type(value) is torch.Tensor:
-            if value.numel() != 0 and value.device.type not in _DEVICE_TYPES:
+            if value.numel() != 0 and value.device.type not in DEVICE_TYPE_LABELS:
                 raise InvalidArgument(
                     f"Input {i} for method {method_name} is on device {value.device}, "
                     "and only CPU and CUDA tensors can be passed to a method."
@@ -131,6 +130,11 @@ class ExecuTorchProgram:
     def load_method(self, method_name: str) -> ExecuTorchMethod:
         return ExecuTorchMethod(self._program.load_method(method_name))
 
+    @property
+    def program(self) -> Program:
+        """The pterun Program this mirrors (pterun's own: ExecuTorch's binding has no such attribute)."""
+        return self._program
+
     def method_meta(self, method_name: str) -> MethodMeta:
         return self._program.metadata(method_name)
 
@@ -153,6 +157,11 @@ class ExecuTorchModule:
         self._num_threads = num_threads
         self._etdump = (bool(enable_etdump), _debug_buffer_size(debug_buffer_size))
         self._program: Program | None = None
+
+    @property
+    def program(self) -> Program:
+        """The pterun Program this module runs, loaded on first use (pterun's own: ExecuTorch's has none)."""
+        return self._loaded()
 
     def _loaded(self) -> Program:
         if self._program is None:

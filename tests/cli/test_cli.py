@@ -10,7 +10,8 @@ import torch
 from typer.testing import CliRunner
 
 import pterun
-from pterun.cli.main import app, example_program
+from pterun.cli.main import app
+from pterun.cli.options import example_program
 from pterun.cli.report import UserError
 from pterun.errors import AccessFailed
 from tests.executor import programs
@@ -160,12 +161,12 @@ def test_debug_shows_the_traceback_instead(workdir, monkeypatch):
 
 
 def test_an_unexpected_failure_is_one_line_too(workdir, monkeypatch):
-    from pterun.cli import main
+    from pterun.cli import run as run_command
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(main, "random_inputs", broken)
+    monkeypatch.setattr(run_command, "random_inputs", broken)
     pte = str(programs.add_mul().pte)
     _assert_one_error_line(runner.invoke(app, ["run", pte]), "unexpected ZeroDivisionError: a bug", "--debug")
     assert isinstance(runner.invoke(app, ["--debug", "run", pte]).exception, ZeroDivisionError)

@@ -13,7 +13,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from pterun.cli import report
-from pterun.cli.main import RATIO, app
+from pterun.cli.bench import RATIO
+from pterun.cli.main import app
 
 runner = CliRunner()
 

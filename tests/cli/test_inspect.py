@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from pterun.cli.main import app, example_program
+from pterun.cli.main import app
+from pterun.cli.options import example_program
 from pterun.cli.report import visible
 from pterun.format import Kind, ListValue, ProgramFile, TensorSpec
 from tests.cli.programs import recorded_xnnpack_cnn

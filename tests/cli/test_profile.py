@@ -9,8 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from pterun.cli import traced
-from pterun.cli.main import app, example_program
 from pterun.cli.etdump_spans import INSTRUCTION_EVENTS, instruction_name
+from pterun.cli.main import app
+from pterun.cli.options import example_program
 from pterun.format import ProgramFile
 from tests.cli import profiled_demo, programs
 
@@ -122,7 +123,8 @@ def test_a_delegates_nodes_are_rows_under_it_and_spans_inside_its_call(monkeypat
 
     result = runner.invoke(app, ["profile", str(recorded.pte), "-n", "1", "--warmup", "0"], env=WIDE)
     # Rich may wrap the name at the terminal's width (COLUMNS is read once, when the console is made).
-    assert "BackendWithCompilerDemo" in result.output and "(delegate)" in result.output and "└ demo aten.add.Tensor" in result.output
+    assert "BackendWithCompilerDemo" in result.output and "(delegate)" in result.output
+    assert "└ demo aten.add.Tensor" in result.output
 
 
 def test_etdump_keeps_the_profiled_runs_for_the_inspector(tmp_path):

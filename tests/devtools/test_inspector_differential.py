@@ -20,7 +20,15 @@ from tests.devtools.programs import recorded, xnnpack_nodes
 from tests.support import inspecting
 from tests.support.compare import assert_matches
 from tests.support.inspecting import (
-    FRAMEWORK_EVENTS, gap_bound, gap_rows, inspector, numeric_gap, reshaping_mse, rows, run_with_etdump, timed,
+    FRAMEWORK_EVENTS,
+    gap_bound,
+    gap_rows,
+    inspector,
+    numeric_gap,
+    reshaping_mse,
+    rows,
+    run_with_etdump,
+    timed,
 )
 
 NOT_DELEGATED = ("mlp", "convnet", "gpt2", "llama", "dynamic", "mutable")

@@ -84,9 +84,9 @@ def blocks(path: Path) -> list[Block]:
         end = i + 1
         while end < len(lines) and not lines[end].strip().startswith(close):
             end += 1
-        code = "\n".join(l[indent:] for l in lines[i + 1:end])
+        code = "\n".join(line[indent:] for line in lines[i + 1:end])
         lang = fence.group("lang").lower()
-        if not lang and any(l.lstrip().startswith(("$ ", "pterun ")) for l in code.splitlines()):
+        if not lang and any(line.lstrip().startswith(("$ ", "pterun ")) for line in code.splitlines()):
             raise MarkdownError(f"{path.name}:{i + 1}: a block of commands needs a language (console, sh)")
         found.append(Block(path, i + 1, lang, code + "\n", pending[1] if pending else None))
         pending = None
@@ -102,5 +102,6 @@ def unrunnable(block: Block) -> str | None:
         return None
     for command in block.commands():
         if command[0] not in COMMANDS:
-            return f"{block.where}: `{shlex.join(command)}` is neither pterun nor python: mark the block skip, with a reason"
+            return (f"{block.where}: `{shlex.join(command)}` is neither pterun nor python: mark the block skip, "
+                    f"with a reason")
     return None

@@ -22,6 +22,8 @@ from tests.docs import blocks
 from tests.docs.conftest import example_input
 
 PAGES = blocks.pages()
+# The pages test_page_runs runs: those with a block that runs here (the others hold none, or only skipped ones).
+RUNNABLE_PAGES = [page for page in PAGES if any(b.runs for b in blocks.blocks(page))]
 # The premise: the extraction finds the snippets (a change to the fences' syntax would otherwise pass silently).
 MIN_RUNNABLE = 20
 
@@ -31,6 +33,7 @@ def test_blocks_are_found_and_every_skip_says_why():
     runnable = [b for b in every if b.runs]
     skipped = [b for b in every if b.skip is not None]
     assert len(runnable) >= MIN_RUNNABLE, [b.where for b in runnable]
+    assert len(RUNNABLE_PAGES) > 1 and blocks.ROOT / "README.md" in RUNNABLE_PAGES, RUNNABLE_PAGES
     assert any(b.lang == "python" for b in runnable) and any(b.lang in blocks.SHELL for b in runnable)
     assert all(len(b.skip) >= 10 for b in skipped), [(b.where, b.skip) for b in skipped]
     assert skipped, "no block is marked skip: the marker's syntax changed?"
@@ -74,11 +77,10 @@ def _run_commands(block: blocks.Block, cwd) -> None:
                 f"{block.where}: `{' '.join(command)}` failed {HINT}:\n{done.stdout}{done.stderr}")
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(blocks.ROOT)))
+@pytest.mark.parametrize("page", RUNNABLE_PAGES, ids=lambda p: str(p.relative_to(blocks.ROOT)))
 def test_page_runs(page, doc_files, tmp_path, monkeypatch):
     runnable = [b for b in blocks.blocks(page) if b.runs]
-    if not runnable:
-        return
+    assert runnable, f"{page}: no block runs here: no premise"
     cwd = tmp_path / "cwd"
     shutil.copytree(doc_files, cwd)
     monkeypatch.chdir(cwd)

@@ -13,11 +13,11 @@ time, each call compared with ExecuTorch's runtime holding its own cache.
 
 from __future__ import annotations
 
+import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 - llama:: ops, eager and in the runtime
+import executorch.kernels.quantized  # noqa: F401 - quantized_decomposed:: out variants and kernels
 import pytest
 import torch
 
-import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 - llama:: ops, eager and in the runtime
-import executorch.kernels.quantized  # noqa: F401 - quantized_decomposed:: out variants and kernels
 import pterun
 from tests.support.compare import assert_matches
 from tests.support.exporting import ExportSpec, export_program
@@ -44,11 +44,13 @@ def _llama_spec(variant: str) -> ExportSpec:
     from executorch.examples.models.llama.llama_transformer import construct_transformer
     from executorch.examples.models.llama.model_args import ModelArgs
     from executorch.examples.models.llama.source_transformation.custom_kv_cache import (
-        replace_kv_cache_with_custom_kv_cache, replace_kv_cache_with_quantized_kv_cache,
+        replace_kv_cache_with_custom_kv_cache,
+        replace_kv_cache_with_quantized_kv_cache,
     )
     from executorch.examples.models.llama.source_transformation.quantize import EmbeddingQuantHandler
     from executorch.examples.models.llama.source_transformation.sdpa import (
-        replace_sdpa_with_custom_op, replace_sdpa_with_quantized_sdpa,
+        replace_sdpa_with_custom_op,
+        replace_sdpa_with_quantized_sdpa,
     )
     from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass

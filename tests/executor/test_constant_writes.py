@@ -28,8 +28,7 @@ from pterun.backends import BackendInterface, default_backend_registry
 from pterun.errors import InvalidProgram
 from pterun.executor import Registries
 from pterun.format import ProgramFile
-from pterun.kernels import default_registry
-from pterun.kernels import fixed_arity
+from pterun.kernels import default_registry, fixed_arity
 from pterun.runtime import default_allocators
 from tests.executor import corrupt
 from tests.format import build

@@ -28,12 +28,11 @@ def _pair(pte):
 
 
 def _names(method) -> list[str]:
-    return [s.name for s in method._loaded.steps if s is not None and hasattr(s, "binding")]
+    return [s.name for s in method.steps if s is not None and hasattr(s, "binding")]
 
 
 def _syncs(method) -> bool:
-    loaded = method._loaded
-    return MethodEffects(method.plan, loaded.steps, {}).syncs
+    return MethodEffects(method.plan, list(method.steps), {}).syncs
 
 
 def _assert_rewritten(rewritten, exported):

@@ -1,5 +1,11 @@
 """ETDump: the events and values pterun records, against the ones ExecuTorch's runtime records for the same
-program, and the calls around them (writing, draining, a full debug buffer, a program without ETDump)."""
+program, and the calls around them (writing, draining, a full debug buffer, a program without ETDump).
+
+ETDump's home: this file and test_etdump_calls.py (the switches, against ExecuTorch's). Elsewhere, each
+where its layer is: ExecuTorch's Inspector reading pterun's dumps (tests/devtools/), `pterun profile`
+(tests/cli/test_profile.py), on a GPU (tests/gpu/test_etdump_on_cuda.py), a delegate's events
+(tests/backends/xnnpack/test_xnnpack_gpu.py, tests/backends/webgpu/test_webgpu_profile.py) and
+ExecuTorch's own tests run on pterun (tests/peer/)."""
 
 from __future__ import annotations
 
@@ -125,7 +131,7 @@ def test_prim_ops_record_no_kernel_event(tmp_path):
     exported = size_scaled()
     program = Runtime.get().load_program(exported.pte, enable_etdump=True)
     method = program.load_method("forward")
-    names = [step.name for step in method._loaded.steps if hasattr(step, "binding")]
+    names = [step.name for step in method.steps if hasattr(step, "binding")]
     assert "aten::sym_size.int" in names, "no prim op in the program: no premise"
     method.execute(exported.forward_inputs())
     program.write_etdump_result_to_file(tmp_path / "d.etdp")

@@ -18,7 +18,7 @@ def test_weight_transposes_are_folded_though_planned_views_reuse_their_bytes():
                   and plan.operators[ins.op_index][0] == "aten::permute_copy" and ins.args[0] in constant]
     # The premise: the exporter copies weights. Views it planned elsewhere reuse those bytes at other times.
     assert transposes
-    left = [n for n in transposes if isinstance(method._loaded.steps[n], KernelStep)]
+    left = [n for n in transposes if isinstance(method.steps[n], KernelStep)]
     assert left == []
     make_inputs = build("llama").make_inputs
     for seed in (0, 1):

@@ -15,7 +15,7 @@ from tests.support.models import build
 
 
 def _fused(method: pterun.Method) -> list[str]:
-    return [s.name for s in method._loaded.steps if getattr(s, "replaces", ())]
+    return [s.name for s in method.steps if getattr(s, "replaces", ())]
 
 
 def _calls(method: pterun.Method, operator: str) -> int:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import pterun
-from pterun.cli.main import example_program
+from pterun.cli.options import example_program
 from pterun.executor import Registries
 from pterun.kernels import Binding, default_registry
 

@@ -10,7 +10,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import pterun
-from pterun.cli.main import example_program
+from pterun.cli.options import example_program
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.models.small import MLP
 
@@ -23,7 +23,8 @@ def _tensor_allocations(fn) -> list[str]:
 
 def test_execute_allocates_no_tensor_memory():
     torch.manual_seed(0)
-    exported = export_program("steady-mlp-tanh", lambda: ExportSpec(MLP(32, 64, 8, torch.tanh, torch.sigmoid), (torch.randn(4, 32),)))
+    exported = export_program(
+        "steady-mlp-tanh", lambda: ExportSpec(MLP(32, 64, 8, torch.tanh, torch.sigmoid), (torch.randn(4, 32),)))
     method = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
     x = torch.randn(4, 32)
     for _ in range(3):

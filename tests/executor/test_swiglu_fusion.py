@@ -1,5 +1,9 @@
 """A SwiGLU MLP's gate, up and SiLU-product steps become one fused call where the registry has a kernel for it
-(on CUDA with Triton); the fused call computes what the steps compute."""
+(on CUDA with Triton); the fused call computes what the steps compute.
+
+SwiGLU's home. What needs a GPU is where the GPU tests are: the fusion on CUDA (tests/gpu/test_swiglu_on_cuda.py)
+and its Triton kernel (tests/gpu/test_triton_kernels.py); the WebGPU backend fuses the same chain inside its
+own graphs (tests/backends/webgpu/test_webgpu_swiglu.py)."""
 
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ def _program(name, module, dtype):
 
 
 def _names(method) -> list[str]:
-    return [s.name for s in method._loaded.steps if s is not None and hasattr(s, "name")]
+    return [s.name for s in method.steps if s is not None and hasattr(s, "name")]
 
 
 def _swiglu(x, gate_t, up_t, out):
@@ -66,7 +70,7 @@ def test_fuse_false_and_the_functional_form_keep_the_steps():
     assert FUSED not in _names(runtime.load_program(pte, fuse=False).load_method("forward"))
     compiled = runtime.load_program(pte, compile=True).load_method("forward")
     assert FUSED in _names(compiled), "premise: the method's own code runs the fused call"
-    assert "sigmoid" in compiled._loaded.functional_source and "swiglu" not in compiled._loaded.functional_source
+    assert "sigmoid" in compiled.functional_source and "swiglu" not in compiled.functional_source
 
 
 def test_no_chain_in_float32_or_when_an_intermediate_is_an_output():

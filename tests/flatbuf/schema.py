@@ -1,7 +1,7 @@
 """A small test schema for the FlatBuffers verifier, buffers written for it, and ways to break them.
 
 Buffers are written with ``flatbuffers.Builder`` for the layout below (in the
-form scripts/regen_schema.py generates), then broken in one place each by the
+form scripts/regen-schema.py generates), then broken in one place each by the
 tests beside this file.
 """
 

@@ -11,7 +11,17 @@ import flatbuffers
 import pytest
 
 from tests.flatbuf.schema import (
-    REQ_ROOT, check, fails, field, finish, follow, patched, root_table, sample, u32, vtable,
+    REQ_ROOT,
+    check,
+    fails,
+    field,
+    finish,
+    follow,
+    patched,
+    root_table,
+    sample,
+    u32,
+    vtable,
 )
 
 # -- strings and vectors ----------------------------------------------------------------------------------

@@ -14,7 +14,17 @@ import pytest
 from pterun.errors import InvalidExternalData
 from pterun.flatbuf.verify import verify_buffer
 from tests.flatbuf.schema import (
-    LAYOUT, check, fails, field, finish, follow, patched, root_table, sample, u16, vtable,
+    LAYOUT,
+    check,
+    fails,
+    field,
+    finish,
+    follow,
+    patched,
+    root_table,
+    sample,
+    u16,
+    vtable,
 )
 
 # -- valid buffers ----------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ def sample():
 
 
 def _regen():
-    spec = importlib.util.spec_from_file_location("regen_schema", ROOT / "scripts" / "regen_schema.py")
+    spec = importlib.util.spec_from_file_location("regen_schema", ROOT / "scripts" / "regen-schema.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -14,7 +14,8 @@ from tests.format import build
 
 def _pte_header(length: int, *fields: int, size: int | None = None) -> bytes:
     """Root offset, identifier, then an extended header of ``length`` bytes, padded to ``size``."""
-    raw = struct.pack("<I", 0) + b"ET12" + b"eh00" + struct.pack("<I", length) + struct.pack(f"<{len(fields)}Q", *fields)
+    raw = (struct.pack("<I", 0) + b"ET12" + b"eh00" + struct.pack("<I", length)
+           + struct.pack(f"<{len(fields)}Q", *fields))
     return raw.ljust(size if size is not None else len(raw), b"\0")
 
 

@@ -104,7 +104,7 @@ class State:
             except Exception as exc:  # noqa: BLE001 - PyTorch refusing the node is what we ask for
                 raise Invalid(
                     f"{op_name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                )
+                ) from exc
             outs = [] if op.kind == "inplace" else list(out) if isinstance(out, (tuple, list)) else [out]
             if results is None:
                 results = [[] for _ in outs]

@@ -40,7 +40,7 @@ def test_program_runs_on_cuda_and_matches_executorch(directory):
 def test_run_anything_places_arenas_and_constants_on_the_gpu():
     import gc
 
-    from pterun.cli.main import example_program
+    from pterun.cli.options import example_program
 
     gc.collect()  # earlier tests' tensors, freed while this program loads, would hide its arenas
     before = torch.cuda.memory_allocated()

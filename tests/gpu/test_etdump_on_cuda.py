@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import pterun
-from pterun.format.etdump import DebugEvent, ProfileEvent, read_etdump
 from pterun.format import DelegateCall, KernelCall
+from pterun.format.etdump import DebugEvent, ProfileEvent, read_etdump
 from tests.gpu.conftest import FIXTURES, load_fixture, on
 from tests.support.compare import assert_matches
 

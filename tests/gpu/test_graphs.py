@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import pterun
-from pterun.cli.main import example_program
+from pterun.cli.options import example_program
 from tests.gpu.conftest import FIXTURES, load_fixture, on
 from tests.support.compare import assert_matches
 
@@ -20,7 +20,7 @@ def _method(pte, **options):
 def test_replay_matches_kernel_by_kernel_and_the_graph_is_used():
     graphed, plain = _method(example_program()), _method(example_program(), cuda_graphs=False)
     tokens = torch.randint(0, 1024, (1, 24), device="cuda")
-    for call in range(4):
+    for _ in range(4):
         a, b = graphed.execute([tokens]), plain.execute([tokens])
         torch.testing.assert_close(a[0], b[0], rtol=0, atol=0)
     assert graphed.cuda_graph is not None and graphed.cuda_graph.graph is not None and graphed.cuda_graph.replaying

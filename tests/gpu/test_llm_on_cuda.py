@@ -27,7 +27,9 @@ def test_greedy_generation_on_cuda_is_the_cpus():
         assert len(expected) > 5, "premise: the CPU generated text"
         assert _pieces(gpu, prompt, temperature=0.0, echo=False, max_new_tokens=40) == expected
         cpu.reset(), gpu.reset()
-    buffers = [t for t in gpu.decoder.method._loaded.objects if isinstance(t, torch.Tensor) and t.dim() == 4]
+    method = gpu.decoder.method
+    values = [method.value(i) for i in range(len(method.plan.values))]
+    buffers = [t for t in values if isinstance(t, torch.Tensor) and t.dim() == 4]
     assert buffers and all(t.is_cuda for t in buffers), "the KV cache stays in device memory"
     # The exporter reads the start position on the host; on the GPU it stays on the device, so decode steps
     # replay a captured graph.
@@ -36,7 +38,7 @@ def test_greedy_generation_on_cuda_is_the_cpus():
 
 def _assert_replays(runner):
     method = runner.decoder.method
-    steps = [s for s in method._loaded.steps if isinstance(s, KernelStep)]
+    steps = [s for s in method.steps if isinstance(s, KernelStep)]
     assert "pterun::custom_sdpa_at.out" in {s.name for s in steps}, "premise: the position stays on the device"
     assert not any(s.binding.syncs for s in steps), "no step reads a tensor on the host"
     graph = method.cuda_graph

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import pterun
-from pterun.cli.main import example_program
+from pterun.cli.options import example_program
 
 pytestmark = pytest.mark.gpu
 

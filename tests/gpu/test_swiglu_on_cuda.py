@@ -23,7 +23,7 @@ def _fused(name: str):
     directory = FIXTURES / "half" / name
     pte, _, calls, expected = load_fixture(directory if directory.is_dir() else None)
     method = pterun.Runtime.get().load_program(pte, device="cuda").load_method("forward")
-    names = [s.name for s in method._loaded.steps if s is not None and hasattr(s, "name")]
+    names = [s.name for s in method.steps if s is not None and hasattr(s, "name")]
     assert FUSED in names and "aten::sigmoid.out" not in names, f"premise: the chain of {name} was fused"
     return pte, method, calls, expected
 
@@ -31,7 +31,7 @@ def _fused(name: str):
 def test_swiglu_runs_fused_in_a_graph_with_the_unfused_outputs():
     pte, fused, calls, expected = _fused("swiglu-bfloat16")
     kernels = default_registry()
-    del kernels._kernels[(FUSED, DeviceType.CUDA)]
+    kernels.unregister(FUSED, DeviceType.CUDA)
     runtime = pterun.Runtime(Registries(kernels, default_backend_registry(), default_allocators()))
     apart = runtime.load_program(pte, device="cuda").load_method("forward")
     assert FUSED not in apart.source and "aten::sigmoid.out" in apart.source
@@ -40,7 +40,7 @@ def test_swiglu_runs_fused_in_a_graph_with_the_unfused_outputs():
             ours = fused.execute(on("cuda", call))[0]
             assert torch.equal(ours, apart.execute(on("cuda", call))[0])
             _close(ours.cpu(), reference[0], "swiglu")
-    assert fused._loaded.graph.replaying, "premise: the last calls replayed the captured graph"
+    assert fused.cuda_graph.replaying, "premise: the last calls replayed the captured graph"
 
 
 def test_swiglu_over_dynamic_rows_is_fused_and_sizes_its_out():

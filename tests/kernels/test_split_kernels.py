@@ -29,6 +29,11 @@ def _fn(name: str):
 def test_cuda_registers_its_own_split(name):
     registry = default_registry()
     assert registry.lookup(name, DeviceType.CUDA) is not registry.lookup(name, DeviceType.CPU)
+    # Without its own, CUDA takes the CPU's.
+    registry.unregister(name, DeviceType.CUDA)
+    assert registry.lookup(name, DeviceType.CUDA) is registry.lookup(name, DeviceType.CPU)
+    with pytest.raises(KeyError):
+        registry.unregister(name, DeviceType.CUDA)
 
 
 @pytest.mark.parametrize("name", sorted(NAMES))

@@ -8,7 +8,8 @@ import pytest
 
 from pterun.llm import GenerationConfig, TextLLMRunner
 from tests.llm.conftest import Run, generate
-from tests.support.llm_tokenizers import VOCAB, tokenizer_path as tokenizer_file
+from tests.support.llm_tokenizers import VOCAB
+from tests.support.llm_tokenizers import tokenizer_path as tokenizer_file
 
 PROMPT = "The quick brown fox"
 

@@ -8,7 +8,8 @@ import pytest
 
 from pterun.errors import AccessFailed, InvalidArgument
 from pterun.llm.tokenizer import PieceStream, Tokenizer, candidate_formats
-from tests.support.llm_tokenizers import VOCAB, tokenizer_path as tokenizer_file
+from tests.support.llm_tokenizers import VOCAB
+from tests.support.llm_tokenizers import tokenizer_path as tokenizer_file
 
 
 def test_hf_tokenizer_json(tokenizer_path):

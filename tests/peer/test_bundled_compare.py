@@ -84,6 +84,7 @@ def test_a_tensor_of_another_dtype_or_size_never_matches(bundle):
     theirs = _runtime()._load_bundled_program_from_buffer(data)
     for index, message in ((0, "dtype is float32; expected Double"), (1, r"sizes are \[1\]; expected \[2\]")):
         assert not _passes(theirs, "f32", index, 1.0, 1.0)
-        with pytest.raises(NotFound, match=f"test case {index}: output 0 does not match the expected output: {message}"):
+        expected = f"test case {index}: output 0 does not match the expected output: {message}"
+        with pytest.raises(NotFound, match=expected):
             ours.verify_result_with_bundled_expected_output("f32", index, 1.0, 1.0)
     assert _passes(ours, "f32", 2, 0.0, 0.0) and _passes(theirs, "f32", 2, 0.0, 0.0)

@@ -23,7 +23,8 @@ def bundle(pte: Path, cases: dict[str, list[Case]], edit=None) -> bytes:
     from executorch.devtools.bundled_program.config import MethodTestCase, MethodTestSuite
     from executorch.devtools.bundled_program.core import BundledProgram
     from executorch.devtools.bundled_program.serialize import (
-        _bundled_program_schema_to_flatbuffer, serialize_from_bundled_program_to_flatbuffer,
+        _bundled_program_schema_to_flatbuffer,
+        serialize_from_bundled_program_to_flatbuffer,
     )
 
     suites = [

@@ -35,9 +35,15 @@ class StructureMap:
 
 
 def walk_flatbuffer(data: bytes, layout, m: StructureMap) -> None:
-    u16 = lambda p: struct.unpack_from("<H", data, p)[0]
-    u32 = lambda p: struct.unpack_from("<I", data, p)[0]
-    i32 = lambda p: struct.unpack_from("<i", data, p)[0]
+    def u16(p):
+        return struct.unpack_from("<H", data, p)[0]
+
+    def u32(p):
+        return struct.unpack_from("<I", data, p)[0]
+
+    def i32(p):
+        return struct.unpack_from("<i", data, p)[0]
+
     seen: set[int] = set()
 
     def follow(pos: int) -> int:

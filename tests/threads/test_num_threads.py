@@ -195,6 +195,24 @@ def test_the_pybindings_pass_the_count_on():
     module = pybindings._load_for_executorch(str(path), num_threads=1)
     x, y = _inputs()
     assert torch.equal(module.forward([x, y])[0], x + y)
-    assert module._loaded().load_method("forward").num_threads == 1
+    assert module.program.load_method("forward").num_threads == 1
     program = pybindings._load_program(str(path), num_threads=1)
-    assert program._program.load_method("forward").num_threads == 1
+    assert program.program.load_method("forward").num_threads == 1
+
+
+def test_the_count_reaches_torchs_openmp_when_another_wheel_maps_its_own_first():
+    """sentencepiece (pterun.llm's tokenizers) bundles a libgomp of its own; loaded before the count is first set,
+    it is mapped ahead of torch's, and a count set there is one torch never reads."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("sentencepiece")
+    bundled = next(Path(sys.modules["sentencepiece"].__file__).parents[1].glob("sentencepiece.libs/libgomp*"), None)
+    assert bundled is not None, "sentencepiece brings no libgomp of its own here: no premise"
+    test = f"{__file__}::test_by_default_a_program_of_small_operators_runs_on_one_thread"
+    code = ("import sys, sentencepiece, pytest; "
+            f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-p', 'no:xdist', {test!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 import torch
 
+from pterun.core.device import Device
 from pterun.sourcecode import CompileCode
 
 
@@ -59,8 +60,8 @@ class BackendInitContext:
     named_data: Mapping[str, memoryview]
     # Options the caller passed for this backend at load (ExecuTorch's LoadBackendOptionsMap).
     runtime_specs: Mapping[str, Any] = field(default_factory=dict)
-    # The device the method runs on ("cpu" unless the program was loaded with device=...).
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    # The device the method runs on (the default device, the CPU, unless the program was loaded with device=...).
+    device: torch.device = field(default_factory=lambda: Device.parse(None).torch)
     # load_program(data, device) -> a program object with load_method(name), for backends whose
     # blobs are programs of their own (run by the same executor, on the given device).
     load_program: Callable[[memoryview | bytes, torch.device], Any] | None = None

@@ -175,12 +175,6 @@ class BundledProgram:
             checks.append(compare(i, to_tensor(value), value.scalar_type, actual, rtol, atol))
         return checks
 
-    def check_all(self, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL):
-        """Every test case of every method, in the file's order, as :class:`CaseResult` s."""
-        for name in self.method_names:
-            for index in range(len(self.test_cases(name))):
-                yield self.check(name, index, rtol, atol)
-
     # -- ExecuTorch's BundledModule ------------------------------------------------
 
     def verify_result_with_bundled_expected_output(self, method_name: str, testset_idx: int, rtol: float = 1e-5,

@@ -9,18 +9,18 @@ from typing import Optional
 import typer
 
 from pterun import Runtime
-from pterun.cli.options import device_option, example_program
+from pterun.cli.options import DataFiles, DeviceName, ProgramPath, device_option, example_program, input_device
 from pterun.cli.report import UserError, console, esc, reported
 from pterun.errors import PteError
 
 
 def batch(
-    program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
+    program: ProgramPath = None,
     input: Path = typer.Option(..., "--input", "-i", help="Parquet file or folder, .npy/.npz, or a folder of images."),
     output: Path = typer.Option(..., "--output", "-o", help="Folder the Parquet files are written to."),
     method: str = typer.Option("forward", "--method", "-m", help="The method to run on each row."),
-    data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help=".ptd file(s) with external tensors."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda: each worker takes one GPU."),
+    data: DataFiles = None,
+    device: DeviceName = None,
     workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1,
                                           help="Actors, each loading the program once (default: CPUs, or GPUs)."),
     batch_size: int = typer.Option(64, "--batch-size", "-b", min=1, help="Rows handed to an actor at a time."),
@@ -67,12 +67,13 @@ def batch(
         image = _image_format(meta)
         started = _start_ray(ray, address)
         try:
-            cuda = device.startswith("cuda")
+            on = input_device(device)
+            cuda = on.startswith("cuda")
             if workers is None:
                 workers = max(1, int(ray.cluster_resources().get("GPU" if cuda else "CPU", 1)))
             # A remote cluster may not see this machine's files: the bytes travel through the object store.
             ship = (lambda p: ray.put(p.read_bytes())) if address else str
-            runner = {"program": ship(path), "method": method, "device": device,
+            runner = {"program": ship(path), "method": method, "device": on,
                       "data": [ship(p) for p in data] if data else None, "on_error": on_error,
                       "compare_with": compare_with, "compile": compile}
             start = time.perf_counter()

@@ -12,13 +12,14 @@ import typer
 from rich.table import Table
 
 from pterun.bundled import DEFAULT_ATOL, DEFAULT_RTOL, BundledProgram, CaseResult
+from pterun.cli.options import DataFiles
 from pterun.cli.report import UserError, console, esc, reported
 
 
 def run_tests(
     bundle: Path = typer.Argument(..., help="The bundled program (.bpte)."),
     method: Optional[list[str]] = typer.Option(None, "--method", "-m", help="Only this method's test cases."),
-    data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help=".ptd file(s) with external tensors."),
+    data: DataFiles = None,
     rtol: float = typer.Option(DEFAULT_RTOL, "--rtol", min=0.0, help="Relative tolerance, as ExecuTorch's."),
     atol: float = typer.Option(DEFAULT_ATOL, "--atol", min=0.0, help="Absolute tolerance, as ExecuTorch's."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),

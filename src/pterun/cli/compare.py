@@ -14,17 +14,16 @@ from torch.utils._pytree import tree_leaves
 from pterun import MethodMeta
 from pterun.cli import traced
 from pterun.cli.numerics import Gap, first_over, fmt, gap
-from pterun.cli.options import device_option, example_program
+from pterun.cli.options import DataFiles, DeviceName, ProgramPath, device_option, example_program, input_device
 from pterun.cli.report import UserError, console, esc, reported
 from pterun.errors import MemoryAllocationFailed
-from pterun.format import ProgramFile
 
 AGAINST = ("executorch", "etrecord")
 GROWTHS = 5  # tries with a debug buffer 4 times larger each time, when delegates compute more than estimated
 
 
 def compare(
-    program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
+    program: ProgramPath = None,
     method: str = typer.Option("forward", "--method", "-m", help="The method to run."),
     against: Optional[str] = typer.Option(
         None, "--against", help="The reference for the outputs: executorch (ExecuTorch's runtime) or etrecord (the "
@@ -34,12 +33,12 @@ def compare(
     etrecord: Optional[Path] = typer.Option(
         None, "--etrecord", help="The ETRecord written at export: compares every operator's value with the graph's."
     ),
-    data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help=".ptd file(s) with external tensors."),
+    data: DataFiles = None,
     inputs: Optional[Path] = typer.Option(
         None, "--inputs", "-i", help=".pt or .npz file of inputs; else the ETRecord's representative inputs, else "
                                      "random ones."
     ),
-    device: Optional[str] = typer.Option(None, "--device", help="Run pterun's kernels on this device (cpu, cuda)."),
+    device: DeviceName = None,
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
     threshold: float = typer.Option(
         1e-3, "--threshold", min=0.0, help="A row is over when its relative error (max abs ÷ the reference's "
@@ -60,7 +59,7 @@ def compare(
     path = program or example_program()
     with reported():
         device = device_option(device)
-        where = device or "cpu"
+        where = input_device(device)
         against = against or ("etrecord" if etrecord else "executorch")
         if against not in AGAINST:
             raise UserError(f"--against: unknown reference {against!r}; expected executorch or etrecord")
@@ -73,14 +72,15 @@ def compare(
             if method != FORWARD:
                 raise UserError(f"--etrecord: ExecuTorch's Inspector reads method {FORWARD!r} only, not {method!r}")
             record = Record(etrecord)
-        plan = ProgramFile(path).plan(method)
-        values, source = _inputs(plan, record, inputs, where, seed)
-        outputs, pairs = _run_pterun(path, data, method, device, values, record, plan)
+        meta = traced.runtime().load_program(path).metadata(method)
+        values, source = _inputs(meta, record, inputs, where, seed)
+        outputs, pairs = _run_pterun(path, data, method, device, values, record, meta)
         if against == "executorch":
             from pterun.cli.reference import executorch_outputs
 
             reference = executorch_outputs(path, data or [], method, [_copy(v) for v in values])
         else:
+            assert record is not None  # --against etrecord reads the ETRecord --etrecord names
             reference = record.outputs(values)
         output_gaps = _output_gaps(outputs, reference)
         operator_gaps = [gap(p.value, p.reference, judged=not p.by_position) for p in pairs]
@@ -100,23 +100,23 @@ def _copy(value):
     return value.clone() if isinstance(value, torch.Tensor) else value
 
 
-def _inputs(plan, record, inputs: Path | None, where: str, seed: int) -> tuple[list, str]:
+def _inputs(meta: MethodMeta, record, inputs: Path | None, where: str, seed: int) -> tuple[list, str]:
     """The inputs and where they came from: --inputs, else the ETRecord's, else random ones."""
     if inputs is None and record is not None and record.inputs is not None:
         values = [x.to(where) if isinstance(x, torch.Tensor) else x for x in record.inputs]
         source = "the ETRecord's representative inputs"
     else:
-        chosen = traced.method_inputs(MethodMeta(plan), inputs, where, seed)
+        chosen = traced.method_inputs(meta, inputs, where, seed)
         values, source = chosen.values, chosen.source
     if record is not None:
         record.use_inputs(values)
     return values, source
 
 
-def _run_pterun(path: Path, data, method: str, device, values: list, record, plan):
+def _run_pterun(path: Path, data, method: str, device, values: list, record, meta: MethodMeta):
     """The method's outputs on pterun (on the host), and with an ETRecord every operator's value paired with
     the reference graph's."""
-    first = traced.debug_buffer_estimate(plan) if record is not None else 0
+    first = traced.debug_buffer_estimate(meta) if record is not None else 0
     for size in (first * 4**i for i in range(GROWTHS)):
         loaded = traced.runtime().load_program(path, data_path=data or None, device=device,
                                                enable_etdump=record is not None, debug_buffer_size=size)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from pterun.cli.options import device_option, example_llm, trust_native_code_option
+from pterun.cli.options import DeviceName, TrustNativeCode, device_option, example_llm
 from pterun.cli.report import UserError, console, esc, reported
 
 
@@ -33,9 +33,9 @@ def generate(
         None, "--seed", help="Seed of the sampler (with --temperature above 0); by default the time, as ExecuTorch's."
     ),
     data: Optional[Path] = typer.Option(None, "--data", "-d", help="The .ptd file with the model's weights."),
-    device: Optional[str] = typer.Option(None, "--device", help="Run the model on this device (cpu, cuda)."),
+    device: DeviceName = None,
     as_json: bool = typer.Option(False, "--json", help="Print the run's Stats as JSON instead of the stats line."),
-    trust_native_code: bool = trust_native_code_option(),
+    trust_native_code: TrustNativeCode = False,
 ) -> None:
     """Generate text from an exported LLM, streaming tokens as they come, and end with one stats line.
 

@@ -12,29 +12,26 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from pterun import MethodMeta, Runtime
+from pterun import MethodMeta, Runtime, TensorInfo
 from pterun.cli.memory_plan import ArenaSummary, largest, picture, plot, summarise, summary_line, tensor_name
-from pterun.cli.options import example_program, trust_native_code_option
+from pterun.cli.options import DataFiles, ProgramPath, TrustNativeCode, example_program
 from pterun.cli.report import console, esc, reported, visible
 from pterun.core.dtype import name as dtype_name
-from pterun.format import Dynamism, Plan, TensorSpec
-from pterun.format.lifetimes import memory_plan
 
 SCHEMA = "pterun.inspect/1"
-_DYNAMISM = {Dynamism.STATIC: "static", Dynamism.DYNAMIC_BOUND: "bounded", Dynamism.DYNAMIC_UNBOUND: "unbounded"}
 
 
 def inspect(
-    program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
+    program: ProgramPath = None,
     code: bool = typer.Option(
         False, "--code", help="Also print the Python each method compiles into, and its threads."
     ),
-    data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help=".ptd file(s) with external tensors."),
+    data: DataFiles = None,
     plot_path: Optional[Path] = typer.Option(
         None, "--plot", help="Also draw the memory plan into this .svg or .png file (needs matplotlib)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead (docs/inspect.md)."),
-    trust_native_code: bool = trust_native_code_option(),
+    trust_native_code: TrustNativeCode = False,
 ) -> None:
     """Show a program's methods, inputs, outputs, operators, delegates and memory plan.
 
@@ -52,19 +49,19 @@ def inspect(
         names = sorted(loaded.method_names)
         methods = []
         for name in names:
-            plan, meta = loaded.file.plan(name), loaded.metadata(name)
-            arenas = [summarise(a, meta.memory_planned_buffer_device(a.memory_id - 1)) for a in memory_plan(plan)]
-            methods.append((plan, meta, arenas))
-        drawn = plot(plot_path, [(plan, arenas) for plan, _, arenas in methods]) if plot_path is not None else None
+            meta = loaded.metadata(name)
+            arenas = [summarise(a, meta.memory_planned_buffer_device(a.memory_id - 1)) for a in meta.memory_plan()]
+            methods.append((meta, arenas))
+        drawn = plot(plot_path, methods) if plot_path is not None else None
         if as_json:
             print(json.dumps(document(path, methods), indent=1))
             return
         console.print(f"[bold]{esc(path)}[/bold]  {path.stat().st_size:,} bytes  methods: "
                       f"{', '.join(esc(n) for n in names)}")
-        for plan, meta, arenas in methods:
-            _show_method(plan, meta, arenas)
+        for meta, arenas in methods:
+            _show_method(meta, arenas)
             if code:
-                method = loaded.load_method(plan.name)
+                method = loaded.load_method(meta.name())
                 console.print(f"intra-op threads per call: {method.num_threads} ({esc(method.num_threads_reason)})")
                 _show_routes(method)
                 # Generated from the file's names: printed as text, control characters made visible.
@@ -84,85 +81,86 @@ def _show_routes(method) -> None:
             console.print(f"  {esc(where)}: {esc(how)}", highlight=False)
 
 
-def _sizes(spec: TensorSpec) -> str:
-    sizes = str(list(spec.sizes))
-    return sizes if spec.dynamism == Dynamism.STATIC else f"≤ {sizes}"
+def _sizes(info: TensorInfo) -> str:
+    sizes = str(list(info.sizes()))
+    return sizes if info.dynamism() == "static" else f"≤ {sizes}"
 
 
-def _io(plan: Plan, meta: MethodMeta, which: str) -> list[tuple[TensorSpec | None, str]]:
+def _io(meta: MethodMeta, which: str) -> list[tuple[TensorInfo | None, str]]:
     """Per input or output: its tensor (None for another kind of value) and its kind as ExecuTorch names it."""
-    values = plan.inputs if which == "input" else plan.outputs
-    tag = meta.input_tag if which == "input" else meta.output_tag
-    specs = [plan.values[vi] for vi in values]
-    return [(spec if isinstance(spec, TensorSpec) else None, tag(i)) for i, spec in enumerate(specs)]
+    if which == "input":
+        count, tag, tensor = meta.num_inputs(), meta.input_tag, meta.input_tensor_meta
+    else:
+        count, tag, tensor = meta.num_outputs(), meta.output_tag, meta.output_tensor_meta
+    return [(tensor(i) if tag(i) == "Tensor" else None, tag(i)) for i in range(count)]
 
 
-def _io_rows(table: Table, plan: Plan, meta: MethodMeta, which: str) -> None:
-    for i, (spec, tag) in enumerate(_io(plan, meta, which)):
-        if spec is not None:
-            table.add_row(f"{which} {i}", dtype_name(spec.scalar_type), _sizes(spec), str(list(spec.dim_order)),
-                          "planned" if spec.is_memory_planned else "caller's memory", f"{spec.nbytes:,}")
+def _io_rows(table: Table, meta: MethodMeta, which: str) -> None:
+    for i, (info, tag) in enumerate(_io(meta, which)):
+        if info is not None:
+            table.add_row(f"{which} {i}", dtype_name(info.dtype()), _sizes(info), str(list(info.dim_order())),
+                          "planned" if info.is_memory_planned() else "caller's memory", f"{info.nbytes():,}")
         else:
             table.add_row(f"{which} {i}", esc(tag), "", "", "", "")
 
 
-def delegate_counts(plan: Plan) -> dict[str, int]:
+def delegate_counts(meta: MethodMeta) -> dict[str, int]:
     """Delegates per backend, in the order the method first calls each."""
-    return dict(Counter(d.backend_id for d in plan.delegates))
+    return dict(Counter(meta.get_backend_name(i) for i in range(meta.num_backends())))
 
 
-def _show_method(plan: Plan, meta: MethodMeta, arenas: list[ArenaSummary]) -> None:
-    console.rule(f"method {esc(plan.name)}")
+def _show_method(meta: MethodMeta, arenas: list[ArenaSummary]) -> None:
+    console.rule(f"method {esc(meta.name())}")
     table = Table(show_edge=False)
     for column in ("value", "dtype", "sizes", "dim order", "memory", "bytes"):
         table.add_column(column)
-    _io_rows(table, plan, meta, "input")
-    _io_rows(table, plan, meta, "output")
+    _io_rows(table, meta, "input")
+    _io_rows(table, meta, "output")
     console.print(table)
-    if any(isinstance(plan.values[vi], TensorSpec) and plan.values[vi].dynamism != Dynamism.STATIC
-           for vi in (*plan.inputs, *plan.outputs)):
+    if any(info is not None and info.dynamism() != "static"
+           for which in ("input", "output") for info, _ in _io(meta, which)):
         console.print("≤: a dynamic shape; the sizes are its upper bound", style="dim")
-    counts = delegate_counts(plan)
+    counts = delegate_counts(meta)
     console.print(f"delegates: {', '.join(f'{esc(b)} ×{n}' for b, n in counts.items()) or 'none'}")
-    ops = [esc(f"{name}.{overload}" if overload else name) for name, overload in plan.operators]
-    console.print(f"instructions: {len(plan.instructions)}  operators ({len(ops)}): {', '.join(ops)}")
+    ops = [esc(op) for op in meta.operators()]
+    console.print(f"instructions: {meta.num_instructions()}  operators ({len(ops)}): {', '.join(ops)}")
     if not arenas:
         console.print("memory arenas: none")
     for s in arenas:
         console.print(f"memory {esc(summary_line(s))}")
         if s.arena.tensors:
             console.print(picture(s, console.width))
-            big = ", ".join(f"{esc(tensor_name(plan, t))} ({t.role}, {t.nbytes:,} bytes at {t.offset:,}, "
+            big = ", ".join(f"{esc(tensor_name(meta, t))} ({t.role}, {t.nbytes:,} bytes at {t.offset:,}, "
                             f"instructions {t.first}–{t.last})" for t in largest(s.arena, 3) if t.first is not None)
             console.print(f"largest: {big}", style="dim")
 
 
-def _tensor_doc(spec: TensorSpec | None, tag: str) -> dict:
-    if spec is None:
+def _tensor_doc(info: TensorInfo | None, tag: str) -> dict:
+    if info is None:
         return {"kind": tag}
-    return {"kind": "Tensor", "dtype": dtype_name(spec.scalar_type), "sizes": list(spec.sizes),
-            "dim_order": list(spec.dim_order), "dynamism": _DYNAMISM[spec.dynamism],
-            "planned": spec.is_memory_planned, "nbytes": spec.nbytes}
+    return {"kind": "Tensor", "dtype": dtype_name(info.dtype()), "sizes": list(info.sizes()),
+            "dim_order": list(info.dim_order()), "dynamism": info.dynamism(),
+            "planned": info.is_memory_planned(), "nbytes": info.nbytes()}
 
 
-def document(path: Path, methods: list[tuple[Plan, MethodMeta, list[ArenaSummary]]]) -> dict:
+def document(path: Path, methods: list[tuple[MethodMeta, list[ArenaSummary]]]) -> dict:
     """The JSON document of ``pterun inspect --json`` (its keys are described in docs/inspect.md)."""
     return {
         "schema": SCHEMA,
         "program": {"path": str(path), "bytes": path.stat().st_size},
         "methods": [{
-            "name": plan.name,
-            "inputs": [_tensor_doc(*io) for io in _io(plan, meta, "input")],
-            "outputs": [_tensor_doc(*io) for io in _io(plan, meta, "output")],
-            "instructions": len(plan.instructions),
-            "operators": [f"{name}.{overload}" if overload else name for name, overload in plan.operators],
-            "delegates": delegate_counts(plan),
+            "name": meta.name(),
+            "inputs": [_tensor_doc(*io) for io in _io(meta, "input")],
+            "outputs": [_tensor_doc(*io) for io in _io(meta, "output")],
+            "instructions": meta.num_instructions(),
+            "operators": meta.operators(),
+            "delegates": delegate_counts(meta),
             "arenas": [{
                 "memory_id": s.arena.memory_id, "size": s.arena.size, "device": s.device,
                 "peak_live_bytes": s.peak, "peak_instruction": s.peak_at,
                 "unshared_bytes": s.arena.unshared_bytes, "saved_bytes": s.saved,
-                "tensors": [{"value": t.value, "name": tensor_name(plan, t), "role": t.role, "offset": t.offset,
+                "tensors": [{"value": t.value, "name": tensor_name(meta, t), "role": t.role, "offset": t.offset,
                              "nbytes": t.nbytes, "first": t.first, "last": t.last} for t in s.arena.tensors],
             } for s in arenas],
-        } for plan, meta, arenas in methods],
+        } for meta, arenas in methods],
     }

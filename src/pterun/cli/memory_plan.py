@@ -14,8 +14,8 @@ from pathlib import Path
 
 from rich.text import Text
 
+from pterun import MethodMeta
 from pterun.cli.report import UserError, visible
-from pterun.format import Plan, TensorSpec
 from pterun.format.lifetimes import ArenaPlan, PlannedTensor
 
 SHADES = " ░▒▓█"  # a cell's live share: none, up to 1/4, 1/2, 3/4, more
@@ -47,10 +47,9 @@ def summarise(arena: ArenaPlan, device: str) -> ArenaSummary:
     return ArenaSummary(arena, device, arena.live_bytes())
 
 
-def tensor_name(plan: Plan, t: PlannedTensor) -> str:
+def tensor_name(meta: MethodMeta, t: PlannedTensor) -> str:
     """A tensor's name as the file gives it (a mutable buffer's ``fqn``), else its value index."""
-    spec = plan.values[t.value]
-    return spec.fqn if isinstance(spec, TensorSpec) and spec.fqn else f"v{t.value}"
+    return meta.tensor_meta(t.value).name() or f"v{t.value}"
 
 
 def _size(n: float) -> str:
@@ -127,7 +126,7 @@ def _plain(name: str) -> str:
     return visible(name).replace("$", r"\$")
 
 
-def plot(path: Path, methods: list[tuple[Plan, list[ArenaSummary]]]) -> int:
+def plot(path: Path, methods: list[tuple[MethodMeta, list[ArenaSummary]]]) -> int:
     """Writes the figure (format by the file's suffix); returns the number of tensors drawn."""
     if path.suffix.lower() not in PLOT_SUFFIXES:
         raise UserError(f"--plot {visible(path)}: expected a file ending in .svg or .png")
@@ -138,13 +137,13 @@ def plot(path: Path, methods: list[tuple[Plan, list[ArenaSummary]]]) -> int:
         from matplotlib.ticker import FuncFormatter, MultipleLocator
     except ImportError:
         raise UserError("--plot needs matplotlib, which is not installed: pip install 'pterun[plot]'") from None
-    panels = [(plan, s) for plan, summaries in methods for s in summaries if s.arena.tensors]
+    panels = [(meta, s) for meta, summaries in methods for s in summaries if s.arena.tensors]
     if not panels:
         raise UserError(f"--plot {visible(path)}: the program plans no memory, so there is nothing to draw")
     figure = Figure(figsize=(11, 3.6 * len(panels)), layout="constrained")
     colours = colormaps["tab20"]
     drawn = 0
-    for k, (plan, s) in enumerate(panels):
+    for k, (meta, s) in enumerate(panels):
         a = s.arena
         ax = figure.add_subplot(len(panels), 1, k + 1)
         for i, t in enumerate(a.tensors):
@@ -158,7 +157,7 @@ def plot(path: Path, methods: list[tuple[Plan, list[ArenaSummary]]]) -> int:
             drawn += 1
         for t in largest(a):
             if t.first is not None and t.nbytes >= a.size / 50:  # a label on a thin tensor would hide others
-                ax.text(t.first + t.span / 2, t.offset + t.nbytes / 2, _plain(f"{tensor_name(plan, t)} ({t.role})"),
+                ax.text(t.first + t.span / 2, t.offset + t.nbytes / 2, _plain(f"{tensor_name(meta, t)} ({t.role})"),
                         ha="center", va="center", fontsize=7, clip_on=True)
         ax.set_xlim(0, a.steps)
         ax.set_ylim(max(a.size, 1), 0)  # offset 0 at the top, as in the terminal
@@ -166,7 +165,7 @@ def plot(path: Path, methods: list[tuple[Plan, list[ArenaSummary]]]) -> int:
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _size(y)))
         ax.set_xlabel("instruction (red edge: an input, output or mutable buffer)")
         ax.set_ylabel(f"byte offset in arena {a.memory_id}")
-        ax.set_title(_plain(f"{plan.name} · arena {a.memory_id} on {s.device}: {_size(a.size)}, peak live "
+        ax.set_title(_plain(f"{meta.name()} · arena {a.memory_id} on {s.device}: {_size(a.size)}, peak live "
                             f"{_size(s.peak)} at instruction {s.peak_at}; one buffer per tensor: "
                             f"{_size(a.unshared_bytes)}, {_saving(s)}"), fontsize=9)
     figure.savefig(path)

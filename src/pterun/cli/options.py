@@ -1,14 +1,45 @@
-"""What the commands share about their options: the bundled example program, and a checked --device."""
+"""What the commands share about their options: each shared option declared once, the bundled example
+program, and a checked --device.
+
+A command declares a shared option by its type (``data: DataFiles = None``), so the flag, its short form
+and its help read the same in every command.
+"""
 
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Annotated, Optional
 
 import torch
 import typer
 
 from pterun.cli.report import UserError
+from pterun.core.device import Device
+from pterun.enums import DEVICE_TYPE_LABELS
+
+# The program a command reads; left out, the bundled example (example_program()).
+ProgramPath = Annotated[
+    Optional[Path], typer.Argument(help="The .pte file; the bundled example when left out.")
+]
+# The .ptd files a program's external tensors live in.
+DataFiles = Annotated[
+    Optional[list[Path]], typer.Option("--data", "-d", help=".ptd file(s) with external tensors.")
+]
+# Every command that runs a program takes --device with no default: left out, load_program gets no device
+# (memory where the program's plan puts it) and inputs are made on the default device, the CPU
+# (input_device()); --device cpu puts everything on the CPU whatever the plan says.
+DeviceName = Annotated[
+    Optional[str], typer.Option(
+        "--device", help="Run every kernel on this device: cpu, cuda or cuda:N (default: where the program's plan "
+                         "puts its memory, inputs on the CPU).")
+]
+# What load_program's trust_native_code=True is, for a command that loads methods.
+TrustNativeCode = Annotated[bool, typer.Option(
+    "--trust-native-code",
+    help="Let delegates that are native code (ExecuTorch's CudaBackend: compiled libraries in the program) "
+         "load and run with this process's rights; without it such a program is refused (docs/trust.md).",
+)]
 
 EXAMPLE = "llama_tiny.pte"
 # The bundled example LLM (ExecuTorch's LLM export: a KV cache and the metadata methods) and its tokenizer.
@@ -35,7 +66,7 @@ def device_option(device: str | None) -> str | None:
         parsed = torch.device(device)
     except RuntimeError:
         raise UserError(f"--device {device!r}: not a device; expected cpu, cuda or cuda:N") from None
-    if parsed.type not in ("cpu", "cuda"):
+    if parsed.type not in DEVICE_TYPE_LABELS:
         raise UserError(f"--device {device!r}: pterun runs programs on cpu or cuda")
     if parsed.type == "cuda":
         if not torch.cuda.is_available():
@@ -45,10 +76,6 @@ def device_option(device: str | None) -> str | None:
     return device
 
 
-def trust_native_code_option():
-    """--trust-native-code: what load_program's trust_native_code=True is, for a command that loads methods."""
-    return typer.Option(
-        False, "--trust-native-code",
-        help="Let delegates that are native code (ExecuTorch's CudaBackend: compiled libraries in the program) "
-             "load and run with this process's rights; without it such a program is refused (docs/trust.md).",
-    )
+def input_device(device: str | None) -> str:
+    """Where a command makes its inputs: --device's, else the default device (the CPU)."""
+    return device if device is not None else str(Device.parse(None))

@@ -12,16 +12,16 @@ from rich.table import Table
 
 from pterun.cli import progress, traced
 from pterun.cli.etdump_spans import Profile, chrome_trace, profile_rows
-from pterun.cli.options import device_option, example_program
+from pterun.cli.options import DataFiles, DeviceName, ProgramPath, device_option, example_program, input_device
 from pterun.cli.report import UserError, console, esc, reported
 
 
 def profile(
-    program: Optional[Path] = typer.Argument(None, help="The .pte file; the bundled example when left out."),
+    program: ProgramPath = None,
     method: str = typer.Option("forward", "--method", "-m", help="The method to profile."),
-    data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help=".ptd file(s) with external tensors."),
+    data: DataFiles = None,
     inputs: Optional[Path] = typer.Option(None, "--inputs", "-i", help=".pt or .npz file of inputs."),
-    device: Optional[str] = typer.Option(None, "--device", help="Run every kernel on this device (cpu, cuda)."),
+    device: DeviceName = None,
     iterations: int = typer.Option(10, "--iterations", "-n", min=1, help="Profiled runs."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Runs before the profiled ones, not counted."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs (without --inputs)."),
@@ -47,7 +47,7 @@ def profile(
     path = program or example_program()
     with reported():
         device = device_option(device)
-        where = device or "cpu"
+        where = input_device(device)
         with progress.steps() as shown:
             with shown.step(f"loading {esc(path.name)}"):
                 loaded = traced.runtime().load_program(path, data_path=data or None, device=device,

@@ -6,10 +6,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pterun import Runtime
+from pterun import MethodMeta, Runtime
 from pterun.cli.inputs import load_inputs, random_inputs
 from pterun.executor.etdump import ALIGNMENT
-from pterun.format import TensorSpec
 from pterun.format.etdump import RunBlock, read_etdump
 
 
@@ -31,10 +30,10 @@ def method_inputs(meta, path: Path | None, device: str, seed: int) -> Inputs:
     return Inputs(random_inputs(meta, device, seed), f"random, seed {seed}")
 
 
-def debug_buffer_estimate(plan) -> int:
-    """Room in the debug buffer for every value of ``plan`` logged once, and as much again for the values
+def debug_buffer_estimate(meta: MethodMeta) -> int:
+    """Room in the debug buffer for every tensor of the method logged once, and as much again for the values
     delegates compute inside (which the plan does not list)."""
-    values = sum(v.nbytes + ALIGNMENT for v in plan.values if isinstance(v, TensorSpec))
+    values = sum(meta.tensor_meta(v).nbytes() + ALIGNMENT for v in meta.tensors())
     return 2 * values + (1 << 20)
 
 

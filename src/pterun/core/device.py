@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 import torch
 
+from pterun.enums import DEVICE_TYPE_LABELS, DeviceType
 from pterun.errors import InvalidArgument
 
-
-class DeviceType(enum.IntEnum):
-    """Numbered as the format's DeviceType enum (and ExecuTorch's runtime)."""
-
-    CPU = 0
-    CUDA = 1
+_EXPECTED = " or ".join(DEVICE_TYPE_LABELS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,8 +19,9 @@ class Device:
 
     @classmethod
     def parse(cls, spec: str | torch.device | Device | None) -> Device:
+        """``spec`` as a device; None is :data:`DEFAULT_DEVICE`."""
         if spec is None:
-            return CPU
+            return DEFAULT_DEVICE
         if isinstance(spec, Device):
             return spec
         if isinstance(spec, str):
@@ -37,7 +33,7 @@ class Device:
             try:
                 kind = DeviceType[spec.type.upper()]
             except KeyError:
-                raise InvalidArgument(f"device {str(spec)!r} is not supported; expected cpu or cuda") from None
+                raise InvalidArgument(f"device {str(spec)!r} is not supported; expected {_EXPECTED}") from None
             return cls(kind, spec.index or 0)
         raise InvalidArgument(f"{spec!r} is not a device")
 
@@ -47,15 +43,20 @@ class Device:
 
     @property
     def torch(self) -> torch.device:
-        return torch.device("cpu") if self.type == DeviceType.CPU else torch.device(self.type.name.lower(), self.index)
+        return torch.device("cpu") if self.type == DeviceType.CPU else torch.device(self.type.label, self.index)
 
     @property
     def is_cpu(self) -> bool:
         return self.type == DeviceType.CPU
 
     def __str__(self) -> str:
-        return "cpu" if self.is_cpu else f"{self.type.name.lower()}:{self.index}"
+        return "cpu" if self.is_cpu else f"{self.type.label}:{self.index}"
 
 
 CPU = Device(DeviceType.CPU, 0)
+# Where a program runs when nobody names a device: the CPU, as ExecuTorch's runtime runs. Every layer that
+# has no device (a load without device=, a backend's context, the CLI without --device) asks Device.parse(None).
+DEFAULT_DEVICE = CPU
+
+__all__ = ["CPU", "DEFAULT_DEVICE", "Device", "DeviceType"]
 

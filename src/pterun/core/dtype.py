@@ -1,17 +1,17 @@
-"""ExecuTorch ScalarType codes -> torch dtypes.
+"""ExecuTorch ScalarType codes -> torch dtypes: the torch column of ``pterun.enums.SCALAR_TYPES``.
 
-The codes are c10::ScalarType's, so the mapping is by number; codes the format
-has but torch cannot hold (the sub-byte quantized packings) map to uint8, as
-their storage is bytes.
+The codes are c10::ScalarType's, so the mapping is by number; every code of the
+format's table has a dtype here (``tests/core`` checks the two agree).
 """
 
 from __future__ import annotations
 
 import torch
 
+from pterun.enums import scalar_type_name
 from pterun.errors import InvalidProgram
 
-_BY_CODE: dict[int, torch.dtype] = {
+_BY_CODE: dict[int, torch.dtype] = {  # keyed as pterun.enums.SCALAR_TYPES
     0: torch.uint8,
     1: torch.int8,
     2: torch.int16,
@@ -37,13 +37,6 @@ _BY_CODE: dict[int, torch.dtype] = {
     29: torch.uint64,
 }
 
-NAMES = {
-    0: "Byte", 1: "Char", 2: "Short", 3: "Int", 4: "Long", 5: "Half", 6: "Float", 7: "Double", 11: "Bool",
-    12: "QInt8", 13: "QUInt8", 14: "QInt32", 15: "BFloat16", 16: "QUInt4x2", 17: "QUInt2x4", 22: "Bits16",
-    23: "Float8_e5m2", 24: "Float8_e4m3fn", 25: "Float8_e5m2fnuz", 26: "Float8_e4m3fnuz", 27: "UInt16",
-    28: "UInt32", 29: "UInt64",
-}
-
 # Quantized dtypes cannot view raw bytes; programs carry their data as plain
 # integers with scales passed separately, so storage uses the integer type.
 _STORAGE = {torch.qint8: torch.int8, torch.quint8: torch.uint8, torch.qint32: torch.int32,
@@ -57,10 +50,21 @@ def to_torch(code: int) -> torch.dtype:
         raise InvalidProgram(f"scalar type {code} has no torch dtype") from None
 
 
+_CODE_OF = {dtype: code for code, dtype in _BY_CODE.items()}
+
+
 def storage_dtype(code: int) -> torch.dtype:
-    dtype = to_torch(code)
+    return storage_of(to_torch(code))
+
+
+def storage_of(dtype: torch.dtype) -> torch.dtype:
+    """The dtype tensors of ``dtype`` are stored as (a quantized or bits dtype's integer type)."""
     return _STORAGE.get(dtype, dtype)
 
 
-def name(code: int) -> str:
-    return NAMES.get(code, f"ScalarType({code})")
+def code_of(dtype: torch.dtype) -> int | None:
+    """The ScalarType code of ``dtype``, or None for a dtype the format has no code for."""
+    return _CODE_OF.get(dtype)
+
+
+name = scalar_type_name  # c10's name of a code ("Float")

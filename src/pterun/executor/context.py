@@ -53,4 +53,4 @@ class LoadContext:
     @property
     def run_device(self) -> Device:
         """The device kernels are chosen for and delegates told about."""
-        return self.options.device or Device()
+        return Device.parse(self.options.device)

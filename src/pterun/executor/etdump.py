@@ -34,32 +34,20 @@ from collections.abc import Callable, Sequence
 import torch
 
 from pterun.core.device import Device, DeviceType
-from pterun.core.dtype import _BY_CODE
+from pterun.core.dtype import code_of
 from pterun.core.layout import CHANNELS_LAST_4D, strides_for
 from pterun.errors import InvalidArgument, InvalidState, MemoryAllocationFailed
 from pterun.executor.load.steps import DelegateStep, KernelStep, Step
 from pterun.format.etdump import DebugEvent, LoggedValue, ProfileEvent, RunBlock, TensorEntry, write_etdump
+from pterun.kernels import prim
 
-# Kernels ExecuTorch registers by hand (kernels/prim_ops): they record no event of their own and log nothing.
-PRIM_OPS = frozenset({
-    "aten::_local_scalar_dense", "aten::sym_numel", "aten::sym_size.int",
-    *(f"executorch_prim::{op}" for op in (
-        "add.Scalar", "ceil.Scalar", "eq.Scalar", "et_copy_index.tensor", "et_view.default", "floordiv.Scalar",
-        "floordiv.int", "ge.Scalar", "gt.Scalar", "le.Scalar", "lt.Scalar", "mod.Scalar", "mod.int",
-        "mul.Scalar", "neg.Scalar", "round.Scalar", "sub.Scalar", "sym_float.Scalar", "sym_int.Scalar",
-        "sym_ite.Scalar", "sym_max.Scalar", "sym_min.Scalar", "sym_not.Scalar", "truediv.Scalar",
-        "trunc.Scalar")),
-})
 # Namespaces whose kernels ExecuTorch registers through EXECUTORCH_LIBRARY, which names their event in full.
 LIBRARY_NAMESPACES = ("llama::",)
 ALIGNMENT = 64  # where each logged tensor starts in the debug buffer, as ExecuTorch aligns it
 
-_CODE_OF = {dtype: code for code, dtype in _BY_CODE.items()}
-
-
 def kernel_event_name(op: str) -> str | None:
     """The event ExecuTorch's kernel for ``op`` records inside ``OPERATOR_CALL``, or None."""
-    if op in PRIM_OPS or op.startswith("executorch_prim::"):
+    if op in prim.NAMES:  # registered by hand in ExecuTorch (kernels/prim_ops): no event of their own
         return None
     if op.startswith(LIBRARY_NAMESPACES):
         return op
@@ -162,7 +150,7 @@ class ProgramTrace:
         return None
 
     def _tensor(self, t: torch.Tensor, dense: bool = False) -> TensorEntry | None:
-        code = _CODE_OF.get(t.dtype)
+        code = code_of(t.dtype)
         if code is None:
             return None
         sizes = tuple(t.shape)

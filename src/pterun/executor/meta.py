@@ -2,14 +2,19 @@
 
 The classes mirror ExecuTorch's Python bindings (methods, not properties, and
 the same ``repr``), so code written against ``executorch.runtime`` reads them
-unchanged.
+unchanged. A few methods are pterun's own (``TensorInfo.dynamism``
+and ``name``; ``MethodMeta.input_value``, ``tensors``, ``tensor_meta``
+and ``memory_plan``): what the CLI, the LLM runner and Ray's reader need, so none
+of them reads the file's raw plan.
 """
 
 from __future__ import annotations
 
+from pterun.core.device import Device, DeviceType
 from pterun.core.dtype import name as dtype_name
 from pterun.errors import IndexOutOfRange
-from pterun.format import Kind, Plan, TensorSpec
+from pterun.format import Dynamism, Kind, Plan, Scalar, TensorSpec
+from pterun.format.lifetimes import ArenaPlan, memory_plan
 
 # ExecuTorch's runtime Tag names, by the format's value kind.
 _TAG_NAMES = {
@@ -19,7 +24,9 @@ _TAG_NAMES = {
 }
 
 
-_DEVICE_NAMES = {1: "cuda"}
+
+
+_DYNAMISM = {Dynamism.STATIC: "static", Dynamism.DYNAMIC_BOUND: "bounded", Dynamism.DYNAMIC_UNBOUND: "unbounded"}
 
 
 def value_kind(value) -> Kind:
@@ -47,6 +54,16 @@ class TensorInfo:
     def nbytes(self) -> int:
         return self._spec.nbytes
 
+    def dynamism(self) -> str:
+        """"static", or how its sizes may change: "bounded" (``sizes()`` is the upper bound) or "unbounded".
+        pterun's own."""
+        return _DYNAMISM[self._spec.dynamism]
+
+    def name(self) -> str | None:
+        """The name the file gives the tensor (a mutable buffer's or an external constant's fqn), or None.
+        pterun's own."""
+        return self._spec.fqn or None
+
     def __repr__(self) -> str:
         return (
             f"TensorInfo(sizes={list(self._spec.sizes)}, dtype={dtype_name(self._spec.scalar_type)}, "
@@ -64,6 +81,7 @@ class MethodMeta:
     def __init__(self, plan: Plan) -> None:
         self._plan = plan
         self._attributes = [v for v in plan.values if isinstance(v, TensorSpec) and v.fqn is not None]
+        self._memory_plan: tuple[ArenaPlan, ...] | None = None
 
     def name(self) -> str:
         return self._plan.name
@@ -107,7 +125,7 @@ class MethodMeta:
         """The device planned buffer ``index`` is tagged for ("cpu", "cuda:0")."""
         self.memory_planned_buffer_size(index)
         device_type, device_index = self._plan.arena_device(index + 1)
-        return "cpu" if device_type == 0 else f"{_DEVICE_NAMES.get(device_type, device_type)}:{device_index}"
+        return str(Device(DeviceType(device_type), device_index))
 
     def operators(self) -> list[str]:
         """The operators the method calls, as ``namespace::name.overload``."""
@@ -126,6 +144,36 @@ class MethodMeta:
 
     def uses_backend(self, name: str) -> bool:
         return any(d.backend_id == name for d in self._plan.delegates)
+
+    def input_value(self, index: int) -> bool | int | float | str | None:
+        """The value non-tensor input ``index`` was exported with (an int, a float, a bool, a string or None).
+        pterun's own."""
+        value = self._io(self._plan.inputs, index, "input")
+        if not isinstance(value, Scalar):
+            raise IndexOutOfRange(f"input {index} is a {_TAG_NAMES[value_kind(value)]}, not a single value")
+        return value.value
+
+    def tensors(self) -> list[int]:
+        """The value indices of every tensor of the method (inputs, outputs, constants, intermediates), in order.
+        pterun's own."""
+        return [i for i, v in enumerate(self._plan.values) if isinstance(v, TensorSpec)]
+
+    def tensor_meta(self, value: int) -> TensorInfo:
+        """Value ``value``'s tensor (an index from ``tensors()`` or ``memory_plan()``). pterun's own."""
+        values = self._plan.values
+        if not 0 <= value < len(values):
+            raise IndexOutOfRange(f"value {value} does not exist; the method has {len(values)}")
+        spec = values[value]
+        if not isinstance(spec, TensorSpec):
+            raise IndexOutOfRange(f"value {value} is a {_TAG_NAMES[spec.kind]}, not a tensor")
+        return TensorInfo(spec)
+
+    def memory_plan(self) -> tuple[ArenaPlan, ...]:
+        """Each planned buffer's tensors: where each lies and the instructions it is live over (worked out once).
+        pterun's own."""
+        if self._memory_plan is None:
+            self._memory_plan = memory_plan(self._plan)
+        return self._memory_plan
 
     def _io(self, indices, index: int, what: str):
         if not 0 <= index < len(indices):

@@ -19,7 +19,7 @@ to is walked only by ``Verifier.walk``, later, with what is left of the same
 bounds: a program's methods are verified when they are loaded.
 
 The layout tables (the ``_generated/*_layout.py`` beside each schema's reader)
-are derived from each ``.fbs`` file by ``scripts/regen_schema.py``, so one
+are derived from each ``.fbs`` file by ``scripts/regen-schema.py``, so one
 verifier serves every schema pterun reads: programs, data files and delegate
 blobs.
 """

@@ -15,13 +15,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pterun.enums import ELEMENT_SIZE
 from pterun.errors import InvalidProgram, NotSupported, PteError
 from pterun.flatbuf.tables import union_member, vector_span
 from pterun.flatbuf.verify import verify_buffer
 from pterun.format._generated import bundled_program_generated as fb
 from pterun.format._generated import bundled_program_layout
 from pterun.format.header import HEADER_OFFSET, IDENTIFIER_OFFSET, PROGRAM_IDENTIFIER
-from pterun.format.plan import ELEMENT_SIZE
 from pterun.format.program import _READ_ERRORS
 from pterun.format.source import FileBytes, Source, read_source
 
@@ -99,10 +99,6 @@ class BundledFile:
     def method_names(self) -> tuple[str, ...]:
         """Methods with a test suite, in the file's order."""
         return tuple(self.suites)
-
-
-def is_bundled_program(data: bytes | memoryview) -> bool:
-    return bytes(data[IDENTIFIER_OFFSET:HEADER_OFFSET]) == BUNDLED_IDENTIFIER
 
 
 def _check_identifier(data: memoryview, name: str) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from pterun.enums import ELEMENT_SIZE
 from pterun.errors import InvalidExternalData, NotFound, PteError
 from pterun.flatbuf.verify import verify_buffer
 from pterun.format._generated import flat_tensor_generated as fb
 from pterun.format._generated import flat_tensor_layout
 from pterun.format.header import read_data_header
-from pterun.format.plan import ELEMENT_SIZE
 from pterun.format.source import FileBytes, Source, read_source
 
 MAX_SUPPORTED_VERSION = 0

@@ -36,7 +36,7 @@ class PlannedTensor:
 
     @property
     def span(self) -> int:
-        return 0 if self.first is None else self.last - self.first + 1
+        return 0 if self.first is None or self.last is None else self.last - self.first + 1
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class ArenaPlan:
             while alive and alive[0][0] < n:
                 heapq.heappop(alive)
             for t in starting.get(n, ()):
+                assert t.last is not None  # a tensor with a first instruction has a last
                 heapq.heappush(alive, (t.last, t.value, t.offset, t.offset + t.nbytes))
             yield n, _merged(sorted((start, end) for _, _, start, end in alive))
 
@@ -73,6 +74,7 @@ class ArenaPlan:
             key = (t.offset, t.nbytes)
             last = seen.get(key)
             if last is not None and t.first is not None and t.first <= last:
+                assert t.last is not None  # a tensor with a first instruction has a last
                 seen[key] = max(last, t.last)  # alive together at the same bytes: a view of the same buffer
                 continue
             seen[key] = t.last if t.last is not None else -1

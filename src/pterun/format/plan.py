@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import ClassVar, Union
 
+from pterun.enums import ELEMENT_SIZE
 from pterun.errors import InvalidProgram, NotSupported
 
 
@@ -37,11 +38,6 @@ class Dynamism(enum.IntEnum):
     DYNAMIC_UNBOUND = 2
 
 
-# Element sizes by ScalarType code; codes outside this table are not in the format.
-ELEMENT_SIZE = {
-    0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 12: 1, 13: 1, 14: 4, 15: 2, 16: 1, 17: 1,
-    22: 2, 23: 1, 24: 1, 25: 1, 26: 1, 27: 2, 28: 4, 29: 8,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +257,7 @@ def check_plan(plan: Plan) -> None:
     kinds = [Kind.TENSOR if isinstance(v, TensorSpec) else v.kind for v in plan.values]
     for vi, v in enumerate(plan.values):
         kind = kinds[vi]
-        if kind == Kind.TENSOR:
+        if isinstance(v, TensorSpec):
             if v.memory_id is not None:
                 if not 1 <= v.memory_id < len(plan.buffer_sizes):
                     raise InvalidProgram(
@@ -275,7 +271,7 @@ def check_plan(plan: Plan) -> None:
                         f"{where} value {vi}: {v.nbytes} bytes at offset {v.memory_offset} overrun arena "
                         f"{v.memory_id} of {plan.buffer_sizes[v.memory_id]} bytes"
                     )
-        elif kind in _ITEM_KINDS:
+        elif isinstance(v, ListValue) and kind in _ITEM_KINDS:
             expected = _ITEM_KINDS[kind]
             for item in v.items:
                 if kind == Kind.OPTIONAL_TENSOR_LIST and item == -1:

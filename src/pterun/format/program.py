@@ -153,6 +153,7 @@ class ProgramFile:
             if not self._marked(what):
                 if self._verifier is None:
                     self._verify_root()  # the root was verified before, but its walk sets this one's bounds
+                assert self._verifier is not None
                 try:
                     self._verifier.walk(pos, "pte.ExecutionPlan", depth=2)
                 except PteError as exc:
@@ -164,6 +165,7 @@ class ProgramFile:
         # The exact bytes the verifier walks: the flatbuffer (segments are checked as they are used).
         if self._digest is None:
             self._digest = hashlib.sha256(self._program_bytes).digest()
+        assert self._marks is not None  # asked only where marks are kept
         return self._marks.key("verified", self._digest, what)
 
     def _marked(self, what: str) -> bool:

@@ -12,15 +12,16 @@ import math
 
 import numpy as np
 
+from pterun.enums import DEVICE_TYPE_CODES, ELEMENT_SIZE, DeviceType
 from pterun.errors import InvalidProgram, NotSupported
 from pterun.flatbuf.bulk import ABSENT, Bytes, Tables
 from pterun.format._generated import program_generated as fb
 from pterun.format._generated import program_layout as layout
 from pterun.format.budget import charge, string
-from pterun.format.plan import ELEMENT_SIZE, Dynamism, Kind, ListValue, Scalar, TensorSpec, Value
+from pterun.format.plan import Dynamism, Kind, ListValue, Scalar, TensorSpec, Value
 
 _MAX_NBYTES = 1 << 63
-_DEVICE_TYPES = (0, 1)  # the format's DeviceType enum
+_KNOWN_DEVICE_TYPES = ", ".join(f"{t.value}: {t.name}" for t in DeviceType)
 _TENSOR_LOCATIONS = (fb.TensorDataLocation.SEGMENT, fb.TensorDataLocation.EXTERNAL)
 _DYNAMISM = tuple(Dynamism)
 # Each list kind: its table, the element type of its items, and how an item becomes a value.
@@ -44,8 +45,8 @@ _KIND_CODES = np.array(_KINDS)
 
 
 def check_device(device_type: int, device_index: int, where: str) -> None:
-    if device_type not in _DEVICE_TYPES:
-        raise NotSupported(f"{where}: device type {device_type} is not one this runtime knows (0: CPU, 1: CUDA)")
+    if device_type not in DEVICE_TYPE_CODES:
+        raise NotSupported(f"{where}: device type {device_type} is not one this runtime knows ({_KNOWN_DEVICE_TYPES})")
     if device_index < 0:
         raise InvalidProgram(f"{where}: device index {device_index} is negative")
 

@@ -40,7 +40,7 @@ def _cuda_mm(count: int) -> Binding:
     """mm on CUDA: one-row products in half precision go to a Triton matrix-vector kernel."""
     from pterun.kernels import aten
 
-    generic = aten.aten_provider("aten::mm.out")(count)
+    generic = aten.aten_kernel("aten::mm.out")(count)
     try:
         from pterun.kernels.triton.gemv import mm_out
     except ImportError:  # no Triton: torch's kernel

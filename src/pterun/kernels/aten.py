@@ -175,6 +175,13 @@ def schema_kernel(overload, name: str) -> KernelFactory:
 
 
 @functools.cache
+def aten_kernel(name: str) -> KernelFactory:
+    """The factory of ATen operator ``name``, which torch has (the kernels that wrap ATen's ask for theirs)."""
+    factory = aten_provider(name)
+    assert factory is not None, name
+    return factory
+
+
 def aten_provider(name: str) -> KernelFactory | None:
     if not name.startswith("aten::"):
         return None

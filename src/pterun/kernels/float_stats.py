@@ -17,7 +17,7 @@ import dataclasses
 
 import torch
 
-from pterun.kernels.aten import aten_provider
+from pterun.kernels.aten import aten_kernel
 from pterun.kernels.registry import Binding, KernelFactory
 
 # Operator -> the keyword names of its statistics outputs.
@@ -37,7 +37,7 @@ def float_statistics(name: str) -> KernelFactory:
     stats = STATISTICS[name]
 
     def factory(count: int) -> Binding:
-        generic = aten_provider(name)(count)
+        generic = aten_kernel(name)(count)
         fn = generic.fn
         scratch: dict[str, torch.Tensor] = {}
 

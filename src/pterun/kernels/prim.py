@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Iterator
 
 import torch
 
 from pterun.errors import InvalidArgument, InvalidType
-from pterun.kernels.registry import Binding, Functional, KernelRegistry, exact_count, fixed_arity
+from pterun.kernels.registry import Binding, Functional, KernelFactory, KernelRegistry, exact_count, fixed_arity
 
 
 def _number(x, op: str):
@@ -187,29 +188,36 @@ def _traceable(fn, nargs: int, name: str, **effects):
     return fixed_arity(fn, nargs, name, functional=Functional(fn), **effects)
 
 
-def register(registry: KernelRegistry) -> None:
+def _kernels() -> Iterator[tuple[str, KernelFactory]]:
     for suffix, fn in _BINARY.items():
         name = f"executorch_prim::{suffix}"
-        registry.register(name, _traceable(fn, 3, name, accepts=(_NUMBER, _NUMBER), returns=_NUMBER))
+        yield name, _traceable(fn, 3, name, accepts=(_NUMBER, _NUMBER), returns=_NUMBER)
     for suffix, fn in _UNARY.items():
         name = f"executorch_prim::{suffix}"
-        registry.register(name, _traceable(fn, 2, name, accepts=(_NUMBER,), returns=_NUMBER))
+        yield name, _traceable(fn, 2, name, accepts=(_NUMBER,), returns=_NUMBER)
     name = "executorch_prim::sym_ite.Scalar"
-    registry.register(name, _traceable(_sym_ite, 4, name, accepts=(_BOOL, _NUMBER, _NUMBER), returns=_NUMBER))
-    registry.register("aten::sym_size.int",
-                      _traceable(_sym_size, 3, "aten::sym_size.int", accepts=(_TENSOR, _INT), returns=_INT,
-                                 strided=True))
+    yield name, _traceable(_sym_ite, 4, name, accepts=(_BOOL, _NUMBER, _NUMBER), returns=_NUMBER)
+    yield "aten::sym_size.int", _traceable(_sym_size, 3, "aten::sym_size.int", accepts=(_TENSOR, _INT), returns=_INT,
+                                           strided=True)
     for name in ("aten::sym_numel", "aten::sym_numel.default"):
-        registry.register(name, _traceable(_sym_numel, 2, "aten::sym_numel", accepts=(_TENSOR,), returns=_INT,
-                                                  strided=True))
+        yield name, _traceable(_sym_numel, 2, "aten::sym_numel", accepts=(_TENSOR,), returns=_INT, strided=True)
     for name in ("aten::_local_scalar_dense", "aten::_local_scalar_dense.default"):
-        registry.register(name, _traceable(_local_scalar_dense, 2, "aten::_local_scalar_dense", accepts=(_TENSOR,),
-                                           returns=_NUMBER, syncs=True, strided=True))
-    registry.register("executorch_prim::et_view.default",
-                      _traceable(_et_view, 3, "executorch_prim::et_view", aliases=(0,), accepts=(_TENSOR, _INT_LIST),
-                                 returns=_TENSOR))
+        yield name, _traceable(_local_scalar_dense, 2, "aten::_local_scalar_dense", accepts=(_TENSOR,),
+                               returns=_NUMBER, syncs=True, strided=True)
+    yield "executorch_prim::et_view.default", _traceable(_et_view, 3, "executorch_prim::et_view", aliases=(0,),
+                                                         accepts=(_TENSOR, _INT_LIST), returns=_TENSOR)
     # The schema returns nothing; emitters have passed the three arguments alone and with a result slot.
     # It grows a tensor in place: no functional form.
     name = "executorch_prim::et_copy_index.tensor"
     binding = Binding(_et_copy_index, (0, 1, 2), mutates=(0,), accepts=(_TENSOR, _TENSOR, _INT))
-    registry.register(name, exact_count(binding, 4, name, also=(3,)))
+    yield name, exact_count(binding, 4, name, also=(3,))
+
+
+def register(registry: KernelRegistry) -> None:
+    for name, factory in _kernels():
+        registry.register(name, factory)
+
+
+# The operators registered here: ExecuTorch registers these by hand (kernels/prim_ops), not through its
+# codegen, so they record no profiling event of their own (executor/etdump.py).
+NAMES = frozenset(name for name, _ in _kernels())

@@ -138,6 +138,11 @@ class KernelRegistry:
         with self._lock:
             self._kernels[(name, device_type)] = factory
 
+    def unregister(self, name: str, device_type: DeviceType | None = None) -> None:
+        """Forgets the kernel ``register(name, ..., device_type)`` registered (KeyError when there is none)."""
+        with self._lock:
+            del self._kernels[(name, device_type)]
+
     def add_provider(self, provider: Provider, names: Callable[[], Iterable[str]]) -> None:
         """``provider(name)`` makes a factory for names it knows; ``names()`` lists them."""
         self._providers.append((provider, names))

@@ -15,7 +15,7 @@ import dataclasses
 
 import torch
 
-from pterun.kernels.aten import aten_provider
+from pterun.kernels.aten import aten_kernel
 from pterun.kernels.registry import Binding, KernelFactory
 
 NAMES = ("aten::split_with_sizes_copy.out", "aten::split_copy.Tensor_out")
@@ -29,7 +29,7 @@ def _pieces(name: str, self: torch.Tensor, sizes, dim: int) -> tuple[torch.Tenso
 
 def any_strides(name: str) -> KernelFactory:
     def factory(count: int) -> Binding:
-        generic = aten_provider(name)(count)
+        generic = aten_kernel(name)(count)
         fast = generic.fn
 
         def call(self, sizes, dim=0, *, out):

@@ -11,7 +11,6 @@ import torch
 
 from pterun.core.dtype import to_torch
 from pterun.errors import InvalidProgram, NotSupported
-from pterun.format import Dynamism
 
 _INTEGER = (torch.int64, torch.int32)
 
@@ -46,8 +45,7 @@ class TextDecoder:
         # Prompts go in whole (in chunks of at most max_seq_len) where the metadata says the length is
         # dynamic, else one token at a time, as ExecuTorch's TextPrefiller does; one token at a time also
         # where the method takes exactly one.
-        plan = self.method.plan
-        fixed = plan.values[plan.inputs[0]].dynamism == Dynamism.STATIC
+        fixed = tokens.dynamism() == "static"
         self.parallel_prefill = (parallel_prefill or not self.use_kv_cache) and self.max_tokens > 1
         if fixed and self.max_tokens != 1:
             raise NotSupported(

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from pterun.core.device import Device
 from pterun.errors import InvalidArgument, InvalidState
 from pterun.llm.config import GenerationConfig
 from pterun.llm.decoder import TextDecoder
@@ -50,7 +51,7 @@ class TextLLMRunner:
             else FORWARD_METHOD
         self._decode_name = DECODE_METHOD if DECODE_METHOD in names and self._prefill_name != DECODE_METHOD \
             else None
-        self._device = self.program.device.torch if self.program.device is not None else torch.device("cpu")
+        self._device = Device.parse(self.program.device).torch
         self.eos_ids = frozenset(self.metadata.eos_ids if self.metadata.eos_ids is not None
                                  else (self.tokenizer.eos_tok,))
         self._sampler_seed = seed
@@ -156,6 +157,7 @@ class TextLLMRunner:
 
     def _prefill(self, tokens: list[int]) -> int:
         """Feeds ``tokens`` at the current position; the next token, greedy (as ExecuTorch's prefill)."""
+        assert self.prefiller is not None and self.sampler is not None  # load() made them
         logits = self.prefiller.prefill(tokens, self.pos)
         self.pos += len(tokens)
         self.sampler.set_temperature(0.0)
@@ -166,6 +168,7 @@ class TextLLMRunner:
         """ExecuTorch's TextTokenGenerator loop: feed the last token, sample the next, until EOS, stop or
         ``max_new_tokens``; returns how many tokens were fed."""
         decoder, sampler, stats, eos_ids = self.decoder, self.sampler, self.stats, self.eos_ids
+        assert decoder is not None and sampler is not None  # load() made them
         sampler.set_temperature(temperature)
         start = pos = self.pos
         cur_token = tokens[-1]

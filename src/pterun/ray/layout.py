@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from pterun import MethodMeta, TensorInfo
 from pterun.core.dtype import name as dtype_name
 from pterun.core.dtype import storage_dtype
 from pterun.errors import InvalidArgument, NotSupported
-from pterun.format import Dynamism, Scalar, TensorSpec
 
 
 @dataclass(frozen=True)
@@ -38,19 +38,18 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype:
     return np.dtype(np.float32) if dtype == torch.bfloat16 else torch.empty((), dtype=dtype).numpy().dtype
 
 
-def tensor_inputs(plan) -> tuple[list[tuple[int, TensorSpec]], dict[int, object]]:
+def tensor_inputs(meta: MethodMeta) -> tuple[list[tuple[int, TensorInfo]], dict[int, object]]:
     """The method's tensor inputs, and the value every other input was exported with (the only one it takes)."""
-    tensors: list[tuple[int, TensorSpec]] = []
+    tensors: list[tuple[int, TensorInfo]] = []
     fixed: dict[int, object] = {}
-    for i, vi in enumerate(plan.inputs):
-        value = plan.values[vi]
-        if isinstance(value, TensorSpec):
-            tensors.append((i, value))
-        elif isinstance(value, Scalar):
-            fixed[i] = value.value
+    for i in range(meta.num_inputs()):
+        tag = meta.input_tag(i)
+        if tag == "Tensor":
+            tensors.append((i, meta.input_tensor_meta(i)))
+        elif tag.startswith("List"):
+            raise NotSupported(f"method {meta.name()!r}: input {i} is a list ({tag}); a column can only feed a tensor")
         else:
-            raise NotSupported(f"method {plan.name!r}: input {i} is a list ({value.kind.name}); "
-                               f"a column can only feed a tensor")
+            fixed[i] = meta.input_value(i)
     return tensors, fixed
 
 
@@ -101,9 +100,10 @@ class Column:
 class Layout:
     """A method's inputs bound to a batch's columns, and how many rows one call takes."""
 
-    def __init__(self, plan, mapping: Mapping[int, str] | Sequence[str] | None, index_column: str | None) -> None:
-        self.name = plan.name
-        self._tensors, self.fixed = tensor_inputs(plan)
+    def __init__(self, meta: MethodMeta, mapping: Mapping[int, str] | Sequence[str] | None,
+                 index_column: str | None) -> None:
+        self.name = meta.name()
+        self._tensors, self.fixed = tensor_inputs(meta)
         self._mapping = mapping
         self._index_column = index_column
         self.inputs: list[Input] | None = None  # bound at the first batch (columns by position)
@@ -115,10 +115,9 @@ class Layout:
         """Chooses the columns (by the mapping, else by position) and whether rows are batch slices."""
         names = self._columns(list(batch))
         self.inputs = [
-            Input(i, names[k], spec.sizes, spec.dynamism == Dynamism.STATIC, spec.scalar_type,
-                  storage_dtype(spec.scalar_type),
-                  numpy_dtype(storage_dtype(spec.scalar_type)))
-            for k, (i, spec) in enumerate(self._tensors)
+            Input(i, names[k], info.sizes(), info.dynamism() == "static", info.dtype(), storage_dtype(info.dtype()),
+                  numpy_dtype(storage_dtype(info.dtype())))
+            for k, (i, info) in enumerate(self._tensors)
         ]
         # Rows are batch slices unless a column's rows already have the input's full rank.
         first = [Column(batch[x.column][:1]).shape(0) for x in self.inputs]

@@ -78,7 +78,6 @@ class PteRunner:
             compile=compile, cuda_graphs=cuda_graphs, allow_tf32=allow_tf32, num_threads=num_threads,
         )
         self.method = loaded.load_method(method)
-        plan = loaded.file.plan(method)
         meta = self.method.metadata
         for j in range(meta.num_outputs()):
             if meta.output_tag(j) != "Tensor":
@@ -89,7 +88,7 @@ class PteRunner:
         if len(self.output_names) != n_out:
             raise InvalidArgument(f"method {method!r} has {n_out} outputs; outputs= names {len(self.output_names)}")
         self.output_dtypes = [numpy_dtype(storage_dtype(meta.output_tensor_meta(j).dtype())) for j in range(n_out)]
-        self.layout = Layout(plan, inputs, index_column)
+        self.layout = Layout(meta, inputs, index_column)
         self.index_column = index_column
         self.keep_inputs = keep_inputs
         self.record = on_error == "record"
@@ -141,11 +140,13 @@ class PteRunner:
         return out
 
     def _inputs(self) -> set[str]:
+        assert self.layout.inputs is not None  # bound at the first batch
         return {x.column for x in self.layout.inputs}
 
     def _test_hook(self) -> None:
         """Test-only: mark each batch with the actor's process; hold the first batch until the other actors
         are up (else the first actor ready may take every batch); die (once per job) on the chosen batch."""
+        assert self._test_dir is not None  # the hook runs only in the tests that set it
         Path(self._test_dir, f"batch-{os.getpid()}-{self._batches}").touch()
         deadline = time.monotonic() + 60
         while (self._batches == 1 and len(list(Path(self._test_dir).glob("actor-*"))) < self._wait_for_actors

@@ -164,7 +164,8 @@ def _quantize_8da4w(module: torch.nn.Module, group: int) -> torch.nn.Module:
     from torchao.quantization.granularity import PerGroup
     from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
 
-    quantize_(module, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group)))
+    config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group))
+    quantize_(module, config)
     return module
 
 

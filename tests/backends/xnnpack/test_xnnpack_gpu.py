@@ -13,8 +13,15 @@ import torch
 
 import pterun
 from tests.backends.xnnpack.programs import (
-    assert_relative, assert_within_one_step, export_8da4w, export_model, export_quantized, export_zoo, output_steps,
-    quantized_inputs, zoo_inputs,
+    assert_relative,
+    assert_within_one_step,
+    export_8da4w,
+    export_model,
+    export_quantized,
+    export_zoo,
+    output_steps,
+    quantized_inputs,
+    zoo_inputs,
 )
 from tests.support.differential import flat
 

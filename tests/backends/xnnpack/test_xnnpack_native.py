@@ -63,7 +63,8 @@ def test_4bit_block_layers_match_the_pytorch_path_bit_for_bit(kernel, family, mo
         for i, shape in enumerate(shapes):
             x = torch.randn(shape, generator=torch.Generator().manual_seed(i)) * (1.0, 30.0, 0.01, 4.0)[i % 4]
             a, b = fast.execute([x])[0], plain.execute([x])[0]
-            assert torch.equal(a, b), f"{exported.key} {shape} on {kernel} in the {family} order: {(a != b).sum()} differ"
+            assert torch.equal(a, b), (
+                f"{exported.key} {shape} on {kernel} in the {family} order: {(a != b).sum()} differ")
 
 
 def test_native_layers_match_executorch_at_every_row_count():

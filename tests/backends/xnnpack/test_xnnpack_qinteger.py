@@ -20,7 +20,12 @@ import pterun
 from pterun.backends.xnnpack.graph import Datatype, PerTensor
 from pterun.backends.xnnpack.nodes import isa, native, qblock, qlinear
 from tests.backends.xnnpack.programs import (
-    assert_relative, export_8da4w, export_quantized, graphs, node_kinds, quantized_inputs,
+    assert_relative,
+    export_8da4w,
+    export_quantized,
+    graphs,
+    node_kinds,
+    quantized_inputs,
 )
 from tests.support.oracle import run_reference
 

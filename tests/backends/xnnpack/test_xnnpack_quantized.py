@@ -15,8 +15,15 @@ import torch
 
 import pterun
 from tests.backends.xnnpack.programs import (
-    QUANT_MODELS, assert_relative, assert_within_one_step, export_8da4w, export_quantized, node_kinds,
-    output_steps, quantized_inputs, value_types,
+    QUANT_MODELS,
+    assert_relative,
+    assert_within_one_step,
+    export_8da4w,
+    export_quantized,
+    node_kinds,
+    output_steps,
+    quantized_inputs,
+    value_types,
 )
 from tests.support.oracle import run_reference
 from tests.support.quantizing import SCHEMES

@@ -20,10 +20,18 @@ def _reencode(data: bytes, layout, identifier: bytes) -> bytes:
     import flatbuffers
     import numpy as np
 
-    u16 = lambda p: struct.unpack_from("<H", data, p)[0]
-    u32 = lambda p: struct.unpack_from("<I", data, p)[0]
-    i32 = lambda p: struct.unpack_from("<i", data, p)[0]
-    follow = lambda p: p + u32(p)
+    def u16(p):
+        return struct.unpack_from("<H", data, p)[0]
+
+    def u32(p):
+        return struct.unpack_from("<I", data, p)[0]
+
+    def i32(p):
+        return struct.unpack_from("<i", data, p)[0]
+
+    def follow(p):
+        return p + u32(p)
+
     b = flatbuffers.Builder(4 * len(data))
     b.ForceDefaults(True)
     made: dict[tuple, int] = {}
@@ -52,11 +60,11 @@ def _reencode(data: bytes, layout, identifier: bytes) -> bytes:
         vt = pos - i32(pos) if pos is not None else None
         vt_size = u16(vt) if vt is not None else 0
         present = {}
-        for fname, voffset, kind, arg, _ in fields:
+        for fname, voffset, _kind, _arg, _ in fields:
             off = u16(vt + voffset) if voffset < vt_size else 0
             present[fname] = pos + off if off else None
         children = {}
-        for fname, voffset, kind, arg, _ in fields:
+        for fname, _voffset, kind, arg, _ in fields:
             fpos = present[fname]
             if kind == "table" and fpos is None and arg in _EMPTY_TABLES:
                 children[fname] = table(None, arg)

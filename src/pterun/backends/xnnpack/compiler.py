@@ -153,6 +153,7 @@ class Builder:
     def constant(self, value: Value) -> torch.Tensor:
         key = ("constant", value.id)
         if key not in self.cache:
+            assert value.data is not None  # a constant value carries its data
             self.cache[key] = value.data.to(self.device)
         return self.cache[key]
 

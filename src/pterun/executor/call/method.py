@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -195,6 +195,19 @@ class Method:
     def source(self) -> str:
         """The Python the method was generated as (its own code)."""
         return self._loaded.generated.source
+
+    @property
+    def code(self) -> Callable:
+        """The function ``source`` defines, which each call runs; its ``__code__.co_filename`` is the file name
+        of this load's lines in tracebacks and ``linecache``."""
+        return self._loaded.generated.run
+
+    @property
+    def steps(self) -> tuple:
+        """What the method runs, instruction by instruction, after folding and fusion (executor/steps.py): a
+        KernelStep (the operator, its Binding, the values it passes), a DelegateStep, the plan's move, jump
+        or free; None where an instruction became nothing (a copy folded into a view)."""
+        return tuple(self._loaded.steps)
 
     @property
     def functional_source(self) -> str | None:

@@ -83,13 +83,17 @@ def _setters() -> tuple[Callable[[int], None], Callable[[int], int] | None] | No
     if "OpenMP" not in torch.__config__.parallel_info():
         return None
     libraries = _loaded_libraries()
-    openmp = next((p for p in libraries if os.path.basename(p).startswith(_OPENMP_NAMES)), None)
-    if openmp is None:
-        return None
-    omp = ctypes.CDLL(openmp).omp_set_num_threads
+    torch_cpu = next((p for p in libraries if os.path.basename(p).startswith("libtorch_cpu")), None)
+    # The OpenMP runtime torch links: looked up through libtorch_cpu, which searches its own dependencies.
+    # Other wheels bundle copies of their own (sentencepiece's libgomp), whose counts torch never reads.
+    omp = getattr(ctypes.CDLL(torch_cpu), "omp_set_num_threads", None) if torch_cpu is not None else None
+    if omp is None:
+        openmp = next((p for p in libraries if os.path.basename(p).startswith(_OPENMP_NAMES)), None)
+        if openmp is None:
+            return None
+        omp = ctypes.CDLL(openmp).omp_set_num_threads
     omp.restype, omp.argtypes = None, (ctypes.c_int,)
     mkl = None
-    torch_cpu = next((p for p in libraries if os.path.basename(p).startswith("libtorch_cpu")), None)
     if torch_cpu is not None:
         mkl = getattr(ctypes.CDLL(torch_cpu), "MKL_Set_Num_Threads_Local", None)
         if mkl is not None:

@@ -48,8 +48,6 @@ from pterun.executor.etdump import MethodTrace
 from pterun.executor.load.steps import DelegateStep, KernelStep, Step, describe
 from pterun.format import FreeCall, JumpFalseCall, MoveCall, Plan
 
-FAST_CALLS = True  # call ATen out-variants through torch's Python bindings where they match (torch_functions.py)
-
 
 @dataclass
 class MethodValues:
@@ -204,7 +202,8 @@ class _Generator:
                     constant[pos] = converted
             else:
                 exprs[pos] = self.ref(vi)
-        fast = None if per_call or not FAST_CALLS else python_binding(step, self.plan, self.values.objects, constant)
+        # ATen out-variants called through torch's Python bindings where they reach the same overload (callforms.py).
+        fast = None if per_call else python_binding(step, self.plan, self.values.objects, constant)
         fn_name = self.bind(kernel_name(step.name), fast or b.fn, n)
         for pos in b.writes:
             vi = args[pos]

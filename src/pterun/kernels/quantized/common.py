@@ -30,10 +30,6 @@ def dtype_of(code):
     return None if code is None else to_torch(code)
 
 
-def storage(dtype: torch.dtype) -> torch.dtype:
-    return torch.int16 if dtype is torch.bits16 else dtype
-
-
 def as_codes(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``x`` holding codes of ``dtype``, as the kernel reads and writes them: 16-bit codes stored as int16
     are unsigned values."""

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import torch
 
+from pterun.core.dtype import storage_of
 from pterun.errors import InvalidArgument
 from pterun.kernels.python_kernels import F32, KernelTable, f32, resize
 from pterun.kernels.quantized.channels import channel_view, normalize_axis, tokens
-from pterun.kernels.quantized.common import as_codes, int32, scalar, storage
+from pterun.kernels.quantized.common import as_codes, int32, scalar
 
 KERNELS = KernelTable()
 
@@ -19,7 +20,7 @@ _DEQUANT_INPUTS = (torch.uint8, torch.int8, torch.int16, torch.uint16, torch.bit
 
 
 def _check_dequantize(input, quant_min, quant_max, dtype, out_dtype, out, what):
-    if input.dtype != storage(dtype) or dtype not in _DEQUANT_INPUTS:
+    if input.dtype != storage_of(dtype) or dtype not in _DEQUANT_INPUTS:
         raise InvalidArgument(f"{what}: input is {input.dtype}, dtype is {dtype}")
     if out_dtype is not None and out.dtype != out_dtype:
         raise InvalidArgument(f"{what}: out is {out.dtype} but out_dtype is {out_dtype}")

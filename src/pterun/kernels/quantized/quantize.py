@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import torch
 
+from pterun.core.dtype import storage_of
 from pterun.errors import InvalidArgument
 from pterun.kernels.python_kernels import F32, KernelTable, f32, resize
 from pterun.kernels.quantized.channels import channel_view, normalize_axis, tokens
-from pterun.kernels.quantized.common import as_codes, int32, recip_f32, scalar, storage
+from pterun.kernels.quantized.common import as_codes, int32, recip_f32, scalar
 
 KERNELS = KernelTable()
 
@@ -28,7 +29,7 @@ _QUANT_BOUNDS = {
 def _check_quantize(input: torch.Tensor, quant_min: int, quant_max: int, dtype, out: torch.Tensor, what: str):
     if not input.is_floating_point():
         raise InvalidArgument(f"{what}: input must be a floating-point tensor, not {input.dtype}")
-    if out.dtype != storage(dtype):
+    if out.dtype != storage_of(dtype):
         raise InvalidArgument(f"{what}: out is {out.dtype} but dtype is {dtype}")
     bounds = _QUANT_BOUNDS.get(dtype)
     if bounds is None:

@@ -23,7 +23,8 @@ class _Sub(torch.Tensor):
 def _arguments() -> dict:
     (x,) = float_inputs(1)
     return {
-        "list": [x], "tuple": (x,), "deque": collections.deque([x]), "tensor": x, "tensor subclass": x.as_subclass(_Sub),
+        "list": [x], "tuple": (x,), "deque": collections.deque([x]), "tensor": x,
+        "tensor subclass": x.as_subclass(_Sub),
         "list of subclass": [x.as_subclass(_Sub)], "list of parameter": [torch.nn.Parameter(x)],
         "dict": {0: x}, "generator": (v for v in [x]), "set": {1}, "None": None, "str": "ab", "int": 3,
         "nested list": [[x]], "ndarray": x.numpy(), "list of ndarray": [x.numpy()], "dict values": {0: x}.values(),
