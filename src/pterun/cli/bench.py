@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -13,8 +12,10 @@ from pterun import Runtime
 from pterun.cli import progress
 from pterun.cli.inputs import load_inputs, random_inputs
 from pterun.cli.options import (
+    AllowTf32,
     DataFiles,
     DeviceName,
+    InputsFile,
     ProgramPath,
     TrustNativeCode,
     device_option,
@@ -40,18 +41,14 @@ def bench(
     model: Optional[str] = typer.Option(
         None, "--model", help="For eager: 'package.module:function' returning the nn.Module the program came from."
     ),
-    inputs: Optional[Path] = typer.Option(
-        None, "--inputs", "-i", help=".pt or .npz file of inputs; else random ones drawn from the method's metadata."
-    ),
+    inputs: InputsFile = None,
     repeat: int = typer.Option(50, "--repeat", "-n", min=1, help="Timed rounds; each runs every way once."),
     warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed runs of each way before the rounds."),
     compile: bool = typer.Option(
         False, "--compile", help="Hand pterun's method to torch.compile (compile=True); its first run compiles."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
-    allow_tf32: bool = typer.Option(
-        False, "--allow-tf32", help="Let float32 products and convolutions on CUDA use TF32 (docs/precision.md)."
-    ),
+    allow_tf32: AllowTf32 = False,
     trust_native_code: TrustNativeCode = False,
 ) -> None:
     """Time pterun against other ways of running the same program, interleaved in one process.

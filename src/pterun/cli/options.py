@@ -35,6 +35,14 @@ DeviceName = Annotated[
                          "puts its memory, inputs on the CPU).")
 ]
 # What load_program's trust_native_code=True is, for a command that loads methods.
+InputsFile = Annotated[Optional[Path], typer.Option(
+    "--inputs", "-i", help=".pt or .npz file of inputs; else random ones drawn from the method's metadata.",
+)]
+
+AllowTf32 = Annotated[bool, typer.Option(
+    "--allow-tf32", help="Let float32 products and convolutions on CUDA use TF32 (docs/precision.md).",
+)]
+
 TrustNativeCode = Annotated[bool, typer.Option(
     "--trust-native-code",
     help="Let delegates that are native code (ExecuTorch's CudaBackend: compiled libraries in the program) "

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from pathlib import Path
-from typing import Optional
 
 import torch
 import typer
@@ -15,8 +13,10 @@ from pterun import Runtime
 from pterun.cli import progress
 from pterun.cli.inputs import describe, load_inputs, random_inputs
 from pterun.cli.options import (
+    AllowTf32,
     DataFiles,
     DeviceName,
+    InputsFile,
     ProgramPath,
     TrustNativeCode,
     device_option,
@@ -30,9 +30,7 @@ def run(
     program: ProgramPath = None,
     method: str = typer.Option("forward", "--method", "-m", help="The method to run."),
     data: DataFiles = None,
-    inputs: Optional[Path] = typer.Option(
-        None, "--inputs", "-i", help=".pt or .npz file of inputs; else random ones drawn from the method's metadata."
-    ),
+    inputs: InputsFile = None,
     device: DeviceName = None,
     repeat: int = typer.Option(10, "--repeat", "-n", min=1, help="Timed runs."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Runs before the timed ones, not counted."),
@@ -40,9 +38,7 @@ def run(
     compile: bool = typer.Option(
         False, "--compile", help="Hand the method to torch.compile (compile=True); the first run compiles."
     ),
-    allow_tf32: bool = typer.Option(
-        False, "--allow-tf32", help="Let float32 products and convolutions on CUDA use TF32 (docs/precision.md)."
-    ),
+    allow_tf32: AllowTf32 = False,
     trust_native_code: TrustNativeCode = False,
 ) -> None:
     """Run a method with random inputs (or --inputs) and print its outputs and timings.
