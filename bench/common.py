@@ -69,3 +69,22 @@ def environment() -> str:
             f"({', '.join(sets) or 'no AVX2'}; ATen {torch.backends.cpu.get_cpu_capability()}"
             f"{'; ' + ', '.join(ceilings) if ceilings else ''}; 8-bit products: {products}, "
             f"8da4w: XNNPACK's {cpu.block_kernels} order)")
+
+
+def copy_bandwidth() -> float:
+    """Bytes per second a large device-to-device copy moves (read plus write), the median of 20: the bandwidth
+    floors of the GPU benches divide the bytes a step must read by it."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(20):
+        start.record()
+        dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    return 2 * src.numel() / times[len(times) // 2]

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu import copy_bandwidth  # noqa: E402
+from common import copy_bandwidth  # noqa: E402
 
 try:  # Triton exists where a GPU does; --help works without it
     from pterun.kernels.triton.gated import gate_up

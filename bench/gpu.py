@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, console, environment, report  # noqa: E402
+from common import ROOT, console, copy_bandwidth, environment, report  # noqa: E402
 from models import GPU_SET, SET  # noqa: E402
 
 import pterun  # noqa: E402
@@ -106,24 +106,6 @@ def busy_ms(call, repeat: int) -> float:
         torch.cuda.synchronize()
         times.append(begin.elapsed_time(end))
     return sorted(times)[len(times) // 2]
-
-
-def copy_bandwidth() -> float:
-    """Bytes per second of a large device-to-device copy (read + write counted)."""
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(20):
-        start.record()
-        dst.copy_(src)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    times.sort()
-    return 2 * src.numel() / times[len(times) // 2]
 
 
 def main() -> None:

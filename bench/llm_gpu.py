@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import copy_bandwidth  # noqa: E402
 from llm import prompt_of  # noqa: E402
 from llm_export import CONTEXT, PARAMS, write_tokenizer  # noqa: E402  (puts the repository on the path)
 from models import codebook  # noqa: E402
@@ -97,20 +98,6 @@ def export(out: Path, params: dict = PARAMS) -> Path:
     return out / (NAME + ".xz")
 
 
-def _copy_bandwidth(device: str) -> float:
-    """Bytes per second of a large device-to-device copy (read plus write counted once, as a decode reads)."""
-    a = torch.empty(1 << 30, dtype=torch.uint8, device=device)
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(20):
-        b.copy_(a)
-    torch.cuda.synchronize()
-    return 2 * a.numel() * 20 / (time.perf_counter() - start)
-
-
 def run(directory: Path, new_tokens: int, rounds: int) -> None:
     from pterun.llm import GenerationConfig, TextLLMRunner
 
@@ -162,7 +149,7 @@ def run(directory: Path, new_tokens: int, rounds: int) -> None:
     theirs = theirs[2:]
 
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    bandwidth = _copy_bandwidth("cuda")
+    bandwidth = copy_bandwidth()
     floor = weights / bandwidth
     ours_rate, theirs_rate = statistics.median(r[0] for r in ours), statistics.median(r[0] for r in theirs)
     table = {

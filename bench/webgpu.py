@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import copy_bandwidth  # noqa: E402
 from models import SET  # noqa: E402
 
 import pterun  # noqa: E402
@@ -209,20 +210,6 @@ def run_model(programs: Path, name: str, cuda: bool) -> dict:
     row["breakdown"] = breakdown(webgpu, inputs)
     print(name, json.dumps(row), flush=True)
     return row
-
-
-def copy_bandwidth() -> float:
-    """Device-to-device copy bandwidth (bytes read and written per second) through PyTorch."""
-    src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(10):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    return 2 * src.numel() * 10 / (time.perf_counter() - start)
 
 
 def weight_bytes(method) -> int:
