@@ -1,8 +1,9 @@
 """One decoder method of an LLM program called the way ExecuTorch's TextDecoderRunner calls it.
 
-Inputs are as the method declares them: tokens ``[1, n]``, then (with a KV cache) the start
-position ``[1]`` or the cache positions ``[n]``. ``decode_step`` is the one call per generated
-token, with its inputs allocated once; a faster decode (a CUDA graph) replaces just that method.
+Inputs are as the method declares them: tokens ``[1, n]`` (embeddings ``[1, n, dim]`` for a multimodal
+program's text_decoder), then (with a KV cache) the start position ``[1]`` or the cache positions ``[n]``.
+``decode_step`` is the one call per generated token, with its inputs allocated once; a faster decode
+(a CUDA graph) replaces just that method.
 """
 
 from __future__ import annotations
@@ -39,9 +40,7 @@ class TextDecoder:
         self.device = device
         self.use_kv_cache = meta.num_inputs() > 1
         if self.use_kv_cache:
-            position = meta.input_tensor_meta(1)
-            self.position_dtype = to_torch(position.dtype())
-            self.cache_positions = len(position.sizes()) == 1 and position.sizes()[0] > 1
+            self.positions = Positions(meta, device)
         # Prompts go in whole (in chunks of at most max_seq_len) where the metadata says the length is
         # dynamic, else one token at a time, as ExecuTorch's TextPrefiller does; one token at a time also
         # where the method takes exactly one.
@@ -54,33 +53,21 @@ class TextDecoder:
             )
         self.chunk = min(max_seq_len if max_seq_len > 0 else 128, self.max_tokens)
         self._token = torch.zeros((1, 1), dtype=self.token_dtype, device=device)
-        if self.use_kv_cache:
-            self._position = torch.zeros((1,), dtype=self.position_dtype, device=device)
 
     def step(self, tokens: list[int], start_pos: int) -> torch.Tensor:
         """Logits of the last of ``tokens`` fed at ``start_pos`` (the whole sequence without a KV cache)."""
         ids = torch.tensor([tokens], dtype=self.token_dtype, device=self.device)
         if not self.use_kv_cache:
             return self._run([ids])
-        if self.cache_positions:
-            position = torch.arange(start_pos, start_pos + len(tokens), dtype=self.position_dtype,
-                                    device=self.device)
-        else:
-            position = torch.tensor([start_pos], dtype=self.position_dtype, device=self.device)
-        return self._run([ids, position])
+        return self._run([ids, self.positions.of(start_pos, len(tokens))])
 
     def decode_step(self, token: int, pos: int) -> torch.Tensor:
         """Logits after one token at ``pos``: the per-token call of generation (KV-cached programs)."""
         self._token.fill_(token)
-        self._position.fill_(pos)
-        return self._run([self._token, self._position])
+        return self._run([self._token, self.positions.one(pos)])
 
     def _run(self, inputs: list) -> torch.Tensor:
-        self.stats.on_model_execution_begin()
-        outputs = self.method.execute(inputs, clone_outputs=False)
-        self.stats.on_model_execution_end()
-        logits = outputs[0]
-        return logits[0, -1] if logits.dim() == 3 else logits.reshape(-1, logits.shape[-1])[-1]
+        return run_decoder(self.method, inputs, self.stats)
 
     def prefill(self, tokens: list[int], start_pos: int) -> torch.Tensor:
         """Feeds the prompt from ``start_pos``; the logits after its last token."""
@@ -91,3 +78,45 @@ class TextDecoder:
         for offset, token in enumerate(tokens):
             logits = self.decode_step(token, start_pos + offset)
         return logits
+
+
+class Positions:
+    """A decoder's position input (its second), as the method declares it: the start position ``[1]`` or the
+    cache positions ``[n]`` (ExecuTorch's populate_start_pos_or_cache_position)."""
+
+    def __init__(self, meta, device: torch.device) -> None:
+        info = meta.input_tensor_meta(1)
+        sizes = info.sizes()
+        self.dtype = to_torch(info.dtype())
+        if len(sizes) != 1 or self.dtype not in _INTEGER:
+            raise InvalidProgram(
+                f"method {meta.name()!r}: expected a position input [1] or [n] of int64 after the first, found "
+                f"{list(sizes)} of {self.dtype}"
+            )
+        self.cache_positions = sizes[0] > 1
+        self.device = device
+        self._one = torch.zeros((1,), dtype=self.dtype, device=device)
+
+    def of(self, start: int, count: int) -> torch.Tensor:
+        """The positions of ``count`` entries from ``start``."""
+        if self.cache_positions:
+            return torch.arange(start, start + count, dtype=self.dtype, device=self.device)
+        return torch.tensor([start], dtype=self.dtype, device=self.device)
+
+    def one(self, pos: int) -> torch.Tensor:
+        """The position of one entry, in a tensor allocated once (the per-token call)."""
+        self._one.fill_(pos)
+        return self._one
+
+
+def run_decoder(method, inputs: list, stats) -> torch.Tensor:
+    """The logits of the last position after one call of a decoder method, timed into ``stats``."""
+    stats.on_model_execution_begin()
+    outputs = method.execute(inputs, clone_outputs=False)
+    stats.on_model_execution_end()
+    return last_logits(outputs[0])
+
+
+def last_logits(logits: torch.Tensor) -> torch.Tensor:
+    """The last position's row of a decoder's logits ([1, n, vocab], or [n, vocab] or [vocab])."""
+    return logits[0, -1] if logits.dim() == 3 else logits.reshape(-1, logits.shape[-1])[-1]
