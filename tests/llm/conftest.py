@@ -18,6 +18,14 @@ from tests.support.exporting import ExportSpec, export_program
 from tests.support.llm_programs import MAX_CONTEXT_LEN, llama_program
 from tests.support.llm_tokenizers import VOCAB
 from tests.support.models.examples import KVStep, llama_transformer
+from tests.support.multimodal_programs import (
+    CHUNK_FRAMES,
+    IMAGE_SIZE,
+    MEL_BINS,
+    MODELS,
+    MultimodalProgram,
+    multimodal_program,
+)
 from tests.support.premises import assert_calls
 
 # The static program stops at any of these tokens, so that EOS handling is compared as well.
@@ -116,6 +124,45 @@ def executorch_runner():
         while True:
             before = int(time.time())
             runner = llm.TextLLMRunner(str(pte), str(tokenizer))
+            if int(time.time()) == before:
+                return runner, before
+
+    return make
+
+
+@pytest.fixture(scope="session", params=MODELS)
+def multimodal(request) -> MultimodalProgram:
+    """Each multimodal program (tests/support/multimodal_programs.py)."""
+    return multimodal_program(request.param)
+
+
+@pytest.fixture(scope="session")
+def llava() -> MultimodalProgram:
+    return multimodal_program("llava")
+
+
+@pytest.fixture(scope="session")
+def voxtral() -> MultimodalProgram:
+    return multimodal_program("voxtral")
+
+
+def media(program: MultimodalProgram, seed: int = 0, *, chunks: int = 2):
+    """A float32 image (C, H, W) in [0, 1) for a vision program, else audio features (chunks, n_bins, n_frames)."""
+    generator = torch.Generator().manual_seed(seed)
+    if program.modality == "vision":
+        return torch.rand(3, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
+    return torch.randn(chunks, MEL_BINS, CHUNK_FRAMES, generator=generator)
+
+
+@pytest.fixture(scope="session")
+def executorch_multimodal_runner():
+    """ExecuTorch's MultimodalRunner and the seed its sampler took."""
+    llm = pytest.importorskip("executorch.extension.llm.runner")
+
+    def make(program: MultimodalProgram):
+        while True:
+            before = int(time.time())
+            runner = llm.MultimodalRunner(str(program.pte), str(program.tokenizer))
             if int(time.time()) == before:
                 return runner, before
 

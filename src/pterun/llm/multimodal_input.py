@@ -27,13 +27,14 @@ _IMAGE_DTYPES = (torch.uint8, torch.float32)
 
 
 def _as_tensor(value: Any, what: str) -> torch.Tensor:
-    """A tensor, NumPy array or Pillow image as a CPU tensor (no copy where it can be helped)."""
+    """A tensor, NumPy array or Pillow image as a tensor."""
     if isinstance(value, torch.Tensor):
         return value.detach()
     if hasattr(value, "getbands") and hasattr(value, "mode"):  # a Pillow image: (H, W) or (H, W, C) uint8
         value = np.asarray(value)
     if isinstance(value, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(value))
+        array = np.ascontiguousarray(value)
+        return torch.from_numpy(array if array.flags.writeable else array.copy())
     raise InvalidArgumentType(f"{what} must be a torch.Tensor, a NumPy array or a Pillow image, got "
                               f"{type(value).__name__}")
 
@@ -74,9 +75,9 @@ class Image:
 
     @classmethod
     def from_tensor(cls, chw: torch.Tensor) -> Image:
-        """An image of a (C, H, W) uint8 or float32 tensor (made contiguous)."""
+        """An image of a (C, H, W) uint8 or float32 tensor (copied, as ExecuTorch copies it)."""
         image = cls.__new__(cls)
-        image._tensor = chw.contiguous()
+        image._tensor = chw.clone(memory_format=torch.contiguous_format)
         return image
 
     @property
@@ -132,7 +133,7 @@ class Audio:
     @classmethod
     def from_tensor(cls, features: torch.Tensor) -> Audio:
         audio = cls.__new__(cls)
-        audio._tensor = features.contiguous()
+        audio._tensor = features.clone(memory_format=torch.contiguous_format)
         return audio
 
     @property
