@@ -22,6 +22,9 @@ class ScalarType(NamedTuple):
 SCALAR_TYPES: dict[int, ScalarType] = {t.code: t for t in (
     ScalarType(0, "Byte", 1), ScalarType(1, "Char", 1), ScalarType(2, "Short", 2), ScalarType(3, "Int", 4),
     ScalarType(4, "Long", 8), ScalarType(5, "Half", 2), ScalarType(6, "Float", 4), ScalarType(7, "Double", 8),
+    # Not in program.fbs's enum, but the exporter writes them (torch.stft's result in ExecuTorch's Whisper
+    # feature extractor) and ExecuTorch's runtime takes them.
+    ScalarType(8, "ComplexHalf", 4), ScalarType(9, "ComplexFloat", 8), ScalarType(10, "ComplexDouble", 16),
     ScalarType(11, "Bool", 1), ScalarType(12, "QInt8", 1), ScalarType(13, "QUInt8", 1),
     ScalarType(14, "QInt32", 4), ScalarType(15, "BFloat16", 2), ScalarType(16, "QUInt4x2", 1),
     ScalarType(17, "QUInt2x4", 1), ScalarType(22, "Bits16", 2), ScalarType(23, "Float8_e5m2", 1),

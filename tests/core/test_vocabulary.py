@@ -19,11 +19,18 @@ def test_every_scalar_type_has_a_torch_dtype_of_its_size():
 
 
 def test_a_code_the_format_lacks_is_named_and_refused():
-    assert 8 not in SCALAR_TYPES  # ComplexHalf: not in the format
-    assert scalar_type_name(8) == "ScalarType(8)" and dtype.name(6) == "Float"
-    with pytest.raises(InvalidProgram, match="scalar type 8 "):
-        dtype.to_torch(8)
-    assert dtype.code_of(torch.complex64) is None
+    assert 18 not in SCALAR_TYPES  # Bits1x8: not in the format
+    assert scalar_type_name(18) == "ScalarType(18)" and dtype.name(6) == "Float"
+    with pytest.raises(InvalidProgram, match="scalar type 18 "):
+        dtype.to_torch(18)
+    assert dtype.code_of(torch.bits8) is None
+
+
+def test_complex_codes_the_exporter_writes_are_read():
+    """program.fbs's enum stops at Double, but the exporter writes c10's complex codes (torch.stft's result in
+    ExecuTorch's Whisper feature extractor), and ExecuTorch's runtime takes them."""
+    assert [dtype.to_torch(code) for code in (8, 9, 10)] == [torch.complex32, torch.complex64, torch.complex128]
+    assert dtype.code_of(torch.complex64) == 9 and scalar_type_name(9) == "ComplexFloat"
 
 
 def test_device_types_are_torch_device_types():

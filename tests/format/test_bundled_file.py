@@ -131,8 +131,8 @@ def _first_input(schema, case: int = 1):
      r"method 'decode', test case 1, input 0: sizes \[2, 2\] need 16 bytes; its data holds 10"),
     (lambda s: setattr(_first_input(s), "dim_order", [1, 1]),
      r"method 'decode', test case 1, input 0: dim order \[1, 1\] is not a permutation"),
-    (lambda s: setattr(_first_input(s), "scalar_type", 9),
-     "method 'decode', test case 1, input 0: scalar type 9 is not one a tensor can have"),
+    (lambda s: setattr(_first_input(s), "scalar_type", 19),
+     "method 'decode', test case 1, input 0: scalar type 19 is not one a tensor can have"),
     (lambda s: setattr(s, "program", b""), "holds no program"),
     (lambda s: s.method_test_suites.append(s.method_test_suites[0]), "method 'decode' has a test suite already"),
 ])

@@ -385,7 +385,7 @@ def _plan_error(plan: build.Plan, **program_kwargs):
         (build.identity(buffer_sizes=[0, 4]), "overrun arena 1 of 4 bytes"),
         (build.identity(values=[build.Tensor(memory=(2, 0))]), "memory_id 2 is not one of the plan's 1 arenas"),
         (build.identity(values=[build.Tensor(memory=(0, 0))]), "memory_id 0"),
-        (build.identity(values=[build.Tensor(memory=(1, 0), scalar_type=8)]), "scalar type 8"),
+        (build.identity(values=[build.Tensor(memory=(1, 0), scalar_type=19)]), "scalar type 19"),
         (build.identity(values=[build.Tensor(memory=(1, 0), sizes=(-2,))]), "negative size"),
         (build.identity(values=[build.Tensor(memory=(1, 0), dim_order=(1,))]), "not a permutation"),
         (build.identity(values=[build.Tensor(memory=(1, 0), dynamism=3)]), "shape dynamism 3"),
