@@ -166,7 +166,7 @@ def test_an_unexpected_failure_is_one_line_too(workdir, monkeypatch):
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(run_command, "random_inputs", broken)
+    monkeypatch.setattr(run_command, "drawn_inputs", broken)
     pte = str(programs.add_mul().pte)
     _assert_one_error_line(runner.invoke(app, ["run", pte]), "unexpected ZeroDivisionError: a bug", "--debug")
     assert isinstance(runner.invoke(app, ["--debug", "run", pte]).exception, ZeroDivisionError)

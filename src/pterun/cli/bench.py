@@ -10,7 +10,7 @@ from rich.table import Table
 
 from pterun import Runtime
 from pterun.cli import progress
-from pterun.cli.inputs import load_inputs, random_inputs
+from pterun.cli.inputs import default_method, drawn_inputs, language_model_note, load_inputs
 from pterun.cli.options import (
     AllowTf32,
     DataFiles,
@@ -32,7 +32,9 @@ RATIO = "pterun ÷ this"
 
 def bench(
     program: ProgramPath = None,
-    method: str = typer.Option("forward", "--method", "-m", help="The method to time."),
+    method: Optional[str] = typer.Option(
+        None, "--method", "-m", help="The method to time (default: forward; a multimodal LLM's text_decoder)."
+    ),
     data: DataFiles = None,
     device: DeviceName = None,
     against: str = typer.Option(
@@ -73,14 +75,16 @@ def bench(
             loaded = Runtime.get().load_program(path, data_path=data or None,
                                                 device=None if on == "cpu" else device, compile=compile,
                                                 allow_tf32=allow_tf32, trust_native_code=trust_native_code)
+            method = method or default_method(loaded)
             m = loaded.load_method(method)
-            args = load_inputs(inputs, on) if inputs else random_inputs(m.metadata, on, 0)
+            args = load_inputs(inputs, on) if inputs else drawn_inputs(loaded, method, m.metadata, on, 0)[0]
             ways = pterun_ways(m, args, on) + other_ways(
                 [w for w in against.split(",") if w], path, data or [], method, args, on, model
             )
         warmed = shown.counted("warm-up" + (" (pterun's first run compiles)" if compile else ""), warmup * len(ways))
         timings = measure(ways, warmup=warmup, repeat=repeat, warmed=warmed, timed=shown.counted("rounds", repeat))
     base = timings[0].median
+    note = language_model_note(loaded, path)
     if as_json:
         print(json.dumps({"program": str(path), "method": method, "device": on,
                           "results": [dict(t.as_dict(), pterun_over_this=base / t.median) for t in timings]}))
@@ -98,5 +102,7 @@ def bench(
             row.append(f"{t.host_median:.3f}")
         table.add_row(*row)
     console.print(table)
+    if note is not None:
+        console.print(note, highlight=False, soft_wrap=True)
     console.print(f"{RATIO}: below 1 means pterun is faster, above 1 that this way is", highlight=False,
                   soft_wrap=True)

@@ -10,8 +10,10 @@ import numpy as np
 import torch
 
 from pterun import MethodMeta
-from pterun.cli.report import UserError, first_line
+from pterun.cli.report import UserError, esc, first_line
 from pterun.core.dtype import to_torch
+from pterun.llm import methods
+from pterun.llm.probe import example_inputs, language_model_kind
 
 # Integer inputs are usually indices (token ids, positions); small values are valid for most programs.
 INT_HIGH = 16
@@ -40,6 +42,40 @@ def random_inputs(meta: MethodMeta, device: str = "cpu", seed: int = 0) -> list:
             tensor = tensor.contiguous(memory_format=torch.channels_last)
         inputs.append(tensor.to(device))
     return inputs
+
+
+def default_method(program) -> str:
+    """--method when it is not given: forward, or a multimodal language model's text_decoder (it has no forward)."""
+    names = program.method_names
+    if methods.FORWARD not in names and language_model_kind(names) == "multimodal":
+        return methods.TEXT_DECODER
+    return methods.FORWARD
+
+
+def drawn_inputs(program, method: str, meta: MethodMeta, device: str, seed: int) -> tuple[list, str]:
+    """Inputs for a run without --inputs, and what they are: valid ones for a language model's decoder (random
+    tokens at random positions are not: pterun.llm.probe), else random from the metadata."""
+    valid = example_inputs(program, method, device=device, seed=seed)
+    if valid is not None:
+        first = valid[0]
+        what = "tokens" if not first.is_floating_point() else "embeddings"
+        return valid, f"{first.shape[1]} random {what} from position 0, seed {seed}: valid for a language model"
+    return random_inputs(meta, device, seed), f"random from the metadata, seed {seed}"
+
+
+def language_model_note(program, path: Path) -> str | None:
+    """One line saying a program is a language model, with the `pterun generate` command for it."""
+    kind = language_model_kind(program.method_names)
+    if kind is None:
+        return None
+    media = []
+    if kind == "multimodal":
+        names = program.method_names
+        media = [option for option, name in (("--image IMAGE", methods.VISION_ENCODER),
+                                             ("--audio AUDIO", methods.AUDIO_ENCODER)) if name in names]
+    command = " ".join(["pterun generate", esc(path), "--tokenizer TOKENIZER", *media, '--prompt "..."'])
+    what = "a multimodal language model" if kind == "multimodal" else "a language model"
+    return f"note: {esc(path.name)} is {what} (get_max_seq_len); to generate text: {command}"
 
 
 def describe(values: list) -> str:

@@ -12,13 +12,16 @@ from rich.table import Table
 
 from pterun.cli import progress, traced
 from pterun.cli.etdump_spans import Profile, chrome_trace, profile_rows
+from pterun.cli.inputs import default_method, language_model_note
 from pterun.cli.options import DataFiles, DeviceName, ProgramPath, device_option, example_program, input_device
 from pterun.cli.report import UserError, console, esc, reported
 
 
 def profile(
     program: ProgramPath = None,
-    method: str = typer.Option("forward", "--method", "-m", help="The method to profile."),
+    method: Optional[str] = typer.Option(
+        None, "--method", "-m", help="The method to profile (default: forward; a multimodal LLM's text_decoder)."
+    ),
     data: DataFiles = None,
     inputs: Optional[Path] = typer.Option(None, "--inputs", "-i", help=".pt or .npz file of inputs."),
     device: DeviceName = None,
@@ -52,8 +55,10 @@ def profile(
             with shown.step(f"loading {esc(path.name)}"):
                 loaded = traced.runtime().load_program(path, data_path=data or None, device=device,
                                                        enable_etdump=True)
+                method = method or default_method(loaded)
                 m = loaded.load_method(method)
-            args = traced.method_inputs(m.metadata, inputs, where, seed)
+            args = traced.method_inputs(m.metadata, inputs, where, seed, program=loaded, method=method)
+            traced.recorded(loaded)  # a language model's metadata methods, run to choose its inputs, are left out
             _run(m, args.values, warmup, iterations, loaded, where, shown.counted("profiling", warmup + iterations))
         blocks, dump, _ = traced.recorded(loaded)
         result = profile_rows(blocks, m.plan)
@@ -71,6 +76,9 @@ def profile(
         return
     _table(result, rows, title=f"{esc(path.name)} :: {esc(method)} on {esc(where)}",
            caption=f"{iterations} runs after {warmup} warm-up; inputs {esc(args.source)}")
+    note = language_model_note(loaded, path)
+    if note is not None:
+        console.print(note, highlight=False, soft_wrap=True)
     if trace is not None:
         console.print(f"trace: {esc(trace)} (open it in ui.perfetto.dev or chrome://tracing)")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Optional
 
 import torch
 import typer
@@ -11,7 +12,7 @@ from rich.table import Table
 
 from pterun import Runtime
 from pterun.cli import progress
-from pterun.cli.inputs import describe, load_inputs, random_inputs
+from pterun.cli.inputs import default_method, describe, drawn_inputs, language_model_note, load_inputs
 from pterun.cli.options import (
     AllowTf32,
     DataFiles,
@@ -28,7 +29,9 @@ from pterun.cli.report import console, esc, reported
 
 def run(
     program: ProgramPath = None,
-    method: str = typer.Option("forward", "--method", "-m", help="The method to run."),
+    method: Optional[str] = typer.Option(
+        None, "--method", "-m", help="The method to run (default: forward; a multimodal LLM's text_decoder)."
+    ),
     data: DataFiles = None,
     inputs: InputsFile = None,
     device: DeviceName = None,
@@ -42,6 +45,9 @@ def run(
     trust_native_code: TrustNativeCode = False,
 ) -> None:
     """Run a method with random inputs (or --inputs) and print its outputs and timings.
+
+    A language model's decoder gets valid random inputs: token ids in its vocabulary, as many as a call takes
+    within the context, from position 0.
 
     **Examples**
 
@@ -59,13 +65,14 @@ def run(
         with shown.step(f"loading {esc(path.name)}"):
             loaded = Runtime.get().load_program(path, data_path=data or None, device=device, compile=compile,
                                                 allow_tf32=allow_tf32, trust_native_code=trust_native_code)
+            method = method or default_method(loaded)
             m = loaded.load_method(method)
         load_s = time.perf_counter() - start
         on = input_device(device)
         if inputs:
             args, source = load_inputs(inputs, on), esc(inputs)
         else:
-            args, source = random_inputs(m.metadata, on, seed), f"random from the metadata, seed {seed}"
+            args, source = drawn_inputs(loaded, method, m.metadata, on, seed)
         sync = torch.cuda.synchronize if on.startswith("cuda") else (lambda: None)
         times = []
         outputs: list = []
@@ -77,6 +84,9 @@ def run(
             if i >= warmup:
                 times.append(time.perf_counter() - t0)
             advance()
+    note = language_model_note(loaded, path)
+    if note is not None:
+        console.print(note, highlight=False, soft_wrap=True)
     console.print(f"inputs ({source}): {esc(describe(args))}", highlight=False, soft_wrap=True)
     table = Table(title=f"{esc(path.name)} :: {esc(method)}")
     for column in ("output", "kind", "dtype", "shape", "device", "summary"):

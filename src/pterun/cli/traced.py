@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pterun import MethodMeta, Runtime
-from pterun.cli.inputs import load_inputs, random_inputs
+from pterun.cli.inputs import drawn_inputs, load_inputs, random_inputs
 from pterun.executor.etdump import ALIGNMENT
 from pterun.format.etdump import RunBlock, read_etdump
 
@@ -23,10 +23,13 @@ class Inputs:
     source: str  # where they came from, said to the user: the file, or "random, seed N"
 
 
-def method_inputs(meta, path: Path | None, device: str, seed: int) -> Inputs:
-    """The inputs in ``path``, else random ones drawn from the method's metadata ``meta`` with ``seed``."""
+def method_inputs(meta, path: Path | None, device: str, seed: int, *, program=None, method: str = "") -> Inputs:
+    """The inputs in ``path``, else random ones drawn from the method's metadata ``meta`` with ``seed`` (valid
+    ones for a language model's decoder, given its ``program``)."""
     if path is not None:
         return Inputs(load_inputs(path, device), str(path))
+    if program is not None:
+        return Inputs(*drawn_inputs(program, method, meta, device, seed))
     return Inputs(random_inputs(meta, device, seed), f"random, seed {seed}")
 
 

@@ -33,6 +33,11 @@ def executorch_module(path: Path, data: list[Path], method: str, args: list):
         import executorch.kernels.quantized  # noqa: F401 - registers the quantized kernels
     except ImportError:
         pass
+    try:
+        # The LLM kernels (llama::custom_sdpa, update_cache, ...) that ExecuTorch's LLM export calls.
+        import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
+    except Exception:  # noqa: BLE001 - optional, and its import may fail in ways of its own
+        pass
     host_args = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
     try:
         module = portable_lib._load_for_executorch(str(path), str(data[0]) if data else None)
