@@ -20,7 +20,7 @@ from pterun.errors import PteError
 
 def generate(
     program: Optional[Path] = typer.Argument(
-        None, help="The LLM .pte file (ExecuTorch's or optimum-executorch's export); the bundled example LLM when left out."
+        None, help="The LLM .pte file (ExecuTorch's or optimum-executorch's export); else the bundled example."
     ),
     tokenizer: Optional[Path] = typer.Option(
         None, "--tokenizer", "-t",
