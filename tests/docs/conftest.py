@@ -1,6 +1,8 @@
 """What the docs' snippets refer to, made once per session: ``model.pte`` (an image model taking ``x``, a
 [1, 3, 224, 224] tensor), its weights as ``model.ptd``, its ETRecord as ``etrecord.bin`` and ``model.etrecord``,
-and the bundled example LLM as ``llama.pte`` with its ``tokenizer.json``."""
+the bundled example LLM as ``llama.pte`` with its ``tokenizer.json``, and for multimodal generation the test
+programs ``llava.pte`` and ``voxtral.pte`` (the same tokenizer), ExecuTorch's audio processor for the latter as
+``preprocessor.pte``, an image ``cat.jpg`` and a 16 kHz ``clip.wav``."""
 
 from __future__ import annotations
 
@@ -51,4 +53,26 @@ def doc_files(tmp_path_factory) -> Path:
     examples = resources.files("pterun.examples")
     shutil.copyfile(str(examples / "llm_tiny.pte"), root / "llama.pte")
     shutil.copyfile(str(examples / "llm_tiny.tokenizer.json"), root / "tokenizer.json")
+    _multimodal_files(root)
     return root
+
+
+def _multimodal_files(root: Path) -> None:
+    import wave
+
+    import numpy as np
+    from PIL import Image
+
+    from tests.support.multimodal_programs import audio_processor, multimodal_program
+
+    for name in ("llava", "voxtral"):
+        program = multimodal_program(name)
+        assert program.tokenizer.read_bytes() == (root / "tokenizer.json").read_bytes(), "premise: one tokenizer"
+        shutil.copyfile(program.pte, root / f"{name}.pte")
+    shutil.copyfile(audio_processor(), root / "preprocessor.pte")
+    pixels = np.random.default_rng(0).integers(0, 256, (120, 160, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(root / "cat.jpg")
+    tone = (np.sin(np.arange(16_000) * 2 * np.pi * 440 / 16_000) * 8_000).astype("<i2")
+    with wave.open(str(root / "clip.wav"), "wb") as clip:
+        clip.setnchannels(1), clip.setsampwidth(2), clip.setframerate(16_000)
+        clip.writeframes(tone.tobytes())
