@@ -28,6 +28,7 @@ def voxtral():
 
 
 def _executorch_text(program, inputs) -> str:
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 - the llama:: kernels
     from executorch.extension.llm import runner as et
 
     theirs = et.MultimodalRunner(str(program.pte), str(program.tokenizer))
@@ -145,3 +146,22 @@ def test_a_text_model_refuses_media(tmp_path):
     program, tokenizer = example_llm()
     result = runner.invoke(app, ["generate", str(program), "-t", str(tokenizer), "--image", str(tmp_path / "a.png")])
     _one_error(result, "is a text model", "--image and --audio need a multimodal program")
+
+
+def test_a_uint8_encoder_of_dynamic_size_gets_pixels_within_its_bounds(tmp_path):
+    """ExecuTorch's LLaVA example takes uint8 (3, H, W) images up to its crop size: the image is resized to fit,
+    keeping its aspect, as its runner resizes the longest edge."""
+    from executorch.extension.llm import runner as et
+    from PIL import Image
+
+    program = multimodal_program("llava-executorch")
+    pixels = np.random.default_rng(2).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "wide.png")
+    result = runner.invoke(app, ["generate", str(program.pte), "-t", str(program.tokenizer), "--image",
+                                 str(tmp_path / "wide.png"), "--prompt", "<image> it is", *ARGS])
+    resized = np.array(Image.fromarray(pixels).resize((IMAGE_SIZE, IMAGE_SIZE * 48 // 64),
+                                                        Image.Resampling.BICUBIC))
+    image = torch.from_numpy(resized).permute(2, 0, 1).contiguous()
+    assert image.shape == (3, 24, 32), "premise: the longest edge at the bound"
+    expected = _executorch_text(program, [et.make_image_input(image), et.make_text_input(" it is")])
+    assert _generated(result) == expected and expected

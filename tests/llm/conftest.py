@@ -142,13 +142,22 @@ def llava() -> MultimodalProgram:
 
 
 @pytest.fixture(scope="session")
+def llava_example() -> MultimodalProgram:
+    """LLaVA as ExecuTorch's example exports it: uint8 images, llama::custom_sdpa, a start position."""
+    return multimodal_program("llava-executorch")
+
+
+@pytest.fixture(scope="session")
 def voxtral() -> MultimodalProgram:
     return multimodal_program("voxtral")
 
 
 def media(program: MultimodalProgram, seed: int = 0, *, chunks: int = 2):
-    """A float32 image (C, H, W) in [0, 1) for a vision program, else audio features (chunks, n_bins, n_frames)."""
+    """A float32 image (C, H, W) in [0, 1) for a vision program (uint8 pixels, a little smaller than the bound, for
+    one that takes them), else audio features (chunks, n_bins, n_frames)."""
     generator = torch.Generator().manual_seed(seed)
+    if program.uint8_images:
+        return torch.randint(0, 256, (3, IMAGE_SIZE - 4, IMAGE_SIZE), generator=generator, dtype=torch.uint8)
     if program.modality == "vision":
         return torch.rand(3, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
     return torch.randn(chunks, MEL_BINS, CHUNK_FRAMES, generator=generator)
@@ -156,8 +165,9 @@ def media(program: MultimodalProgram, seed: int = 0, *, chunks: int = 2):
 
 @pytest.fixture(scope="session")
 def executorch_multimodal_runner():
-    """ExecuTorch's MultimodalRunner and the seed its sampler took."""
+    """ExecuTorch's MultimodalRunner (with its llama:: kernels) and the seed its sampler took."""
     llm = pytest.importorskip("executorch.extension.llm.runner")
+    pytest.importorskip("executorch.extension.llm.custom_ops.custom_ops")
 
     def make(program: MultimodalProgram):
         while True:

@@ -71,6 +71,15 @@ def test_an_image_of_the_wrong_type_or_size(llava):
              r"input 0 \(image\): vision_encoder takes \[1, 3, 32, 32\] of float32; the image is \[1, 3, 16, 16\]")
 
 
+def test_images_for_an_encoder_of_uint8_pixels(llava_example):
+    runner = MultimodalRunner(llava_example.pte, llava_example.tokenizer)
+    _refused(runner, llava_example, [make_image_input(torch.rand(3, 28, 32))], InvalidArgument,
+             r"input 0 \(image\): Model expects uint8_t image data, but image has float data \(vision_encoder takes "
+             r"\[3, 32, 32\] of uint8\)")
+    _refused(runner, llava_example, [make_text_input("a"), make_image_input(torch.zeros(3, 40, 32, dtype=torch.uint8))],
+             PteError, r"input 1 \(image\): .*vision_encoder")
+
+
 def test_audio_of_the_wrong_type_or_shape(voxtral):
     runner = MultimodalRunner(voxtral.pte, voxtral.tokenizer)
     error = _refused(runner, voxtral, [make_audio_input(torch.zeros(1, MEL_BINS, 100, dtype=torch.uint8))],

@@ -14,7 +14,8 @@ reads, each exported with ``torch.export`` (strict, as it does) and lowered toge
   hidden]; or ``audio_encoder``: ``get_audio_features`` of ``input_features`` [chunks, mel bins, frames]
   (chunks dynamic, from 1 to 10), as [1, tokens, hidden].
 
-The models are transformers' own classes made from small configs with seeded random weights:
+The models are transformers' own classes made from small configs with seeded random weights, encoders of one
+layer and text models of two (ExecuTorch's lowering takes time in proportion to the graph):
 
 - "llava": ``LlavaForConditionalGeneration``, a CLIP vision tower (32x32 images, 8x8 patches: 16 image
   tokens, the class token dropped) and a Llama text model;
@@ -22,6 +23,13 @@ The models are transformers' own classes made from small configs with seeded ran
   model (scaled embeddings, sliding and global layers: the hybrid cache);
 - "voxtral": ``VoxtralForConditionalGeneration``, its Whisper-style audio encoder (16 mel bins, 100 frames
   a chunk, 25 audio tokens a chunk) and a Llama text model.
+
+and one the way ExecuTorch's own LLaVA example exports (examples/models/llava/export_llava.py, without its
+quantization), "llava-executorch": ExecuTorch's Llama transformer with its custom KV cache and ``llama::custom_sdpa``
+as ``text_decoder`` (embeddings and a start position [1]), its embedding table as ``token_embedding``, and a
+``vision_encoder`` taking a uint8 (3, H, W) image of up to 32x32 (dynamic) that it pads, rescales and normalizes
+itself before the CLIP tower and projector; inputs left unplanned (``alloc_graph_input=False``), and only
+``get_max_seq_len`` as metadata.
 
 The text models share the test tokenizer (tests/support/llm_tokenizers.py, 512 tokens); their vocabulary
 has one more id, the image or audio token (512), which the tokenizer never produces, as real models append
@@ -46,8 +54,8 @@ MAX_LENGTH = 64  # optimum-executorch's max_length: the cache, and get_max_seq_l
 MEDIA_TOKEN_ID = VOCAB  # the image or audio token, one past the tokenizer's vocabulary
 IMAGE_SIZE = 32
 MEL_BINS, CHUNK_FRAMES, AUDIO_TOKENS_PER_CHUNK = 16, 100, 25
-MODELS = ("llava", "gemma3", "voxtral")
-_VERSION = "v1"  # bump to re-export after a recipe change
+MODELS = ("llava", "gemma3", "voxtral", "llava-executorch")
+_VERSION = "v2"  # bump to re-export after a recipe change
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,7 @@ class MultimodalProgram:
     tokenizer: Path
     modality: str  # "vision" or "audio"
     media_tokens: int  # positions one image (or one audio chunk) fills
+    uint8_images: bool = False  # the vision encoder takes uint8 pixels (of any size up to IMAGE_SIZE)
 
     @property
     def media_token_id(self) -> int:
@@ -73,20 +82,21 @@ def _model(name: str):
     import transformers as t
 
     if name == "llava":
-        vision = t.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        vision = t.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                                     image_size=IMAGE_SIZE, patch_size=8, projection_dim=32)
+        # The last layer's features: with one layer, LLaVA's default (the one before last) would skip it.
         config = t.LlavaConfig(vision_config=vision, text_config=t.LlamaConfig(**_text()),
-                               image_token_id=MEDIA_TOKEN_ID)
+                               image_token_id=MEDIA_TOKEN_ID, vision_feature_layer=-1)
         return t.LlavaForConditionalGeneration(config), "vision", "image_token_id"
     if name == "gemma3":
-        vision = t.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        vision = t.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                       num_attention_heads=2, image_size=IMAGE_SIZE, patch_size=8)
         text = t.Gemma3TextConfig(**_text(head_dim=16, sliding_window=16, query_pre_attn_scalar=16))
         config = t.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
                                 image_token_id=MEDIA_TOKEN_ID, boi_token_id=3, eoi_token_id=4)
         return t.Gemma3ForConditionalGeneration(config), "vision", "image_token_id"
     if name == "voxtral":
-        audio = t.VoxtralEncoderConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        audio = t.VoxtralEncoderConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                        num_attention_heads=2, num_mel_bins=MEL_BINS,
                                        max_source_positions=CHUNK_FRAMES // 2)
         config = t.VoxtralConfig(audio_config=audio, text_config=t.LlamaConfig(**_text()),
@@ -179,6 +189,89 @@ def export_multimodal(directory: Path, name: str, *, seed: int = 0) -> Path:
     return pte
 
 
+class _ExampleVisionEncoder(torch.nn.Module):
+    """ExecuTorch's Llava.image_embedding: a uint8 (3, h, w) image padded to the crop size, rescaled, normalized
+    (CLIP's mean and std), then the vision tower's features and the projector."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.register_buffer("mean", torch.tensor([0.48145466, 0.4578275, 0.40821073]).reshape(3, 1, 1))
+        self.register_buffer("std", torch.tensor([0.26862954, 0.26130258, 0.27577711]).reshape(3, 1, 1))
+
+    def forward(self, images):
+        # Padded right and below (ExecuTorch's centres the image: sizes export cannot prove whole here).
+        right, bottom = IMAGE_SIZE - images.shape[2], IMAGE_SIZE - images.shape[1]
+        torch._check(right >= 0)
+        torch._check(bottom >= 0)
+        padded = torch.nn.functional.pad(images.to(torch.float32), (0, right, 0, bottom))
+        normed = (padded * (1 / 255) - self.mean) / self.std
+        return _VisionEncoder(self.model)(normed.unsqueeze(0))
+
+
+class _ExampleTextDecoder(torch.nn.Module):
+    """export_llava.py's LlavaTextModel: (embeddings, input_pos) into ExecuTorch's Llama transformer."""
+
+    def __init__(self, transformer):
+        super().__init__()
+        self.text_model = transformer
+
+    def forward(self, embeddings, input_pos):
+        return self.text_model(None, {"input_pos": input_pos}, embeddings)
+
+
+def export_llava_example(directory: Path, *, seed: int = 0) -> Path:
+    from executorch.examples.models.llama.llama_transformer import construct_transformer
+    from executorch.examples.models.llama.model_args import ModelArgs
+    from executorch.examples.models.llama.source_transformation.custom_kv_cache import (
+        replace_kv_cache_with_custom_kv_cache,
+    )
+    from executorch.examples.models.llama.source_transformation.sdpa import replace_sdpa_with_custom_op
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir.passes import MemoryPlanningPass
+    from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
+    from torch.export import Dim
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        llava, _, _ = _model("llava")
+        args = ModelArgs(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=VOCAB + 1, hidden_dim=128,
+                         max_batch_size=1, use_kv_cache=True, enable_dynamic_shape=True,
+                         use_sdpa_with_kv_cache_op=True, use_hf_rope=True, max_seq_len=MAX_LENGTH,
+                         max_context_len=MAX_LENGTH)
+        text = replace_sdpa_with_custom_op(replace_kv_cache_with_custom_kv_cache(construct_transformer(args)))
+    llava, text = llava.eval().requires_grad_(False), text.eval().requires_grad_(False)
+    encoder, decoder = _ExampleVisionEncoder(llava).eval(), _ExampleTextDecoder(text).eval()
+    image = torch.zeros(3, IMAGE_SIZE - 4, IMAGE_SIZE, dtype=torch.uint8)
+    encoder(image)  # transformers' output-capturing hooks, installed on a first eager call
+    tokens = Dim("token_dim_1", min=2, max=MAX_LENGTH)
+    with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]), torch.no_grad():
+        programs = {
+            "vision_encoder": torch.export.export(
+                encoder, (image,), dynamic_shapes=({1: Dim("img_h", max=IMAGE_SIZE),
+                                                    2: Dim("img_w", max=IMAGE_SIZE)},), strict=False),
+            "text_decoder": torch.export.export(
+                decoder, (torch.zeros(1, 20, 64), torch.tensor([0])),
+                dynamic_shapes=({1: Dim("token_dim", min=2, max=MAX_LENGTH - 1)}, None), strict=True),
+            "token_embedding": torch.export.export(
+                text.tok_embeddings, (torch.zeros(1, 3, dtype=torch.long),), dynamic_shapes=[{1: tokens}],
+                strict=True),
+        }
+    program = to_edge_transform_and_lower(
+        programs, constant_methods={"get_max_seq_len": MAX_LENGTH},
+        compile_config=EdgeCompileConfig(_check_ir_validity=False),
+    ).to_executorch(ExecutorchBackendConfig(
+        memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
+        # ExecuTorch's example plans token_embedding at its example's length (HintBasedSymShapeEvalPass), which
+        # leaves it three tokens a call; planned at its bound, it takes a prompt in one.
+        sym_shape_eval_pass=ConstraintBasedSymShapeEvalPass(),
+    ))
+    directory.mkdir(parents=True, exist_ok=True)
+    pte = directory / "model.pte"
+    pte.write_bytes(program.buffer)
+    return pte
+
+
 def _cached(key: str, export) -> Path:
     with locked(key) as directory:
         if not directory.exists():
@@ -190,10 +283,12 @@ def _cached(key: str, export) -> Path:
 
 def multimodal_program(name: str) -> MultimodalProgram:
     """The exported ``name`` (one of MODELS), with the test tokenizer."""
-    directory = _cached(f"mm-{name}-{_VERSION}", lambda d: export_multimodal(d, name))
-    media = {"llava": 16, "gemma3": 4, "voxtral": AUDIO_TOKENS_PER_CHUNK}[name]
+    export = export_llava_example if name == "llava-executorch" else (lambda d: export_multimodal(d, name))
+    directory = _cached(f"mm-{name}-{_VERSION}", export)
+    media = {"llava": 16, "gemma3": 4, "voxtral": AUDIO_TOKENS_PER_CHUNK, "llava-executorch": 16}[name]
     modality = "audio" if name == "voxtral" else "vision"
-    return MultimodalProgram(name, directory / "model.pte", tokenizer_path(), modality, media)
+    return MultimodalProgram(name, directory / "model.pte", tokenizer_path(), modality, media,
+                             uint8_images=name == "llava-executorch")
 
 
 def audio_processor() -> Path:

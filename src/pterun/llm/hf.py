@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from pterun.errors import InvalidArgument
+from pterun.llm import methods
 from pterun.llm.config import GenerationConfig
 from pterun.llm.multimodal_input import MultimodalInput, make_audio_input, make_image_input, make_token_input
 
@@ -97,9 +98,8 @@ def _media(inputs: Mapping, kind: str, runs: int) -> list[torch.Tensor]:
 
 
 def _fixed_positions(runner, kind: str) -> int | None:
-    """The positions one input of ``kind`` fills, where the encoder's output says so (a fixed size)."""
-    from pterun.llm import methods
-
+    """The positions one image fills, where the encoder's output says so (a fixed size; audio fills as many as
+    it has chunks)."""
     name = methods.ENCODERS[kind]
     if runner is None or name not in runner.program.method_names:
         return None
@@ -120,7 +120,7 @@ def hf_to_multimodal_inputs(inputs: Mapping, image_token_id: int | None = None, 
     tokens = {"image": image_token_id, "audio": audio_token_id}
     pieces: list[tuple[int, int, MultimodalInput]] = []  # (first, end, input), in order of first
     for kind, key in _MEDIA_KEYS.items():
-        if tokens[kind] is None and key in inputs:
+        if tokens[kind] is None:
             tokens[kind] = _program_token(runner, kind)
         if key not in inputs:
             if tokens[kind] is not None and tokens[kind] in ids:
