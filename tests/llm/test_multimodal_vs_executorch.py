@@ -48,6 +48,12 @@ def _same(ours, theirs, spec: list, config: GenerationConfig) -> Run:
     assert len(mine.stats) == len(expected.stats) == 1
     for name in ("num_prompt_tokens", "num_generated_tokens"):
         assert getattr(mine.stats[0], name) == getattr(expected.stats[0], name), name
+    stats = mine.stats[0]
+    echoed = int(config.echo and spec[-1][0] == "text")
+    assert len(mine.pieces) == echoed + stats.num_generated_tokens + 1  # the prefill's token is not counted
+    assert stats.num_prompt_tokens == ours.pos - stats.num_generated_tokens  # every position the inputs filled
+    assert stats.model_load_start_ms <= stats.model_load_end_ms <= stats.inference_start_ms \
+        <= stats.prompt_eval_end_ms == stats.first_token_ms <= stats.inference_end_ms
     return mine
 
 
