@@ -25,19 +25,11 @@ import torch
 from pterun.cli.inputs import load_inputs
 from pterun.cli.report import UserError, first_line
 from pterun.core.dtype import to_torch
+from pterun.llm.metadata import constant_floats
 
 SAMPLE_RATE = 16_000  # what Whisper-style feature extractors take
 _SCALE = {2: 1 / 32767, 4: 1 / 2147483647}  # ExecuTorch's kOneOverShortMax, kOneOverIntMax
 _INTEGER = {2: np.int16, 4: np.int32}
-
-
-def _constant(program, name: str):
-    if name not in program.method_names:
-        return None
-    values = program.load_method(name, cached=False).execute([])
-    flat = [float(v) for value in values
-            for v in (value.reshape(-1).tolist() if isinstance(value, torch.Tensor) else [value])]
-    return flat if len(flat) > 1 else flat[0]
 
 
 def read_image(path: Path, program, encoder: str) -> torch.Tensor:
@@ -65,9 +57,9 @@ def read_image(path: Path, program, encoder: str) -> torch.Tensor:
     pixels = torch.from_numpy(np.array(image)).permute(2, 0, 1)
     if to_torch(info.dtype()) == torch.uint8:
         return pixels.contiguous()
-    scale = _constant(program, "rescale_factor")
-    values = pixels.to(torch.float32) * (1 / 255 if scale is None else scale)
-    mean, std = _constant(program, "image_mean"), _constant(program, "image_std")
+    scale = constant_floats(program, "rescale_factor")
+    values = pixels.to(torch.float32) * (1 / 255 if scale is None else scale[0])
+    mean, std = constant_floats(program, "image_mean"), constant_floats(program, "image_std")
     if mean is not None and std is not None:
         values = (values - torch.tensor(mean).reshape(-1, 1, 1)) / torch.tensor(std).reshape(-1, 1, 1)
     return values.to(torch.float32).contiguous()

@@ -13,7 +13,7 @@ import torch
 from pterun.core.dtype import to_torch
 from pterun.errors import InvalidProgram, NotSupported
 
-_INTEGER = (torch.int64, torch.int32)
+INTEGER_DTYPES = (torch.int64, torch.int32)  # what token and position inputs may be
 
 
 class TextDecoder:
@@ -28,7 +28,7 @@ class TextDecoder:
             raise InvalidProgram(f"{where} is not a text decoder: expected a tokens input [1, n], found none")
         tokens = meta.input_tensor_meta(0)
         dtype = to_torch(tokens.dtype())
-        if len(tokens.sizes()) != 2 or tokens.sizes()[0] != 1 or dtype not in _INTEGER:
+        if len(tokens.sizes()) != 2 or tokens.sizes()[0] != 1 or dtype not in INTEGER_DTYPES:
             raise InvalidProgram(
                 f"{where} is not a text decoder: expected a tokens input [1, n] of int64, found "
                 f"{list(tokens.sizes())} of {dtype}"
@@ -88,7 +88,7 @@ class Positions:
         info = meta.input_tensor_meta(1)
         sizes = info.sizes()
         self.dtype = to_torch(info.dtype())
-        if len(sizes) != 1 or self.dtype not in _INTEGER:
+        if len(sizes) != 1 or self.dtype not in INTEGER_DTYPES:
             raise InvalidProgram(
                 f"method {meta.name()!r}: expected a position input [1] or [n] of int64 after the first, found "
                 f"{list(sizes)} of {self.dtype}"

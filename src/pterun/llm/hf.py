@@ -23,6 +23,7 @@ import torch
 from pterun.errors import InvalidArgument
 from pterun.llm import methods
 from pterun.llm.config import GenerationConfig
+from pterun.llm.metadata import constant_int
 from pterun.llm.multimodal_input import MultimodalInput, make_audio_input, make_image_input, make_token_input
 
 _TOKEN_METHODS = {"image": "vision_token_id", "audio": "audio_token_id"}
@@ -65,11 +66,7 @@ def _ids(inputs: Mapping) -> list[int]:
 
 
 def _program_token(runner, kind: str) -> int | None:
-    name = _TOKEN_METHODS[kind]
-    if runner is None or name not in runner.program.method_names:
-        return None
-    value = runner.program.load_method(name, cached=False).execute([])[0]
-    return int(value.item() if hasattr(value, "item") else value)
+    return None if runner is None else constant_int(runner.program, _TOKEN_METHODS[kind])
 
 
 def _media(inputs: Mapping, kind: str, runs: int) -> list[torch.Tensor]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 from pterun.errors import InvalidProgram
 
@@ -41,6 +42,28 @@ def _scalar(value) -> int:
     return int(value.item() if hasattr(value, "item") else value)
 
 
+@overload
+def constant_int(program, name: str, default: int) -> int: ...
+
+
+@overload
+def constant_int(program, name: str, default: None = None) -> int | None: ...
+
+
+def constant_int(program, name: str, default: int | None = None) -> int | None:
+    """The program's constant method ``name`` as an int (the exporter writes metadata so), else ``default``."""
+    return _scalar(_value(program, name)) if name in program.method_names else default
+
+
+def constant_floats(program, name: str) -> list[float] | None:
+    """The program's constant method ``name`` as floats (one value, or a list of them), None where it has none."""
+    if name not in program.method_names:
+        return None
+    values = program.load_method(name, cached=False).execute([])
+    return [float(v) for value in values
+            for v in (value.reshape(-1).tolist() if hasattr(value, "reshape") else [value])]
+
+
 def read_metadata(program) -> LlmMetadata:
     names = program.method_names
     if MAX_SEQ_LEN not in names:
@@ -48,8 +71,7 @@ def read_metadata(program) -> LlmMetadata:
             f"Required metadata method {MAX_SEQ_LEN} not found in model: expected the constant methods "
             f"ExecuTorch's LLM export writes, found methods {sorted(names)}"
         )
-    values = {name: _scalar(_value(program, name)) if name in names else default
-              for name, default in _DEFAULTS.items()}
+    values = {name: constant_int(program, name, default) for name, default in _DEFAULTS.items()}
     if MAX_CONTEXT_LEN not in names:
         values[MAX_CONTEXT_LEN] = values[MAX_SEQ_LEN]
     eos = None
@@ -61,7 +83,7 @@ def read_metadata(program) -> LlmMetadata:
         max_seq_len=values[MAX_SEQ_LEN], max_context_len=values[MAX_CONTEXT_LEN],
         use_kv_cache=bool(values[USE_KV_CACHE]), use_sdpa_with_kv_cache=bool(values[USE_SDPA_WITH_KV_CACHE]),
         enable_dynamic_shape=bool(values[ENABLE_DYNAMIC_SHAPE]),
-        vocab_size=_scalar(_value(program, VOCAB_SIZE)) if VOCAB_SIZE in names else None,
-        bos_id=_scalar(_value(program, BOS_ID)) if BOS_ID in names else None,
+        vocab_size=constant_int(program, VOCAB_SIZE),
+        bos_id=constant_int(program, BOS_ID),
         eos_ids=eos,
     )

@@ -14,9 +14,7 @@ import torch
 from pterun.core.dtype import to_torch
 from pterun.errors import InvalidProgram
 from pterun.llm import methods
-from pterun.llm.decoder import Positions, last_logits, run_decoder
-
-_INTEGER = (torch.int64, torch.int32)
+from pterun.llm.decoder import INTEGER_DTYPES, Positions, last_logits, run_decoder
 
 
 def _check(condition: bool, method: str, expected: str, found: str) -> None:
@@ -44,7 +42,7 @@ class MultimodalDecoder:
                "one input (tokens) and one output", f"{embedding.num_inputs()} and {embedding.num_outputs()}")
         tokens, embeds = embedding.input_tensor_meta(0), embedding.output_tensor_meta(0)
         self.token_dtype = to_torch(tokens.dtype())
-        _check(len(tokens.sizes()) == 2 and tokens.sizes()[0] == 1 and self.token_dtype in _INTEGER,
+        _check(len(tokens.sizes()) == 2 and tokens.sizes()[0] == 1 and self.token_dtype in INTEGER_DTYPES,
                methods.TOKEN_EMBEDDING, "tokens [1, n] of int64", _described(tokens))
         _check(len(embeds.sizes()) == 3, methods.TOKEN_EMBEDDING, "embeddings [1, n, dim] out", _described(embeds))
         _check(decoder.num_inputs() == 2 and decoder.num_outputs() == 1, methods.TEXT_DECODER,

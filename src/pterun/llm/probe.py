@@ -14,9 +14,8 @@ import torch
 
 from pterun.core.dtype import to_torch
 from pterun.llm import methods
-from pterun.llm.metadata import MAX_CONTEXT_LEN, MAX_SEQ_LEN, VOCAB_SIZE
-
-_INTEGER = (torch.int64, torch.int32)
+from pterun.llm.decoder import INTEGER_DTYPES
+from pterun.llm.metadata import MAX_CONTEXT_LEN, MAX_SEQ_LEN, VOCAB_SIZE, constant_int
 
 
 def language_model_kind(method_names) -> str | None:
@@ -31,13 +30,6 @@ def language_model_kind(method_names) -> str | None:
     return None
 
 
-def _constant(program, name: str, default: int) -> int:
-    if name not in program.method_names:
-        return default
-    value = program.load_method(name, cached=False).execute([])[0]
-    return int(value.item() if hasattr(value, "item") else value)
-
-
 def example_inputs(program, method_name: str, *, device: str | torch.device = "cpu",
                    seed: int = 0) -> list[torch.Tensor] | None:
     """Valid inputs for ``method_name`` of a language model: its tokens (ids below the vocabulary, at most the
@@ -50,22 +42,22 @@ def example_inputs(program, method_name: str, *, device: str | torch.device = "c
         return None
     first = meta.input_tensor_meta(0)
     sizes, dtype = tuple(first.sizes()), to_torch(first.dtype())
-    tokens = dtype in _INTEGER and len(sizes) == 2 and sizes[0] == 1
+    tokens = dtype in INTEGER_DTYPES and len(sizes) == 2 and sizes[0] == 1
     embeddings = dtype.is_floating_point and len(sizes) == 3 and sizes[0] == 1
     if not (tokens or embeddings) or (tokens and method_name in methods.ENCODERS.values()):
         return None
     if meta.num_inputs() == 2:
         position = meta.input_tensor_meta(1)
-        if len(position.sizes()) != 1 or to_torch(position.dtype()) not in _INTEGER:
+        if len(position.sizes()) != 1 or to_torch(position.dtype()) not in INTEGER_DTYPES:
             return None
-    max_seq_len = _constant(program, MAX_SEQ_LEN, 128)
-    context = _constant(program, MAX_CONTEXT_LEN, max_seq_len)
+    max_seq_len = constant_int(program, MAX_SEQ_LEN, 128)
+    context = constant_int(program, MAX_CONTEXT_LEN, max_seq_len)
     # A call fills at most the context less one position (the runners keep one for the next token), and at
     # most the input's bound.
     count = max(1, min(sizes[1], context - 1))
     generator = torch.Generator().manual_seed(seed)
     if tokens:
-        vocab = _constant(program, VOCAB_SIZE, 0) or 16
+        vocab = constant_int(program, VOCAB_SIZE, 0) or 16
         first_input = torch.randint(0, vocab, (1, count), generator=generator, dtype=torch.int64).to(dtype)
     else:
         first_input = torch.randn(1, count, sizes[2], generator=generator).to(dtype)
