@@ -211,9 +211,15 @@ class XnnpackBackend(BackendInterface):
     def init(self, context: BackendInitContext, processed: memoryview,
              compile_specs: tuple[CompileSpec, ...]) -> XnnpackDelegate:
         blob = split_blob(processed)
-        graph = optimize(read_graph(blob, context.named_data))
-        return XnnpackDelegate(graph, torch.device(context.device), dict(context.runtime_specs),
-                               context.compile_code)
+        read = read_graph(blob, context.named_data)
+        graph = optimize(read)
+        delegate = XnnpackDelegate(graph, torch.device(context.device), dict(context.runtime_specs),
+                                   context.compile_code)
+        # Packed: the file's bytes are read again only where a translation views them as they are (and then
+        # mapped back on its first call), as XNNPACK frees its blob and unpacked weights after packing.
+        for view in (processed, *read.named_bytes):
+            context.release(view)
+        return delegate
 
     def execute(self, handle, args: list) -> None:
         if not isinstance(handle, XnnpackDelegate):

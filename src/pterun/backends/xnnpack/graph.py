@@ -132,6 +132,8 @@ class Graph:
     num_externs: int
     inputs: list[Value] = field(default_factory=list)  # by external id
     outputs: list[Value] = field(default_factory=list)
+    # The named data (the program's or a data file's) the constants were read from.
+    named_bytes: list[memoryview] = field(default_factory=list)
 
 
 def _camel(name: str) -> str:
@@ -165,6 +167,7 @@ class _Reader:
     def __init__(self, blob: Blob, named_data: Mapping[str, memoryview]) -> None:
         self.blob = blob
         self.named_data = named_data
+        self.named_bytes: list[memoryview] = []
         self.root = fb.XNNGraph.GetRootAs(blob.flatbuffer, 0)
 
     def read(self) -> Graph:
@@ -177,7 +180,7 @@ class _Reader:
         nodes = [self.node(root.Xnodes(i), i) for i in range(root.XnodesLength())]
         if root.NumExterns() > MAX_EXTERNS:
             raise InvalidProgram(f"XNNPACK graph claims {root.NumExterns()} external values")
-        graph = Graph(values, nodes, root.NumExterns())
+        graph = Graph(values, nodes, root.NumExterns(), named_bytes=self.named_bytes)
         externals = sorted((v for v in values.values() if v.external_id is not None), key=lambda v: v.external_id)
         graph.inputs = [v for v in externals if v.is_input]
         graph.outputs = [v for v in externals if v.is_output]
@@ -339,7 +342,9 @@ class _Reader:
                 raise NotFound(f"XNNPACK {what}: named data {name!r} is not in the program or its data files")
             if len(data) < nbytes:
                 raise InvalidProgram(f"XNNPACK {what}: needs {nbytes} bytes, named data {name!r} has {len(data)}")
-            return memoryview(data).cast("B")[:nbytes]
+            view = memoryview(data).cast("B")[:nbytes]
+            self.named_bytes.append(view)
+            return view
         offset = entry.Offset()
         region = self.blob.constants
         if offset > len(region) or nbytes > len(region) - offset:
