@@ -67,10 +67,10 @@ def test_bench_gpus_programs_are_exported_as_it_reads_them(tmp_path):
 def test_bench_llm_gpus_export_step_writes_a_program_the_runner_generates_from(tmp_path):
     from pterun.llm import GenerationConfig, TextLLMRunner
 
-    _run("bench/llm_gpu.py", "export", "--out", str(tmp_path), "--tiny")
+    _run("bench/llm_gpu.py", "export", "--out", str(tmp_path), "--size", "tiny")
     pte = tmp_path / "program.pte"
-    pte.write_bytes(lzma.decompress((tmp_path / "hf_llama100m.bf16.pte.xz").read_bytes()))
-    runner = TextLLMRunner(str(pte), str(tmp_path / "tokenizer.json"))
+    pte.write_bytes(lzma.decompress((tmp_path / "hf_llamatiny.bf16.pte.xz").read_bytes()))
+    runner = TextLLMRunner(str(pte), str(tmp_path / "tokenizer.tiny.json"))
     pieces: list[str] = []
     runner.generate("Hello", GenerationConfig(max_new_tokens=4, temperature=0.0, echo=False),
                     token_callback=pieces.append)
