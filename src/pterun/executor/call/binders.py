@@ -20,7 +20,6 @@ from pterun.core.dtype import storage_dtype
 from pterun.core.layout import strides_for
 from pterun.errors import InvalidArgument, NotSupported
 from pterun.executor.call.outputs import check_device_memory
-from pterun.executor.meta import value_kind
 from pterun.format import Dynamism, Kind, Scalar, TensorSpec
 
 Binder = Callable[[object, bool, list], None]
@@ -100,7 +99,7 @@ def tensor_binder(spec: TensorSpec, where: str, *, argument: int | None = None, 
 
 def scalar_binder(value, where: str) -> Binder:
     """A non-tensor input: the value the program was exported with is the only one it takes."""
-    kind = value_kind(value)
+    kind = value.kind
     expected = value.value if isinstance(value, Scalar) else None
 
     def bind(x, copy_inputs: bool, args: list) -> None:
