@@ -193,6 +193,7 @@ def delegate_programs(out: Path, names: set[str] | None = None) -> None:
     try:
         from tests.backends.xnnpack import test_xnnpack_gpu
 
+        # Also the programs of tests/gpu/test_etdump_on_cuda.py's XNNPACK cases (resnet, q-convnet-per-channel).
         for name, (export, _) in test_xnnpack_gpu.CASES.items():
             if names is None or name in names:
                 export()

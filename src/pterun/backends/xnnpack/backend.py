@@ -61,10 +61,10 @@ class XnnpackDelegate:
         self.options = dict(options or {})
         self._compile_code = compile_code
         self._cache: dict = {}
-        self._inputs = [(v.external_id, v.id) for v in graph.inputs]
+        self._inputs = [(v.argument, v.id) for v in graph.inputs]
         # Arguments that may come channels-last: those of 4-d values.
-        self._four_d_inputs = [v.external_id for v in graph.inputs if len(v.dims) == 4]
-        self._four_d_outputs = [(v.external_id, v.id) for v in graph.outputs if len(v.dims) == 4]
+        self._four_d_inputs = [v.argument for v in graph.inputs if len(v.dims) == 4]
+        self._four_d_outputs = [(v.argument, v.id) for v in graph.outputs if len(v.dims) == 4]
         self._num_args = graph.num_externs
         self._hooks: NodeHooks | None = None
         self._start()
@@ -107,15 +107,15 @@ class XnnpackDelegate:
                 f"{NAME}: the delegate takes {self._num_args} arguments; the call passes {len(args)}"
             )
         for value in (*self.graph.inputs, *self.graph.outputs):
-            arg = args[value.external_id]
-            what = (f"{NAME}: argument {value.external_id} "
+            arg = args[value.argument]
+            what = (f"{NAME}: argument {value.argument} "
                     f"(graph value {value.id}, {value.type_name} {list(value.dims)})")
             if not isinstance(arg, torch.Tensor):
                 raise InvalidProgram(f"{what} is given {type(arg).__name__}, not a tensor")
             dtype = Datatype.STORAGE.get(value.datatype)
             if arg.dtype != dtype or arg.numel() != math.prod(value.dims):
                 raise InvalidProgram(f"{what} is given a {arg.dtype} tensor of sizes {list(arg.shape)}")
-        return [v.external_id for v in self.graph.outputs]
+        return [v.argument for v in self.graph.outputs]
 
     def __call__(self, args: list) -> None:
         if len(args) != self._num_args:

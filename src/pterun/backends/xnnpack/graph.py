@@ -109,6 +109,12 @@ class Value:
     def type_name(self) -> str:
         return Datatype.NAMES.get(self.datatype, f"datatype {self.datatype}").removeprefix("xnn_datatype_")
 
+    @property
+    def argument(self) -> int:
+        """The delegate call's argument an input or output of the graph is (its ``external_id``)."""
+        assert self.external_id is not None, f"value {self.id} is none of the graph's inputs or outputs"
+        return self.external_id
+
 
 @dataclass
 class Node:
@@ -181,10 +187,11 @@ class _Reader:
         if root.NumExterns() > MAX_EXTERNS:
             raise InvalidProgram(f"XNNPACK graph claims {root.NumExterns()} external values")
         graph = Graph(values, nodes, root.NumExterns(), named_bytes=self.named_bytes)
-        externals = sorted((v for v in values.values() if v.external_id is not None), key=lambda v: v.external_id)
-        graph.inputs = [v for v in externals if v.is_input]
-        graph.outputs = [v for v in externals if v.is_output]
-        ids = [v.external_id for v in externals]
+        externals = sorted(((v.external_id, v) for v in values.values() if v.external_id is not None),
+                           key=lambda external: external[0])
+        graph.inputs = [v for _, v in externals if v.is_input]
+        graph.outputs = [v for _, v in externals if v.is_output]
+        ids = [i for i, _ in externals]
         if len(set(ids)) != len(ids) or any(i >= graph.num_externs for i in ids):
             raise InvalidProgram(f"XNNPACK graph external ids {ids} do not fit its {graph.num_externs} externals")
         return graph

@@ -54,8 +54,10 @@ class ProgramData:
 
     def external_bytes(self, spec: TensorSpec, where: str, *, planned: bool) -> memoryview:
         """A data file's bytes for ``spec``, checked against its layout and size."""
-        entry = self.external_entry(spec.fqn, where, planned=planned)
-        check_external_layout(spec.fqn, entry.layout, spec)
+        key = spec.fqn
+        assert key is not None, "the plan's reader refuses an external tensor with no name"
+        entry = self.external_entry(key, where, planned=planned)
+        check_external_layout(key, entry.layout, spec)
         if len(entry.data) < spec.nbytes:
             raise InvalidExternalData(
                 f"{where}: tensor {spec.fqn!r} needs {spec.nbytes} bytes; the data file holds {len(entry.data)}"
