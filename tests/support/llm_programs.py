@@ -55,8 +55,8 @@ import hashlib
 import json
 import shutil
 import subprocess
-import tempfile
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
