@@ -14,6 +14,7 @@ from typing import Optional
 
 import typer
 
+from pterun.asr.config import DEFAULT_MAX_NEW_TOKENS
 from pterun.cli.options import DeviceName, TrustNativeCode, device_option
 from pterun.cli.report import errors, esc, reported, visible
 
@@ -29,7 +30,7 @@ def transcribe(
     ),
     task: str = typer.Option("transcribe", "--task", help="transcribe, or translate (into English)."),
     max_new_tokens: int = typer.Option(
-        224, "--max-new-tokens", "-n", help="At most this many tokens per 30 s window."
+        DEFAULT_MAX_NEW_TOKENS, "--max-new-tokens", "-n", help="At most this many tokens per 30 s window."
     ),
     temperature: float = typer.Option(0.0, "--temperature", help="0 picks the likeliest token; above 0 samples."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the sampler (with --temperature above 0)."),
