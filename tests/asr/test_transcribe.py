@@ -12,9 +12,9 @@ from pterun.format import ProgramFile
 from tests.asr.conftest import features_of
 from tests.support.asr_programs import EOT, IDS, LANGUAGES, MAX_SEQ_LEN, NO_TIMESTAMPS, SOT, TEXT_VOCAB, clip
 
-# Clips 0 and 1 end at EOS, 5 and 6 run to the limit; the first three are heard as English, 1 as Spanish; 6 says
-# <|fr|> on its way (the premises are asserted where they matter).
-SEEDS = (0, 1, 5, 6)
+# Clips 1 and 6 end at EOS at different lengths, 5 runs to the limit; 1 is heard as Spanish, 5 and 6 as English;
+# 6 says <|fr|> on its way (the premises are asserted where they matter).
+SEEDS = (1, 5, 6)
 MAX_NEW = 40
 
 
@@ -28,8 +28,8 @@ def test_the_program_is_what_optimum_executorch_exports(whisper, runner):
     program = ProgramFile(whisper.pte)
     assert {"encoder", "text_decoder", "sampler", "get_max_seq_len", "get_eos_id",
             "decoder_start_token_id"} <= set(program.method_names)
-    for method in ("encoder", "text_decoder"):
-        assert "XnnpackBackend" in {d.backend_id for d in program.plan(method).delegates}, method
+    decoder = program.plan("text_decoder")
+    assert not decoder.delegates and len(decoder.inputs) == 3  # the portable recipe: every kernel in the program
     runner.load()
     signature = runner.signature
     assert (signature.n_mels, signature.n_frames, signature.vocab) == (80, 3000, TEXT_VOCAB + len(IDS))
@@ -75,17 +75,17 @@ def test_the_text_is_the_tokenizers_and_streams_as_it_is_decoded(runner, hf_toke
 
 
 def test_long_audio_is_transcribed_in_30_second_windows(runner, extractor, generate):
-    audio = torch.cat([clip(30, 1), clip(30, 4), clip(7.5, 2)])
+    audio = torch.cat([clip(30, 1), clip(7.5, 2)])
     result = runner.transcribe(audio, config=TranscribeConfig(max_new_tokens=MAX_NEW))
-    assert [(s.start, s.end) for s in result.segments] == [(0.0, 30.0), (30.0, 60.0), (60.0, 67.5)]
+    assert [(s.start, s.end) for s in result.segments] == [(0.0, 30.0), (30.0, 37.5)]
     language = result.segments[0].language
-    assert [s.language for s in result.segments] == [language] * 3  # detected once, kept
+    assert [s.language for s in result.segments] == [language] * 2  # detected once, kept
     for i, segment in enumerate(result.segments):
         window = audio[i * N_SAMPLES:(i + 1) * N_SAMPLES]
         features = features_of(extractor, window)
         assert list(segment.tokens) == generate(features, MAX_NEW, language), f"window {i}"
     assert result.text == "".join(s.text for s in result.segments)
-    assert len({s.tokens for s in result.segments}) == 3, "premise: each window says something else"
+    assert len({s.tokens for s in result.segments}) == 2, "premise: each window says something else"
 
 
 def test_generation_stops_where_the_cache_ends(runner, clip_features, generate):
@@ -98,7 +98,7 @@ def test_generation_stops_where_the_cache_ends(runner, clip_features, generate):
 
 
 def test_eos_and_suppression_can_be_chosen(runner, clip_features):
-    features = clip_features[0]
+    features = clip_features[1]
     default = runner.transcribe_features(features, TranscribeConfig(language="en", max_new_tokens=MAX_NEW))
     stop_at = default[6]
     early = runner.transcribe_features(features, TranscribeConfig(language="en", max_new_tokens=MAX_NEW,
