@@ -9,7 +9,7 @@ import torch
 from pterun.asr import TranscribeConfig
 from pterun.asr.features import N_SAMPLES
 from pterun.format import ProgramFile
-from tests.asr.conftest import features_of
+from tests.asr.conftest import NEVER_GENERATED, features_of
 from tests.support.asr_programs import EOT, IDS, LANGUAGES, MAX_SEQ_LEN, NO_TIMESTAMPS, SOT, TEXT_VOCAB, clip
 
 # Clips 1 and 6 end at EOS at different lengths, 5 runs to the limit; 1 is heard as Spanish, 5 and 6 as English;
@@ -131,3 +131,37 @@ def test_sampling_is_seeded(runner):
     config = TranscribeConfig(language="en", max_new_tokens=MAX_NEW, temperature=1.0, seed=7)
     first = runner.transcribe(clip(4, 3), config=config)
     assert runner.transcribe(clip(4, 3), config=config) == first
+
+
+def test_a_model_without_language_tokens_is_prompted_as_english_only(whisper, clip_features, eager, hf_tokenizer,
+                                                                     tmp_path):
+    import copy
+    import json
+
+    from pterun.asr import Seq2SeqRunner
+    from pterun.errors import InvalidArgument
+
+    # The same vocabulary with its language markers renamed: the runner sees no languages, as an English-only
+    # Whisper's tokenizer gives the model none to choose.
+    document = json.loads(whisper.tokenizer.read_text())
+    for token in document["added_tokens"]:
+        if token["content"] in {f"<|{code}|>" for code in LANGUAGES}:
+            token["content"] = f"<|language-{token['id']}|>"
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(document))
+    english = Seq2SeqRunner(whisper.pte, path)
+    features = clip_features[1]
+    tokens = english.transcribe_features(features, TranscribeConfig(max_new_tokens=MAX_NEW))
+    assert not english.multilingual and tokens[:2] == [SOT, NO_TIMESTAMPS]
+    # An English-only checkpoint's generation config: no languages, no tasks (generate fills what a config passed
+    # to it leaves unset from the model's own, so the model gets it).
+    model = copy.deepcopy(eager)
+    model.generation_config.is_multilingual = False
+    del model.generation_config.lang_to_id, model.generation_config.task_to_id
+    (blank,) = hf_tokenizer.encode(" ").ids
+    with torch.no_grad():
+        expected = model.generate(features, max_new_tokens=MAX_NEW, suppress_tokens=NEVER_GENERATED,
+                                  begin_suppress_tokens=[blank, EOT], return_dict_in_generate=True).sequences
+    assert tokens == expected[0].tolist()
+    with pytest.raises(InvalidArgument, match="English-only model: it transcribes English, found language='de'"):
+        english.transcribe_features(features, TranscribeConfig(language="de"))
