@@ -93,6 +93,15 @@ def test_methods_of_the_wrong_shape_are_refused_at_load(whisper):
     assert raised.value.code == ErrorCode.InvalidProgram and not runner.is_loaded()
 
 
+def test_metadata_that_is_not_integers_is_refused(whisper):
+    exported = export_program("asr-float-metadata-v1", lambda: ExportSpec(
+        {"encoder": _Scale(), "text_decoder": _Scale()},
+        {"encoder": (torch.ones(1, 4),), "text_decoder": (torch.ones(1, 4),)},
+        constant_methods={"get_max_seq_len": 2.5}))
+    with pytest.raises(InvalidProgram, match="metadata method 'get_max_seq_len': expected integers, found float"):
+        Seq2SeqRunner(exported.pte, whisper.tokenizer)
+
+
 def test_tokenizers_that_are_not_whispers(whisper, tmp_path):
     from tests.support.llm_tokenizers import tokenizer_path
 

@@ -59,7 +59,16 @@ def read_metadata(program) -> Seq2SeqMetadata:
         if name not in names:
             return None
         found = program.load_method(name, cached=False).execute([])
-        return [int(i) for v in found for i in (v.reshape(-1).tolist() if hasattr(v, "reshape") else [v])]
+        ints: list[int] = []
+        for value in found:
+            if isinstance(value, torch.Tensor) and not (value.dtype.is_floating_point or value.is_complex()):
+                ints.extend(int(i) for i in value.reshape(-1).tolist())
+            elif isinstance(value, int):
+                ints.append(int(value))
+            else:
+                kind = f"a tensor of {value.dtype}" if isinstance(value, torch.Tensor) else type(value).__name__
+                raise InvalidProgram(f"metadata method {name!r}: expected integers, found {kind}")
+        return ints
 
     def scalar(name: str) -> int | None:
         found = values(name)
