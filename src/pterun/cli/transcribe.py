@@ -49,7 +49,7 @@ def transcribe(
 
     ```
     pterun transcribe speech.wav whisper.pte -t tokenizer.json
-    pterun transcribe talk.wav model.pte -t whisper-small/ --language de --task translate --device cuda
+    pterun transcribe talk.wav model.pte -t whisper/ -l de --task translate
     ```
     """
     from pterun.asr import SAMPLE_RATE, Seq2SeqRunner, TranscribeConfig, load_wav
