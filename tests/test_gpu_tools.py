@@ -37,7 +37,7 @@ def _run(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
 
 def test_the_gpu_fixture_script_makes_every_part_of_a_subset(tmp_path):
     out = tmp_path / "gpu"
-    _run("scripts/make-gpu-fixtures.py", str(out), "--parts", "cuda,corpus,half,swiglu,fuzz,delegates,llm",
+    _run("scripts/make-gpu-fixtures.py", str(out), "--parts", "cuda,corpus,half,swiglu,fuzz,delegates,llm,asr",
          "--models", "llama,8da4w,seed-100594")
     expected = ["cuda/resident", "cuda/copies", "corpus/llama", "half/llama-float16",
                 "half/llama-bfloat16", "half/swiglu-bfloat16", "half/swiglu-bfloat16-dynamic", "fuzz/seed-100594"]
@@ -48,6 +48,7 @@ def test_the_gpu_fixture_script_makes_every_part_of_a_subset(tmp_path):
         ProgramFile(directory / "program.pte").plan("forward")
     for name in ("transformers-static-cache", "llama-dynamic"):
         assert (out / "llm" / name / "program.pte").is_file() and (out / "llm" / name / "tokenizer.json").is_file()
+    assert all((out / "asr" / "whisper" / name).is_file() for name in ("program.pte", "tokenizer.json"))
     assert any((out / "cache").iterdir()), "the delegate tests' program cache"
     # The fixture the SwiGLU kernel's dynamic test needs: rows really dynamic (an example of one row was
     # specialized to one by torch.export).
