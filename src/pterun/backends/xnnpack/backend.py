@@ -211,13 +211,13 @@ class XnnpackBackend(BackendInterface):
     def init(self, context: BackendInitContext, processed: memoryview,
              compile_specs: tuple[CompileSpec, ...]) -> XnnpackDelegate:
         blob = split_blob(processed)
-        read = read_graph(blob, context.named_data)
-        graph = optimize(read)
+        read: list[memoryview] = []
+        graph = optimize(read_graph(blob, context.named_data, read))
         delegate = XnnpackDelegate(graph, torch.device(context.device), dict(context.runtime_specs),
                                    context.compile_code)
         # Packed: the file's bytes are read again only where a translation views them as they are (and then
         # mapped back on its first call), as XNNPACK frees its blob and unpacked weights after packing.
-        for view in (processed, *read.named_bytes):
+        for view in (processed, *read):
             context.release(view)
         return delegate
 

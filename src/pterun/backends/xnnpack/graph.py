@@ -138,8 +138,6 @@ class Graph:
     num_externs: int
     inputs: list[Value] = field(default_factory=list)  # by external id
     outputs: list[Value] = field(default_factory=list)
-    # The named data (the program's or a data file's) the constants were read from.
-    named_bytes: list[memoryview] = field(default_factory=list)
 
 
 def _camel(name: str) -> str:
@@ -158,10 +156,11 @@ def _fields(obj, table: str) -> SimpleNamespace:
     return SimpleNamespace(**out)
 
 
-def read_graph(blob: Blob, named_data: Mapping[str, memoryview]) -> Graph:
-    """Decodes a verified blob's graph. Raises PteError on anything inconsistent."""
+def read_graph(blob: Blob, named_data: Mapping[str, memoryview], read: list[memoryview] | None = None) -> Graph:
+    """Decodes a verified blob's graph. Raises PteError on anything inconsistent. ``read``, if given, gets
+    the named data (the program's or a data file's) the constants were read from."""
     try:
-        return _Reader(blob, named_data).read()
+        return _Reader(blob, named_data, read).read()
     except PteError:
         raise
     except (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError,
@@ -170,10 +169,10 @@ def read_graph(blob: Blob, named_data: Mapping[str, memoryview]) -> Graph:
 
 
 class _Reader:
-    def __init__(self, blob: Blob, named_data: Mapping[str, memoryview]) -> None:
+    def __init__(self, blob: Blob, named_data: Mapping[str, memoryview], read: list[memoryview] | None) -> None:
         self.blob = blob
         self.named_data = named_data
-        self.named_bytes: list[memoryview] = []
+        self.named_bytes: list[memoryview] = [] if read is None else read
         self.root = fb.XNNGraph.GetRootAs(blob.flatbuffer, 0)
 
     def read(self) -> Graph:
@@ -186,7 +185,7 @@ class _Reader:
         nodes = [self.node(root.Xnodes(i), i) for i in range(root.XnodesLength())]
         if root.NumExterns() > MAX_EXTERNS:
             raise InvalidProgram(f"XNNPACK graph claims {root.NumExterns()} external values")
-        graph = Graph(values, nodes, root.NumExterns(), named_bytes=self.named_bytes)
+        graph = Graph(values, nodes, root.NumExterns())
         externals = sorted(((v.external_id, v) for v in values.values() if v.external_id is not None),
                            key=lambda external: external[0])
         graph.inputs = [v for _, v in externals if v.is_input]
