@@ -91,7 +91,8 @@ def _checkpoint() -> dict:
 
 def export(path: Path, variant: str, state: dict, scratch: Path) -> None:
     started = time.perf_counter()
-    written = export_llama_program(scratch / variant, variant, PARAMS, max_seq_len=CONTEXT,
+    # Not a directory named for the variant: llama_config says why a checkpoint's path must not name it.
+    written = export_llama_program(scratch / "llama", variant, PARAMS, max_seq_len=CONTEXT,
                                    max_context_len=CONTEXT, state_dict=state)
     written.replace(path)
     print(f"{path.name}: {path.stat().st_size / 2**20:.1f} MiB in {time.perf_counter() - started:.0f} s", flush=True)

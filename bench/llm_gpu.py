@@ -1,23 +1,27 @@
 """LLM decode on a GPU: pterun.llm against Hugging Face transformers' generate (static cache, torch.compile).
 
-    python bench/llm_gpu.py export [--out .cache/bench/llm]     # here, with ExecuTorch: the .pte, xz-compressed
-    python bench/llm_gpu.py run --dir DIR [--new-tokens 128]      # on the GPU machine
+    python bench/llm_gpu.py export [--size 100m|1b] [--out .cache/bench/llm]  # with ExecuTorch: the .pte, xz'd
+    python bench/llm_gpu.py run --dir DIR [--sizes 100m,1b] [--json OUT]     # on the GPU machine
 
-``export --tiny`` writes the same program at a size of a few thousand weights (2 layers, width 64, a 512-token
-vocabulary): the test suite exports it so that the export step cannot break unseen (tests/test_gpu_tools.py).
+``export --size tiny`` writes the same program at a size of a few thousand weights (2 layers, width 64, a
+512-token vocabulary): the test suite exports it so that the export step cannot break unseen
+(tests/test_gpu_tools.py).
 
-The model is a Llama-architecture decoder of about 100M parameters in bfloat16 (bench/llm_export.py's shape:
-dim 768, 12 layers, 12 heads sharing 4 KV heads, hidden 2048, vocab 16384), each matrix's weights two values
-of either sign (so the file compresses to travel; speed does not depend on the values), exported from
-transformers' LlamaForCausalLM with its static cache (``TorchExportableModuleWithStaticCache``), the program
-optimum-executorch writes, with the metadata methods the runner reads. Its positions are tensors, so pterun
-replays each decode step as one CUDA graph.
+The models are Llama-architecture decoders in bfloat16: "100m" has bench/llm_export.py's shape (dim 768, 12
+layers, 12 heads sharing 4 KV heads, hidden 2048, vocab 16384), "1b" Llama-3.2-1B's layers (dim 2048, 16
+layers, 32 heads sharing 8, hidden 8192) with a 32000-token vocabulary (1.1B parameters). Each matrix's
+weights are two values of either sign (so the file compresses to travel; speed does not depend on the
+values); exported from transformers' LlamaForCausalLM with its static cache
+(``TorchExportableModuleWithStaticCache``), the program optimum-executorch writes, with the metadata methods
+the runner reads. Its positions are tensors, so pterun replays each decode step as one CUDA graph.
 
-``run`` times, for prompt 128 and 128 new tokens (greedy, EOS never chosen):
-- pterun.llm's TextLLMRunner on the .pte (device="cuda"), from its own Stats;
+``run`` times, for each size whose file is there, prompt 128 and 128 new tokens (greedy, EOS never chosen):
+- pterun.llm's TextLLMRunner on the .pte (device="cuda"), plain and with ``compile=True`` (its load and first
+  generation timed as the compile's cost), from the runner's own Stats;
 - transformers' ``generate`` on the same model (the same weights, made the same way) with
   ``cache_implementation="static"``, which transformers compiles (``mode="reduce-overhead"``: CUDA graphs);
 - the floor: the weights' bytes over the device-to-device copy bandwidth measured here, per token.
+The JSON (``--json``) is written again after each measurement, so a run cut short keeps what it measured.
 """
 
 from __future__ import annotations
@@ -42,8 +46,20 @@ from models import codebook  # noqa: E402
 from tests.support.llm_tokenizers import BOS_ID, EOS_ID  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-NAME = "hf_llama100m.bf16.pte"
-TINY = {**PARAMS, "dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "hidden_dim": 128, "vocab_size": 512}
+SIZES = {
+    "100m": PARAMS,
+    "1b": {**PARAMS, "dim": 2048, "n_layers": 16, "n_heads": 32, "n_kv_heads": 8, "hidden_dim": 8192,
+           "vocab_size": 32000},
+    "tiny": {**PARAMS, "dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "hidden_dim": 128, "vocab_size": 512},
+}
+
+
+def program_name(size: str) -> str:
+    return f"hf_llama{size}.bf16.pte"
+
+
+def tokenizer_name(size: str) -> str:
+    return f"tokenizer.{size}.json"
 
 
 def hf_model(params: dict = PARAMS):
@@ -67,7 +83,7 @@ def hf_model(params: dict = PARAMS):
     return model.to(torch.bfloat16)
 
 
-def export(out: Path, params: dict = PARAMS) -> Path:
+def export(out: Path, size: str = "100m", compress: bool = True) -> Path:
     from executorch.exir import to_edge_transform_and_lower
     from transformers import GenerationConfig
     from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
@@ -80,6 +96,7 @@ def export(out: Path, params: dict = PARAMS) -> Path:
         def forward(self, input_ids, cache_position):
             return self.inner(input_ids=input_ids, cache_position=cache_position)
 
+    params = SIZES[size]
     model = hf_model(params)
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
                                                cache_config={"batch_size": 1, "max_cache_len": CONTEXT})
@@ -92,74 +109,109 @@ def export(out: Path, params: dict = PARAMS) -> Path:
                 "use_sdpa_with_kv_cache": False, "enable_dynamic_shape": True}
     program = to_edge_transform_and_lower(exported, constant_methods=metadata).to_executorch()
     out.mkdir(parents=True, exist_ok=True)
-    with lzma.open(out / (NAME + ".xz"), "wb", preset=6) as f:
-        f.write(program.buffer)
-    write_tokenizer(out / "tokenizer.json", params["vocab_size"])
-    return out / (NAME + ".xz")
+    del model, exported
+    if compress:
+        written = out / (program_name(size) + ".xz")
+        with lzma.open(written, "wb", preset=6) as f:
+            f.write(program.buffer)
+    else:
+        written = out / program_name(size)
+        with open(written, "wb") as f:
+            program.write_to_file(f)
+    write_tokenizer(out / tokenizer_name(size), params["vocab_size"])
+    return written
 
 
-def run(directory: Path, new_tokens: int, rounds: int) -> None:
+def _pterun(pte: Path, tokenizer: Path, prompt: str, new_tokens: int, rounds: int, **options) -> dict:
+    """pterun.llm's decode rate and first-token time (medians), and the load plus first generation's time."""
     from pterun.llm import GenerationConfig, TextLLMRunner
 
-    pte = directory / NAME
-    if not pte.exists():
-        with lzma.open(directory / (NAME + ".xz")) as src, open(pte, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    tokenizer = directory / "tokenizer.json"
-    runner = TextLLMRunner(str(pte), str(tokenizer), device="cuda")
-    prompt = prompt_of(tokenizer, 128)
     config = GenerationConfig(temperature=0.0, echo=False, max_new_tokens=new_tokens)
-    ours = []
-    for _ in range(rounds + 1):
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    runner = TextLLMRunner(str(pte), str(tokenizer), device="cuda", **options)
+    rates, firsts = [], []
+    for n in range(rounds + 1):
         runner.reset()
         stats = []
         runner.generate(prompt, config, stats_callback=stats.append)
         s = stats[-1]
-        ours.append((s.num_generated_tokens * 1000 / max(1, s.inference_end_ms - s.prompt_eval_end_ms),
-                     s.first_token_ms - s.inference_start_ms, s.num_prompt_tokens, s.num_generated_tokens))
-    ours = ours[1:]
+        if n == 0:
+            ready = time.perf_counter() - start
+            counts = (s.num_prompt_tokens, s.num_generated_tokens)
+            continue
+        rates.append(s.num_generated_tokens * 1000 / max(1, s.inference_end_ms - s.prompt_eval_end_ms))
+        firsts.append(s.first_token_ms - s.inference_start_ms)
     graph = runner.decoder.method.cuda_graph
-    print(f"pterun: prompt {ours[0][2]} tokens, generated {ours[0][3]}; decode graph replaying "
-          f"{graph is not None and graph.replaying}")
+    status = getattr(runner.decoder.method, "compile_status", None)
+    print(f"pterun {options or 'plain'}: prompt {counts[0]} tokens, generated {counts[1]}; decode graph replaying "
+          f"{graph is not None and graph.replaying}" + (f"; compile: {status}" if status else ""), flush=True)
+    return {"decode_tok_s": statistics.median(rates), "ttft_ms": statistics.median(firsts),
+            "load_and_first_generation_s": ready}
 
+
+def _transformers(params: dict, tokenizer: Path, prompt: str, new_tokens: int, rounds: int) -> tuple[dict, int]:
+    """transformers' generate with a static cache, compiled (reduce-overhead); and the weights' bytes."""
+    from tokenizers import Tokenizer
     from transformers import CompileConfig
 
-    model = hf_model().to("cuda")
+    model = hf_model(params).to("cuda")
     # transformers compiles the forward itself for a static cache (CUDA graphs, its own step marking).
     model.generation_config.cache_implementation = "static"
     model.generation_config.compile_config = CompileConfig(fullgraph=True, mode="reduce-overhead")
-    from tokenizers import Tokenizer
-
     ids = torch.tensor([Tokenizer.from_file(str(tokenizer)).encode(prompt, add_special_tokens=False).ids],
                        device="cuda")
-    theirs = []
+    measured = []
     for _ in range(rounds + 2):
         torch.cuda.synchronize()
         start = time.perf_counter()
-        first = model.generate(ids, max_new_tokens=1, do_sample=False)
+        model.generate(ids, max_new_tokens=1, do_sample=False)
         torch.cuda.synchronize()
         ttft = time.perf_counter() - start
         start = time.perf_counter()
         out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
         torch.cuda.synchronize()
         whole = time.perf_counter() - start
-        generated = out.shape[1] - ids.shape[1]
-        theirs.append(((generated - 1) / max(whole - ttft, 1e-9), ttft * 1000))
-        del first
-    theirs = theirs[2:]
-
+        measured.append(((out.shape[1] - ids.shape[1] - 1) / max(whole - ttft, 1e-9), ttft * 1000))
+    measured = measured[2:]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    del model
+    torch.cuda.empty_cache()
+    return ({"decode_tok_s": statistics.median(r[0] for r in measured),
+             "ttft_ms": statistics.median(r[1] for r in measured)}, weights)
+
+
+def run(directory: Path, sizes: list[str], new_tokens: int, rounds: int, out: Path | None) -> None:
     bandwidth = copy_bandwidth()
-    floor = weights / bandwidth
-    ours_rate, theirs_rate = statistics.median(r[0] for r in ours), statistics.median(r[0] for r in theirs)
-    table = {
-        "pterun_decode_tok_s": ours_rate, "pterun_ttft_ms": statistics.median(r[1] for r in ours),
-        "transformers_decode_tok_s": theirs_rate, "transformers_ttft_ms": statistics.median(r[1] for r in theirs),
-        "weights_mib": weights / 2**20, "copy_bandwidth_gb_s": bandwidth / 1e9,
-        "floor_ms_per_token": floor * 1000, "pterun_ms_per_token": 1000 / ours_rate,
-        "pterun_over_floor": (1 / ours_rate) / floor, "pterun_over_transformers": ours_rate / theirs_rate,
-    }
-    print(json.dumps(table, indent=1))
+    table: dict = {"copy_bandwidth_gb_s": bandwidth / 1e9, "new_tokens": new_tokens}
+
+    def record(size: str, key: str, value) -> None:
+        table.setdefault(size, {})[key] = value
+        print(f"{size} {key}: {json.dumps(value)}", flush=True)
+        if out is not None:
+            out.write_text(json.dumps(table, indent=1))
+
+    for size in sizes:
+        pte, tokenizer = directory / program_name(size), directory / tokenizer_name(size)
+        if not pte.exists():
+            packed = directory / (program_name(size) + ".xz")
+            if not packed.exists():
+                print(f"{size}: no {packed.name}: skipped", flush=True)
+                continue
+            with lzma.open(packed) as src, open(pte, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        prompt = prompt_of(tokenizer, 128)
+        theirs, weights = _transformers(SIZES[size], tokenizer, prompt, new_tokens, rounds)
+        floor = weights / bandwidth
+        record(size, "weights_mib", weights / 2**20)
+        record(size, "floor_ms_per_token", floor * 1000)
+        record(size, "transformers", theirs)
+        for way, options in (("pterun", {}), ("pterun_compile", {"compile": True})):
+            ours = _pterun(pte, tokenizer, prompt, new_tokens, rounds, **options)
+            ours["over_floor"] = (1 / ours["decode_tok_s"]) / floor
+            ours["over_transformers"] = ours["decode_tok_s"] / theirs["decode_tok_s"]
+            record(size, way, ours)
+            torch.cuda.empty_cache()
 
 
 def main() -> None:
@@ -167,15 +219,18 @@ def main() -> None:
     parser.add_argument("what", choices=["export", "run"])
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "llm")
     parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "bench" / "llm")
+    parser.add_argument("--size", choices=sorted(SIZES), default="100m", help="export: which model")
+    parser.add_argument("--sizes", default="100m,1b", help="run: the models to time, those whose file is there")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--tiny", action="store_true", help="export: the same program, a few thousand weights")
+    parser.add_argument("--json", type=Path, default=None, help="run: write the figures here")
+    parser.add_argument("--no-xz", action="store_true", help="export: the .pte as it is (to run where exported)")
     args = parser.parse_args()
     if args.what == "export":
-        path = export(args.out, TINY if args.tiny else PARAMS)
+        path = export(args.out, args.size, compress=not args.no_xz)
         print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
     else:
-        run(args.dir, args.new_tokens, args.rounds)
+        run(args.dir, args.sizes.split(","), args.new_tokens, args.rounds, args.json)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Load time and memory: load_program + load_method against ExecuTorch's, and RSS growth after load.
+"""Load time and memory: load_program + load_method against ExecuTorch's, and the peak RSS against its.
 
 Every program of the set is timed as exported for the portable kernels (``X.pte``) and, where exported,
 lowered to XNNPACK (``X.xnnpack.pte``); pterun warm (its load cache filled) and cold (no cache), each
@@ -23,18 +23,45 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, console, environment  # noqa: E402
 from models import CPU_SET, QUANTIZED, REAL_SET, SAME_PROGRAM  # noqa: E402
 
+# Memory, in a fresh process per way: resident bytes before the load, then the peak (the kernel's high-water
+# mark, reset just before the load) and what stays resident after the load and after a first call. Both
+# runtimes import torch first, so the baseline holds the same libraries.
 RSS_PROBE = """
-import gc, sys, pterun, torch
-def rss():
-    return int(open('/proc/self/statm').read().split()[1]) * 4096
-torch.randn(4) + 1  # torch's own start-up allocations, before the first reading
-gc.collect(); before = rss()
-m = pterun.Runtime.get().load_program(sys.argv[1]).load_method('forward')
-gc.collect(); after = rss()
-meta = m.metadata
-arenas = sum(meta.memory_planned_buffer_size(i) for i in range(meta.num_memory_planned_buffers()))
-print(after - before, arenas)
+import gc, sys, torch
+way, pte, inputs = sys.argv[1:4]
+args = torch.load(inputs)
+if way == 'executorch':
+    from executorch.extension.pybindings import portable_lib
+    import executorch.kernels.quantized  # noqa: F401 - the quantized operators, as bench/common loads them
+else:
+    import pterun
+def status():
+    fields = dict(line.split(':', 1) for line in open('/proc/self/status'))
+    return {k: int(fields[k].split()[0]) * 1024 for k in ('VmRSS', 'VmHWM')}
+gc.collect()
+open('/proc/self/clear_refs', 'w').write('5')  # resets VmHWM to the present RSS
+before = status()['VmRSS']
+if way == 'executorch':
+    module = portable_lib._load_for_executorch(pte)
+    run = lambda: module.forward(tuple(args))
+else:
+    method = pterun.Runtime.get().load_program(pte).load_method('forward')
+    run = lambda: method.execute(list(args))
+loaded = status()
+run()
+called = status()
+print(before, loaded['VmHWM'], loaded['VmRSS'], called['VmHWM'], called['VmRSS'])
 """
+
+
+def _memory(way: str, pte: Path, inputs: Path) -> dict[str, float]:
+    """MB: the process's RSS before the load ("base"), its peak up to the end of the load and of a first call,
+    and its RSS after each (a fresh process; see RSS_PROBE)."""
+    done = subprocess.run([sys.executable, "-c", RSS_PROBE, way, str(pte), str(inputs)], capture_output=True,
+                          text=True, check=True)
+    base, load_peak, load_rss, call_peak, call_rss = (int(v) / 2**20 for v in done.stdout.split()[-5:])
+    return {"base": base, "load peak": load_peak, "load rss": load_rss, "call peak": call_peak,
+            "call rss": call_rss}
 
 
 def _timed(fn) -> tuple[float, float]:
@@ -72,7 +99,9 @@ def main() -> None:
     }
     console.print(f"{'program':22s} {'file MB':>7s} {'ET ms':>7s} {'warm ms':>8s} {'ratio':>6s} {'cold ms':>8s} "
                   f"{'ratio':>6s} {'ET cpu':>7s} {'warm cpu':>8s} {'ratio':>6s} {'cold cpu':>8s} {'ratio':>6s} "
-                  f"{'RSS MB':>7s} {'arenas':>7s}")
+                  f"{'ET peak':>7s} {'peak':>7s} {'ratio':>6s} {'ET RSS':>7s} {'RSS':>7s}")
+    console.print("(times: medians of load_program + load_method; peak: the process's peak RSS in MB up to the end "
+                  "of the first call, RSS: resident after it, each in a fresh process that imported torch)")
     programs = [args.dir / f"{name}{variant}.pte" for name in args.models.split(",")
                 for variant in ("", ".xnnpack", *(f".xnnpack-{s}" for s in QUANTIZED.get(name, ())))]
     for pte in programs:
@@ -84,15 +113,18 @@ def main() -> None:
         for _ in range(args.repeat):
             for way, load in ways.items():
                 times[way].append(_timed(lambda load=load, pte=pte: load(pte)))
-        probe = subprocess.run([sys.executable, "-c", RSS_PROBE, str(pte)], capture_output=True, text=True, check=True)
-        growth, arenas = (int(v) for v in probe.stdout.split())
+        inputs = pte.with_name(f"{name.split('.')[0]}.inputs.pt")
+        memory = {way: _memory(way, pte, inputs) for way in ("executorch", "pterun")} if inputs.exists() else None
         wall = {way: statistics.median(w for w, _ in t) * 1e3 for way, t in times.items()}
         cpu = {way: statistics.median(c for _, c in t) * 1e3 for way, t in times.items()}
         et, et_cpu = wall["executorch"], cpu["executorch"]
         console.print(f"{name:22s} {pte.stat().st_size / 2**20:7.1f} {et:7.1f} {wall['warm']:8.1f} "
                       f"{wall['warm'] / et:6.1f} {wall['cold']:8.1f} {wall['cold'] / et:6.1f} {et_cpu:7.1f} "
                       f"{cpu['warm']:8.1f} {cpu['warm'] / et_cpu:6.1f} {cpu['cold']:8.1f} {cpu['cold'] / et_cpu:6.1f} "
-                      f"{growth / 2**20:7.1f} {arenas / 2**20:7.1f}")
+                      + (f"{memory['executorch']['call peak']:7.0f} {memory['pterun']['call peak']:7.0f} "
+                         f"{memory['pterun']['call peak'] / memory['executorch']['call peak']:6.2f} "
+                         f"{memory['executorch']['call rss']:7.0f} {memory['pterun']['call rss']:7.0f}"
+                         if memory else "  (no inputs file: memory not measured)"))
     cache.cleanup()
 
 

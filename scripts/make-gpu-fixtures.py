@@ -11,6 +11,7 @@ which travels with the working tree to the GPU machine:
     fuzz/seed-<n>/    random programs of the fuzzer's GPU seeds (tests/fuzz/seeds.py), portable, with spec.json
     cache/            exported programs the delegate backends' GPU tests load (PTERUN_PROGRAM_CACHE)
     llm/<program>/    language models (program.pte, tokenizer.json) for pterun.llm on the GPU
+    asr/whisper/      the tiny Whisper of tests/asr (program.pte, tokenizer.json) for pterun.asr on the GPU
     wheels/           wheels of the packages pterun.llm needs (pytorch-tokenizers), for the GPU machine's
                       Python, which has no package index; scripts/gpu-tests.sh installs them
     export-wheels/    ExecuTorch's wheels and what its CUDA export imports, for that Python:
@@ -193,6 +194,7 @@ def delegate_programs(out: Path, names: set[str] | None = None) -> None:
     try:
         from tests.backends.xnnpack import test_xnnpack_gpu
 
+        # Also the programs of tests/gpu/test_etdump_on_cuda.py's XNNPACK cases (resnet, q-convnet-per-channel).
         for name, (export, _) in test_xnnpack_gpu.CASES.items():
             if names is None or name in names:
                 export()
@@ -214,6 +216,18 @@ def llm_programs(out: Path) -> None:
         shutil.copy(program.pte, directory / "program.pte")
         shutil.copy(program.tokenizer, directory / "tokenizer.json")
         print("llm", name)
+
+
+def asr_programs(out: Path) -> None:
+    """The tiny Whisper exported as optimum-executorch exports it, with its tokenizer, for pterun.asr's GPU test."""
+    from tests.support import asr_programs as programs
+
+    whisper = programs.whisper_program()
+    directory = out / "asr" / "whisper"
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copy(whisper.pte, directory / "program.pte")
+    shutil.copy(whisper.tokenizer, directory / "tokenizer.json")
+    print("asr whisper")
 
 
 # pterun.llm's tokenizers: built for the GPU machine's Python (3.12), which has no package index to install from.
@@ -239,7 +253,7 @@ def wheels(out: Path) -> None:
 
 
 PARTS = {"cuda": cuda_cases, "corpus": corpus, "half": half, "swiglu": swiglu, "fuzz": fuzz_programs,
-         "delegates": delegate_programs, "llm": llm_programs, "wheels": wheels}
+         "delegates": delegate_programs, "llm": llm_programs, "asr": asr_programs, "wheels": wheels}
 
 
 def main() -> None:

@@ -37,7 +37,7 @@ def _run(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
 
 def test_the_gpu_fixture_script_makes_every_part_of_a_subset(tmp_path):
     out = tmp_path / "gpu"
-    _run("scripts/make-gpu-fixtures.py", str(out), "--parts", "cuda,corpus,half,swiglu,fuzz,delegates,llm",
+    _run("scripts/make-gpu-fixtures.py", str(out), "--parts", "cuda,corpus,half,swiglu,fuzz,delegates,llm,asr",
          "--models", "llama,8da4w,seed-100594")
     expected = ["cuda/resident", "cuda/copies", "corpus/llama", "half/llama-float16",
                 "half/llama-bfloat16", "half/swiglu-bfloat16", "half/swiglu-bfloat16-dynamic", "fuzz/seed-100594"]
@@ -48,6 +48,7 @@ def test_the_gpu_fixture_script_makes_every_part_of_a_subset(tmp_path):
         ProgramFile(directory / "program.pte").plan("forward")
     for name in ("transformers-static-cache", "llama-dynamic"):
         assert (out / "llm" / name / "program.pte").is_file() and (out / "llm" / name / "tokenizer.json").is_file()
+    assert all((out / "asr" / "whisper" / name).is_file() for name in ("program.pte", "tokenizer.json"))
     assert any((out / "cache").iterdir()), "the delegate tests' program cache"
     # The fixture the SwiGLU kernel's dynamic test needs: rows really dynamic (an example of one row was
     # specialized to one by torch.export).
@@ -67,10 +68,10 @@ def test_bench_gpus_programs_are_exported_as_it_reads_them(tmp_path):
 def test_bench_llm_gpus_export_step_writes_a_program_the_runner_generates_from(tmp_path):
     from pterun.llm import GenerationConfig, TextLLMRunner
 
-    _run("bench/llm_gpu.py", "export", "--out", str(tmp_path), "--tiny")
+    _run("bench/llm_gpu.py", "export", "--out", str(tmp_path), "--size", "tiny")
     pte = tmp_path / "program.pte"
-    pte.write_bytes(lzma.decompress((tmp_path / "hf_llama100m.bf16.pte.xz").read_bytes()))
-    runner = TextLLMRunner(str(pte), str(tmp_path / "tokenizer.json"))
+    pte.write_bytes(lzma.decompress((tmp_path / "hf_llamatiny.bf16.pte.xz").read_bytes()))
+    runner = TextLLMRunner(str(pte), str(tmp_path / "tokenizer.tiny.json"))
     pieces: list[str] = []
     runner.generate("Hello", GenerationConfig(max_new_tokens=4, temperature=0.0, echo=False),
                     token_callback=pieces.append)

@@ -9,10 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from pterun.cli import traced
-from pterun.cli.etdump_spans import INSTRUCTION_EVENTS, instruction_name
+from pterun.cli.etdump_spans import INSTRUCTION_EVENTS
 from pterun.cli.main import app
 from pterun.cli.options import example_program
 from pterun.format import ProgramFile
+from pterun.runtime import Runtime
 from tests.cli import profiled_demo, programs
 
 runner = CliRunner()
@@ -21,8 +22,7 @@ WIDE = {"COLUMNS": "200"}  # no name cut short in a table
 
 def _occurrences(pte, method: str = "forward") -> Counter:
     """How many instructions of the method each row name stands for."""
-    plan = ProgramFile(pte).plan(method)
-    return Counter(instruction_name(plan, i)[0] for i in range(len(plan.instructions)))
+    return Counter(name for name, _ in Runtime.get().load_program(pte).metadata(method).instructions())
 
 
 def _profile_json(*args, **kwargs) -> dict:

@@ -1,8 +1,10 @@
 """What the docs' snippets refer to, made once per session: ``model.pte`` (an image model taking ``x``, a
 [1, 3, 224, 224] tensor), its weights as ``model.ptd``, its ETRecord as ``etrecord.bin`` and ``model.etrecord``,
-the bundled example LLM as ``llama.pte`` with its ``tokenizer.json``, and for multimodal generation the test
-programs ``llava.pte`` and ``voxtral.pte`` (the same tokenizer), ExecuTorch's audio processor for the latter as
-``preprocessor.pte``, an image ``cat.jpg`` and a 16 kHz ``clip.wav``."""
+the bundled example LLM as ``llama.pte`` with its ``tokenizer.json``, a tiny Whisper as ``whisper/model.pte``
+with its ``whisper/tokenizer.json`` and four seconds of 16-bit audio to transcribe, ``speech.wav``, and for
+multimodal generation the test programs ``llava.pte`` and ``voxtral.pte`` (the same tokenizer as the LLM's),
+ExecuTorch's audio processor for the latter as ``preprocessor.pte``, an image ``cat.jpg`` and a 16 kHz
+``clip.wav``."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support import asr_programs
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.inspecting import Recorded, export_recorded
 
@@ -53,6 +56,13 @@ def doc_files(tmp_path_factory) -> Path:
     examples = resources.files("pterun.examples")
     shutil.copyfile(str(examples / "llm_tiny.pte"), root / "llama.pte")
     shutil.copyfile(str(examples / "llm_tiny.tokenizer.json"), root / "tokenizer.json")
+    whisper = asr_programs.whisper_program()
+    (root / "whisper").mkdir()
+    shutil.copyfile(whisper.pte, root / "whisper" / "model.pte")
+    shutil.copyfile(whisper.tokenizer, root / "whisper" / "tokenizer.json")
+    from scipy.io import wavfile
+
+    wavfile.write(root / "speech.wav", 16000, (asr_programs.clip(4, 0).numpy() * 32767).astype("int16"))
     _multimodal_files(root)
     return root
 

@@ -1,11 +1,12 @@
 """ETDump: the events and values pterun records, against the ones ExecuTorch's runtime records for the same
 program, and the calls around them (writing, draining, a full debug buffer, a program without ETDump).
 
-ETDump's home: this file and test_etdump_calls.py (the switches, against ExecuTorch's). Elsewhere, each
-where its layer is: ExecuTorch's Inspector reading pterun's dumps (tests/devtools/), `pterun profile`
-(tests/cli/test_profile.py), on a GPU (tests/gpu/test_etdump_on_cuda.py), a delegate's events
-(tests/backends/xnnpack/test_xnnpack_gpu.py, tests/backends/webgpu/test_webgpu_profile.py) and
-ExecuTorch's own tests run on pterun (tests/peer/)."""
+ETDump's home: this file and test_etdump_calls.py (the switches, against ExecuTorch's). What needs a GPU is in
+one file where scripts/gpu-tests.sh collects GPU tests, tests/gpu/test_etdump_on_cuda.py (CUDA events, values
+read back from the device, an XNNPACK delegate's nodes timed on the GPU). Elsewhere, each where its layer is:
+a delegate's own node events (tests/backends/xnnpack/test_xnnpack_profile.py,
+tests/backends/webgpu/test_webgpu_profile.py), ExecuTorch's Inspector reading pterun's dumps (tests/devtools/),
+`pterun profile` (tests/cli/test_profile.py) and ExecuTorch's own tests run on pterun (tests/peer/)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """A SwiGLU MLP's gate, up and SiLU-product steps become one fused call where the registry has a kernel for it
 (on CUDA with Triton); the fused call computes what the steps compute.
 
-SwiGLU's home. What needs a GPU is where the GPU tests are: the fusion on CUDA (tests/gpu/test_swiglu_on_cuda.py)
-and its Triton kernel (tests/gpu/test_triton_kernels.py); the WebGPU backend fuses the same chain inside its
-own graphs (tests/backends/webgpu/test_webgpu_swiglu.py)."""
+SwiGLU's home. What needs a GPU is in one file where scripts/gpu-tests.sh collects GPU tests,
+tests/gpu/test_swiglu_on_cuda.py: the fusion on CUDA inside a captured graph and its Triton kernel against the
+exported chain. The WebGPU backend's own fusion of the chain inside its graphs (backends/webgpu/fuse.py) is that
+backend's, tested beside it (tests/backends/webgpu/test_webgpu_swiglu.py)."""
 
 from __future__ import annotations
 

@@ -39,3 +39,13 @@ def load_fixture(directory: Path | None):
 
 def on(device: str, values: list) -> list:
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def captured(fn):
+    """Runs ``fn`` once eagerly (compiling its kernels), then captures it in a CUDA graph and replays that."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph

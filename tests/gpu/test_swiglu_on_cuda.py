@@ -1,5 +1,6 @@
-"""An exported bf16 SwiGLU MLP on one token runs its gate, up and SiLU-product as one Triton kernel, inside the
-method's CUDA graph, with the same outputs as the exported steps run apart."""
+"""SwiGLU on CUDA: an exported bf16 SwiGLU MLP on one token runs its gate, up and SiLU-product as one Triton kernel,
+inside the method's CUDA graph, with the same outputs as the exported steps run apart; the kernel itself is the
+exported chain, bit for bit. SwiGLU's home is tests/executor/test_swiglu_fusion.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pterun.executor import Registries
 from pterun.executor.load.fuse.swiglu import FUSED
 from pterun.kernels import default_registry
 from pterun.runtime import default_allocators, default_backend_registry
-from tests.gpu.conftest import FIXTURES, load_fixture, on
+from tests.gpu.conftest import FIXTURES, captured, load_fixture, on
 from tests.gpu.test_half_on_cuda import _close
 
 pytestmark = pytest.mark.gpu
@@ -50,3 +51,32 @@ def test_swiglu_over_dynamic_rows_is_fused_and_sizes_its_out():
             ours = method.execute(on("cuda", call))[0]
             assert ours.shape == reference[0].shape
             _close(ours.cpu(), reference[0], "swiglu over dynamic rows")
+
+
+@pytest.mark.parametrize("n, k", [(1, 7), (37, 200), (704, 256), (11008, 4096), (4096, 11008), (1000, 1001)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gate_up_is_the_exported_chain_inside_a_captured_graph(n, k, dtype):
+    from pterun.kernels.triton.gated import applies, swiglu_out
+    from pterun.kernels.triton.gemv import mm_out
+
+    generator = torch.Generator(device="cuda").manual_seed(n * 3 + k)
+    # Scaled so that products stay O(1): float16 holds silu(g) * u of unscaled weights only up to k ~ 4000.
+    w_gate, w_up = ((torch.randn(n, k, device="cuda", generator=generator) / k ** 0.5).to(dtype) for _ in range(2))
+    x = torch.randn(1, k, device="cuda", generator=generator).to(dtype)
+    out = torch.empty(1, n, device="cuda", dtype=dtype)
+    assert applies(x, w_gate.t(), w_up.t(), out), "premise: the fused path is taken"
+    graph = captured(lambda: swiglu_out(x, w_gate.t(), w_up.t(), out))
+    for _ in range(2):  # fresh inputs in place: the graph reads them where they are
+        x.copy_(torch.randn(1, k, device="cuda", generator=generator))
+        out.fill_(float("nan"))
+        graph.replay()
+        # The exported chain on the same kernel's products: bit for bit the same.
+        gate, up = torch.empty_like(out), torch.empty_like(out)
+        mm_out(x, w_gate.t(), gate)
+        mm_out(x, w_up.t(), up)
+        g32 = gate.float()
+        chain = (g32 * torch.sigmoid(g32)).to(dtype) * up
+        assert torch.equal(out, chain)
+        reference = torch.nn.functional.silu(x.double() @ w_gate.double().t()) * (x.double() @ w_up.double().t())
+        error = ((out.double() - reference).norm() / reference.norm()).item()
+        assert error < 1e-2, error

@@ -53,8 +53,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,8 +96,8 @@ def llama_config(directory: Path, variant: str, params: dict, *, seed: int = 0,
                  max_seq_len: int = MAX_SEQ_LEN, max_context_len: int = MAX_CONTEXT_LEN,
                  eos_ids: tuple[int, ...] = (EOS_ID,), state_dict: dict | None = None):
     """``export_llama``'s LlmConfig for ``variant``, with ``params`` and seeded random weights (or
-    ``state_dict``) written into ``directory`` as params.json and a checkpoint, the way a user passes real
-    ones."""
+    ``state_dict``): params.json written into ``directory``, the checkpoint into a directory of its own
+    (``_checkpoint_directory``), the way a user passes real ones."""
     from executorch.examples.models.llama.llama_transformer import construct_transformer
     from executorch.examples.models.llama.model_args import ModelArgs
     from executorch.extension.llm.export.config.llm_config import DtypeOverride, LlmConfig
@@ -107,12 +109,13 @@ def llama_config(directory: Path, variant: str, params: dict, *, seed: int = 0,
             torch.manual_seed(seed)
             args = ModelArgs(max_seq_len=max_seq_len, max_context_len=max_context_len, **params)
             state_dict = construct_transformer(args).state_dict()
-    torch.save(state_dict, directory / "checkpoint.pth")
+    checkpoint = _checkpoint_directory() / "checkpoint.pth"
+    torch.save(state_dict, checkpoint)
     (directory / "params.json").write_text(json.dumps(params))
 
     config = LlmConfig()
     config.base.params = str(directory / "params.json")
-    config.base.checkpoint = str(directory / "checkpoint.pth")
+    config.base.checkpoint = str(checkpoint)
     config.base.metadata = json.dumps({"get_bos_id": BOS_ID, "get_eos_ids": list(eos_ids)})
     config.model.use_kv_cache = config.model.use_sdpa_with_kv_cache = variant != "no-kv-cache"
     config.model.enable_dynamic_shape = variant != "static"
@@ -136,14 +139,35 @@ def llama_config(directory: Path, variant: str, params: dict, *, seed: int = 0,
     return config
 
 
+def _checkpoint_directory() -> Path:
+    """A new directory whose path names no quantization: ExecuTorch's Llama takes a checkpoint whose path
+    contains "int8" or "8da4w" for one quantized already (examples/models/llama/model.py) and converts the
+    model for it first (groups of 256: a no-op below 256 input features, an export failure above), so a
+    directory named for the variant, as the program cache's are, must not hold it."""
+    markers = ("int8", "8da4w")
+    assert not any(m in tempfile.gettempdir() for m in markers), tempfile.gettempdir()
+    while True:
+        directory = Path(tempfile.mkdtemp(prefix="llama-checkpoint-"))
+        if not any(m in str(directory) for m in markers):
+            return directory
+        directory.rmdir()
+
+
+def _drop_checkpoint(config) -> None:
+    shutil.rmtree(Path(config.base.checkpoint).parent)  # the weights are in the program now
+
+
 def export_llama_program(directory: Path, variant: str, params: dict, **options) -> Path:
     """Writes ``directory/model.pte`` with ``export_llama`` from ``llama_config(directory, variant, params,
     **options)``."""
     from executorch.examples.models.llama.export_llama_lib import export_llama
 
-    written = Path(export_llama(llama_config(directory, variant, params, **options)))
+    config = llama_config(directory, variant, params, **options)
+    try:
+        written = Path(export_llama(config))
+    finally:
+        _drop_checkpoint(config)
     assert written == directory / "model.pte", written
-    (directory / "checkpoint.pth").unlink()  # the weights are in the program now
     return written
 
 
@@ -154,7 +178,11 @@ def eager_llama_greedy(directory: Path, variant: str, params: dict, prompt: list
     steps of one token. Writes ``directory/greedy.pt``: the tokens it chose and the logits of each call."""
     from executorch.examples.models.llama.export_llama_lib import _prepare_for_llama_export
 
-    model = _prepare_for_llama_export(llama_config(directory, variant, params, **options)).model.eval()
+    config = llama_config(directory, variant, params, **options)
+    try:
+        model = _prepare_for_llama_export(config).model.eval()
+    finally:
+        _drop_checkpoint(config)
     tokens, logits = list(prompt), []
     with torch.no_grad():
         step = torch.tensor([prompt])
@@ -164,7 +192,6 @@ def eager_llama_greedy(directory: Path, variant: str, params: dict, prompt: list
             tokens.append(int(logits[-1].argmax()))
             step = torch.tensor([[tokens[-1]]])
     torch.save({"tokens": tokens[len(prompt):], "logits": torch.stack(logits)}, directory / "greedy.pt")
-    (directory / "checkpoint.pth").unlink()
     return directory / "greedy.pt"
 
 

@@ -68,6 +68,10 @@ class BackendInitContext:
     # compile_code(source, filename) -> compile(source, filename, "exec") from the executor's load cache, for
     # backends that generate code (it need not be compiled again on the next load); None: no cache.
     compile_code: CompileCode | None = None
+    # release(view) gives back bytes of the file (the blob, named data) the backend has finished reading at
+    # init, as ExecuTorch's FreeableBuffer.Free() does: where they are mapped from a file, their pages leave
+    # this process's memory, and they are read again from the file if touched. Returns the bytes given back.
+    release: Callable[[memoryview], int] = field(default=lambda view: 0)
 
     def get_runtime_spec(self, key: str, default: Any = None) -> Any:
         return self.runtime_specs.get(key, default)

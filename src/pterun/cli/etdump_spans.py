@@ -1,13 +1,13 @@
 """What an ETDump says about where a method's time went: a table of operators, and a trace for a browser.
 
 Both read the "Execute" blocks of an ETDump (``pterun.format.etdump.read_etdump``, pterun's or ExecuTorch's)
-with the method's plan, which names each instruction: its operator (``aten::add.out``), its delegate's
-backend, or the format's instruction (``MOVE_CALL``). Each block is one run of the method. A delegate
-that reports its nodes (pterun's XNNPACK and WebGPU backends do) gives events inside its
-``DELEGATE_CALL``; they are rows and trace events under their delegate.
+with the method's instructions (``MethodMeta.instructions()``), which name each one: its operator
+(``aten::add.out``), its delegate's backend, or the format's instruction (``MOVE_CALL``). Each block is one
+run of the method. A delegate that reports its nodes (pterun's XNNPACK and WebGPU backends do) gives events
+inside its ``DELEGATE_CALL``; they are rows and trace events under their delegate.
 
-Nothing here needs the command line: ``profile_rows(blocks, plan)`` and ``chrome_trace(blocks, plan, ...)``
-serve any caller that has an ETDump.
+Nothing here needs the command line: ``profile_rows(blocks, instructions)`` and ``chrome_trace(blocks,
+instructions, ...)`` serve any caller that has an ETDump.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from pterun.format import DelegateCall, KernelCall, Plan
+from pterun.format import INSTRUCTION_EVENTS
 from pterun.format.etdump import ProfileEvent, RunBlock
 
-# The events ExecuTorch's runtime records for a whole instruction (the kernel's own event, recorded inside
-# OPERATOR_CALL with the same span, is left out so that no time counts twice).
-INSTRUCTION_EVENTS = frozenset({"OPERATOR_CALL", "DELEGATE_CALL", "MOVE_CALL", "JF_CALL", "FREE_CALL"})
+# Rows and trace events count INSTRUCTION_EVENTS, those ExecuTorch's runtime records for a whole instruction
+# (the kernel's own event, recorded inside OPERATOR_CALL with the same span, is left out so that no time
+# counts twice).
+Instructions = Sequence[tuple[str, str]]  # per instruction, its name and category (MethodMeta.instructions())
 METHOD_EVENT = "Method::execute"
 _NUMBER = re.compile(r" #\d+")  # "XNNConv2d #3": the node's number among the blob's nodes of its type
 
@@ -69,17 +70,11 @@ class Profile:
         return [r for r in self.rows if id(r) in keep or (r.parent is not None and r.parent in parents)]
 
 
-def instruction_name(plan: Plan, index: int) -> tuple[str, str]:
-    """What instruction ``index`` of ``plan`` is called in tables, and its kind."""
-    if not 0 <= index < len(plan.instructions):
+def instruction_name(instructions: Instructions, index: int) -> tuple[str, str]:
+    """What instruction ``index`` is called in tables, and its category."""
+    if not 0 <= index < len(instructions):
         return f"instruction {index}", "instruction"
-    ins = plan.instructions[index]
-    if isinstance(ins, KernelCall):
-        name, overload = plan.operators[ins.op_index]
-        return (f"{name}.{overload}" if overload else name), "operator"
-    if isinstance(ins, DelegateCall):
-        return plan.delegates[ins.delegate_index].backend_id, "delegate"
-    return type(ins).__name__, "instruction"
+    return instructions[index]
 
 
 def node_label(event: ProfileEvent) -> str:
@@ -99,8 +94,8 @@ def runs(blocks: Sequence[RunBlock]) -> Iterator[RunBlock]:
     return (b for b in blocks if b.name == "Execute")
 
 
-def profile_rows(blocks: Sequence[RunBlock], plan: Plan) -> Profile:
-    """The operators of ``plan``'s runs in ``blocks``, by total time: counts are runs x occurrences.
+def profile_rows(blocks: Sequence[RunBlock], instructions: Instructions) -> Profile:
+    """The operators of the method's runs in ``blocks``, by total time: counts are runs x occurrences.
 
     Nodes inside a delegate are summed by their type (their names without the ``#n`` numbering), under
     the delegate's backend."""
@@ -117,10 +112,10 @@ def profile_rows(blocks: Sequence[RunBlock], plan: Plan) -> Profile:
             if e.instruction < 0:
                 continue
             if is_node(e):
-                parent = instruction_name(plan, e.instruction)[0]
+                parent = instruction_name(instructions, e.instruction)[0]
                 key, kind = (parent, _NUMBER.sub("", node_label(e))), "node"
             elif e.name in INSTRUCTION_EVENTS:
-                name, kind = instruction_name(plan, e.instruction)
+                name, kind = instruction_name(instructions, e.instruction)
                 parent = None
                 key = (None, name if kind != "instruction" else e.name)
             else:
@@ -139,7 +134,7 @@ def profile_rows(blocks: Sequence[RunBlock], plan: Plan) -> Profile:
     return Profile(count, total, ordered)
 
 
-def chrome_trace(blocks: Sequence[RunBlock], plan: Plan, *, program: str, method: str,
+def chrome_trace(blocks: Sequence[RunBlock], instructions: Instructions, *, program: str, method: str,
                  extra: dict | None = None) -> dict:
     """The runs in ``blocks`` in Chrome's trace event format (chrome://tracing, ui.perfetto.dev): one track,
     each run a complete ("X") event holding its instructions, each delegate call holding its nodes.
@@ -161,12 +156,13 @@ def chrome_trace(blocks: Sequence[RunBlock], plan: Plan, *, program: str, method
         elif e.instruction < 0:
             continue
         elif is_node(e):
-            args = {"run": run, "instruction": e.instruction, "delegate": instruction_name(plan, e.instruction)[0]}
+            delegate = instruction_name(instructions, e.instruction)[0]
+            args = {"run": run, "instruction": e.instruction, "delegate": delegate}
             if e.delegate_id >= 0:
                 args["debug_handle"] = e.delegate_id
             events.append(complete(node_label(e), "delegate node", e, args))
         elif e.name in INSTRUCTION_EVENTS:
-            name, kind = instruction_name(plan, e.instruction)
+            name, kind = instruction_name(instructions, e.instruction)
             events.append(complete(name if kind != "instruction" else e.name, e.name, e,
                                    {"run": run, "instruction": e.instruction}))
     # Parents first where spans start together, so viewers nest them.

@@ -1,5 +1,6 @@
 """The `pterun` command: its global options and its commands, one module each (`pterun run`: run.py,
-`inspect`: inspect.py, `bench`: bench.py, `test`: bundled.py, `profile`, `compare`, `generate`, `batch`)."""
+`inspect`: inspect.py, `bench`: bench.py, `test`: bundled.py, `profile`, `compare`, `generate`, `transcribe`,
+`batch`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pterun.cli.inspect import inspect
 from pterun.cli.profile import profile
 from pterun.cli.report import state
 from pterun.cli.run import run
+from pterun.cli.transcribe import transcribe
 from pterun.version import VERSION
 
 # Help texts are Markdown: an example block renders as a block in the terminal and on the docs site alike.
@@ -46,6 +48,7 @@ app.command("test")(run_tests)
 app.command()(profile)
 app.command()(compare)
 app.command()(generate)
+app.command()(transcribe)
 app.command()(batch)
 
 

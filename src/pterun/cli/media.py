@@ -1,5 +1,5 @@
-"""Images and audio from files for `pterun generate`: read with Pillow and the standard library's ``wave``, then
-shaped for the program's encoders.
+"""Images and audio from files for `pterun generate`: images read with Pillow, WAV files as pterun.asr reads
+them, then shaped for the program's encoders.
 
 An image is resized to the ``vision_encoder``'s height and width (bicubic, as CLIP's and SigLIP's processors
 resize), or within its bounds keeping its aspect where they are dynamic (ExecuTorch's LLaVA runner: the longest
@@ -8,15 +8,15 @@ edge to the bound); a uint8 encoder gets the pixels, a float one the pixels scal
 them (optimum-executorch writes the processor's settings as methods). For a model's exact preprocessing, run its
 transformers processor and ``generate_hf`` from Python.
 
-Audio: a .wav file (PCM, 16 or 32 bits, as ExecuTorch's WAV loader reads; channels averaged to mono) as
-samples in [-1, 1] scaled as ExecuTorch scales them (by 1/32767 and 1/2147483647), turned into the encoder's
-features by an audio processor program (``--audio-processor``: ExecuTorch's WhisperAudioProcessor export, as
-its Voxtral example uses), or features saved as a tensor (.pt, .npy, .npz) used as they are.
+Audio: a .wav file read as pterun.asr reads one (SciPy: integer PCM by its full scale, float, channels averaged,
+resampled to 16 kHz; ExecuTorch's WAV loader divides 16-bit samples by 32767 and reads no other rate), turned
+into the encoder's features by an audio processor program (``--audio-processor``: ExecuTorch's
+WhisperAudioProcessor export, as its Voxtral example uses), or features saved as a tensor (.pt, .npy, .npz)
+used as they are.
 """
 
 from __future__ import annotations
 
-import wave
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +25,8 @@ import torch
 from pterun.cli.inputs import load_inputs
 from pterun.cli.report import UserError, first_line
 from pterun.core.dtype import to_torch
+from pterun.errors import PteError
 from pterun.llm.metadata import constant_floats
-
-SAMPLE_RATE = 16_000  # what Whisper-style feature extractors take
-_SCALE = {2: 1 / 32767, 4: 1 / 2147483647}  # ExecuTorch's kOneOverShortMax, kOneOverIntMax
-_INTEGER = {2: np.int16, 4: np.int32}
 
 
 def read_image(path: Path, program, encoder: str) -> torch.Tensor:
@@ -66,23 +63,13 @@ def read_image(path: Path, program, encoder: str) -> torch.Tensor:
 
 
 def read_wav(path: Path) -> torch.Tensor:
-    """``path``'s samples, mono float32 in [-1, 1], at 16 kHz."""
-    where = f"--audio {str(path)!r}"
+    """``path``'s samples, mono float32 in [-1, 1] at 16 kHz, read (and resampled) as pterun.asr reads them."""
+    from pterun.asr import SAMPLE_RATE, load_wav
+
     try:
-        with wave.open(str(path), "rb") as clip:
-            width, channels, rate = clip.getsampwidth(), clip.getnchannels(), clip.getframerate()
-            frames = clip.readframes(clip.getnframes())
-    except FileNotFoundError:
-        raise UserError(f"{where}: no such file") from None
-    except (wave.Error, EOFError, OSError) as exc:
-        raise UserError(f"{where}: not a PCM .wav file the wave module reads ({first_line(exc)})") from None
-    if width not in _SCALE:
-        raise UserError(f"{where}: {8 * width}-bit samples; expected 16 or 32-bit PCM (as ExecuTorch's WAV loader)")
-    if rate != SAMPLE_RATE:
-        raise UserError(f"{where}: sampled at {rate} Hz; the audio processors take {SAMPLE_RATE} Hz (resample it)")
-    samples = np.frombuffer(frames, dtype=np.dtype(_INTEGER[width]).newbyteorder("<"))
-    samples = samples[: len(samples) // channels * channels].reshape(-1, channels).astype(np.float64)
-    return torch.from_numpy((samples.mean(axis=1) * _SCALE[width]).astype(np.float32))
+        return torch.from_numpy(load_wav(path, SAMPLE_RATE))
+    except PteError as error:
+        raise UserError(f"--audio {str(path)!r}: {error.message}") from None
 
 
 def read_audio(path: Path, processor) -> torch.Tensor:

@@ -61,14 +61,14 @@ def profile(
             traced.recorded(loaded)  # a language model's metadata methods, run to choose its inputs, are left out
             _run(m, args.values, warmup, iterations, loaded, where, shown.counted("profiling", warmup + iterations))
         blocks, dump, _ = traced.recorded(loaded)
-        result = profile_rows(blocks, m.plan)
+        result = profile_rows(blocks, m.metadata.instructions())
         if result.runs != iterations:
             raise UserError(f"the ETDump holds {result.runs} runs of {method!r}; expected {iterations}")
         if etdump is not None:
             _write(etdump, dump, "--etdump")
         if trace is not None:
             extra = {"device": where, "runs": iterations, "warmup": warmup, "inputs": args.source}
-            document = chrome_trace(blocks, m.plan, program=path.name, method=method, extra=extra)
+            document = chrome_trace(blocks, m.metadata.instructions(), program=path.name, method=method, extra=extra)
             _write(trace, json.dumps(document).encode(), "--trace")
     rows = result.limited(top)
     if as_json:

@@ -103,10 +103,12 @@ class _CudaClock:
         return event
 
     def resolve(self, stamp) -> int:
-        if stamp is self.origin:
+        origin = self.origin
+        assert origin is not None, "a stamp is resolved once the run that made it has started"
+        if stamp is origin:
             return self.origin_ns
         stamp.synchronize()
-        return self.origin_ns + round(self.origin.elapsed_time(stamp) * 1e6)
+        return self.origin_ns + round(origin.elapsed_time(stamp) * 1e6)
 
 
 class ProgramTrace:
@@ -145,13 +147,14 @@ class ProgramTrace:
         if isinstance(value, (bool, int, float)):
             return value
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
-            entries = tuple(self._tensor(v, dense) for v in value)
-            return None if None in entries else entries
+            entries = [self._tensor(v, dense) for v in value]
+            logged = tuple(e for e in entries if e is not None)
+            return logged if len(logged) == len(entries) else None
         return None
 
     def _tensor(self, t: torch.Tensor, dense: bool = False) -> TensorEntry | None:
-        code = code_of(t.dtype)
-        if code is None:
+        code, debug = code_of(t.dtype), self.debug
+        if code is None or debug is None:
             return None
         sizes = tuple(t.shape)
         if (not dense and t.dim() == 4 and not t.is_contiguous()
@@ -162,12 +165,12 @@ class ProgramTrace:
         nbytes = t.numel() * t.element_size()
         with self.lock:
             offset = -(-self.cursor // ALIGNMENT) * ALIGNMENT
-            if offset + nbytes > len(self.debug):
+            if offset + nbytes > len(debug):
                 _overflow.needed = getattr(_overflow, "needed", 0) + nbytes
                 return None
             self.cursor = offset + nbytes
         if nbytes:
-            target = self.debug[offset: offset + nbytes].view(t.dtype).as_strided(sizes, strides)
+            target = debug[offset: offset + nbytes].view(t.dtype).as_strided(sizes, strides)
             target.copy_(t)
         return TensorEntry(code, sizes, strides, offset)
 
@@ -184,7 +187,7 @@ class ProgramTrace:
             debug_bytes = bytes(debug.numpy()) if debug is not None and debug_buffer_path is not None else None
         with open(etdump_path, "wb") as f:
             f.write(data)
-        if debug_bytes is not None:
+        if debug_bytes is not None and debug_buffer_path is not None:
             with open(debug_buffer_path, "wb") as f:
                 f.write(debug_bytes)
         return True
@@ -246,10 +249,11 @@ class MethodTrace:
 
     def check(self) -> None:
         """Raises when the last run's values did not all fit in the debug buffer (its outputs are kept)."""
-        if self.missing:
+        debug = self.program.debug
+        if self.missing and debug is not None:
             missing, self.missing = self.missing, 0
             raise MemoryAllocationFailed(
-                f"the debug buffer of {len(self.program.debug)} bytes is full: {missing} bytes of intermediate "
+                f"the debug buffer of {len(debug)} bytes is full: {missing} bytes of intermediate "
                 f"values were not logged; load the program with a larger debug_buffer_size (the call's outputs "
                 f"were computed and get_outputs() returns them; the ETDump keeps the values that fit)")
 

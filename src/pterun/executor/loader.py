@@ -42,7 +42,7 @@ from pterun.executor.load.effects import MethodEffects, check_writes, delegate_w
 from pterun.executor.load.passes import Form, Load, Stage
 from pterun.executor.load.steps import build_steps
 from pterun.executor.load.values import Values, make_values
-from pterun.format import Dynamism, Kind, ListValue, Plan, TensorSpec
+from pterun.format import Dynamism, Kind, ListValue, Plan, TensorSpec, Value
 
 
 @dataclass
@@ -100,13 +100,14 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     # Unplanned inputs alias the caller's tensors; unplanned outputs get buffers, unless an instruction
     # computes them (a view of another tensor).
     outputs_unplanned = [vi for vi in values.unplanned if vi not in plan.inputs and vi not in computed]
-    dynamic = {i for i, v in enumerate(plan.values)
+    bounded = {i: v for i, v in enumerate(plan.values)
                if isinstance(v, TensorSpec) and v.dynamism == Dynamism.DYNAMIC_BOUND}
+    dynamic = set(bounded)
     code = MethodValues(
         objects, params_in + outputs_unplanned, computed - set(params_in), dynamic,
         {i: v.items for i, v in enumerate(plan.values) if isinstance(v, ListValue)
          and v.kind in (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)},
-        {i: plan.values[i].dim_order for i in dynamic if not is_contiguous_order(plan.values[i].dim_order)},
+        {i: v.dim_order for i, v in bounded.items() if not is_contiguous_order(v.dim_order)},
     )
     generated = generate_method(code, own.steps, plan, context.options.cache, trace, checked.steps)
     run, compiled_function, status, functional_source = generated.run, None, "off", None
@@ -131,9 +132,7 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     output_position: dict[int, int] = {}
     for pos, vi in enumerate(plan.outputs):
         output_position.setdefault(vi, pos)
-    slots = [OutputSlot(plan.values[vi], len(params_in) + k,  # type: ignore[arg-type]  # outputs are tensors
-                        context.device_for(plan.values[vi].device_type, plan.values[vi].device_index),
-                        f"{where} output {output_position[vi]}")
+    slots = [_output_slot(context, plan.values[vi], len(params_in) + k, f"{where} output {output_position[vi]}")
              for k, vi in enumerate(outputs_unplanned)]
     dynamic_inputs = [vi for vi in plan.inputs if isinstance(plan.values[vi], TensorSpec) and vi in dynamic]
     return LoadedMethod(
@@ -149,11 +148,17 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
                              [objects[vi] for vi in dynamic_inputs if vi not in params_in], bool(dynamic_inputs))
                if trace is None else None),
         owned=frozenset(pos for pos, vi in enumerate(plan.outputs)
-                        if isinstance(plan.values[vi], TensorSpec) and not plan.values[vi].is_memory_planned),
+                        if isinstance(value := plan.values[vi], TensorSpec) and not value.is_memory_planned),
         precision=Precision(tf32=context.options.allow_tf32,
                             host=context.run_device.type == DeviceType.CPU and not plan.delegates),
         trace=trace,
     )
+
+
+def _output_slot(context: LoadContext, spec: Value, argument: int, where: str) -> OutputSlot:
+    # Unplanned values were made for tensors only (load/values.py).
+    assert isinstance(spec, TensorSpec), f"{where}: an unplanned output is a tensor"
+    return OutputSlot(spec, argument, context.device_for(spec.device_type, spec.device_index), where)
 
 
 def _binder(context: LoadContext, plan: Plan, index: int, vi: int, objects: list, params_in: list[int]) -> Binder:

@@ -3,8 +3,8 @@
 The classes mirror ExecuTorch's Python bindings (methods, not properties, and
 the same ``repr``), so code written against ``executorch.runtime`` reads them
 unchanged. A few methods are pterun's own (``TensorInfo.dynamism``
-and ``name``; ``MethodMeta.input_value``, ``tensors``, ``tensor_meta``
-and ``memory_plan``): what the CLI, the LLM runner and Ray's reader need, so none
+and ``name``; ``MethodMeta.input_value``, ``tensors``, ``tensor_meta``,
+``memory_plan`` and ``instructions``): what the CLI, the LLM runner and Ray's reader need, so none
 of them reads the file's raw plan.
 """
 
@@ -23,14 +23,7 @@ _TAG_NAMES = {
     Kind.TENSOR_LIST: "ListTensor", Kind.OPTIONAL_TENSOR_LIST: "ListOptionalTensor",
 }
 
-
-
-
 _DYNAMISM = {Dynamism.STATIC: "static", Dynamism.DYNAMIC_BOUND: "bounded", Dynamism.DYNAMIC_UNBOUND: "unbounded"}
-
-
-def value_kind(value) -> Kind:
-    return Kind.TENSOR if isinstance(value, TensorSpec) else value.kind
 
 
 class TensorInfo:
@@ -96,10 +89,10 @@ class MethodMeta:
         return len(self._attributes)
 
     def input_tag(self, index: int) -> str:
-        return _TAG_NAMES[value_kind(self._io(self._plan.inputs, index, "input"))]
+        return _TAG_NAMES[self._io(self._plan.inputs, index, "input").kind]
 
     def output_tag(self, index: int) -> str:
-        return _TAG_NAMES[value_kind(self._io(self._plan.outputs, index, "output"))]
+        return _TAG_NAMES[self._io(self._plan.outputs, index, "output").kind]
 
     def input_tensor_meta(self, index: int) -> TensorInfo:
         return self._tensor(self._plan.inputs, index, "input")
@@ -129,10 +122,17 @@ class MethodMeta:
 
     def operators(self) -> list[str]:
         """The operators the method calls, as ``namespace::name.overload``."""
-        return [f"{name}.{overload}" if overload else name for name, overload in self._plan.operators]
+        return [self._plan.operator_name(i) for i in range(len(self._plan.operators))]
 
     def num_instructions(self) -> int:
         return len(self._plan.instructions)
+
+    def instructions(self) -> list[tuple[str, str]]:
+        """Each instruction's name and category: an operator call's operator (``("aten::add.out",
+        "operator")``), a delegate call's backend (``("XnnpackBackend", "delegate")``), or the format's own
+        instruction (``("MoveCall", "instruction")``), in the chain's order. pterun's own."""
+        plan = self._plan
+        return [(ins.label(plan), ins.category) for ins in plan.instructions]
 
     def num_backends(self) -> int:
         return len(self._plan.delegates)
@@ -150,7 +150,7 @@ class MethodMeta:
         pterun's own."""
         value = self._io(self._plan.inputs, index, "input")
         if not isinstance(value, Scalar):
-            raise IndexOutOfRange(f"input {index} is a {_TAG_NAMES[value_kind(value)]}, not a single value")
+            raise IndexOutOfRange(f"input {index} is a {_TAG_NAMES[value.kind]}, not a single value")
         return value.value
 
     def tensors(self) -> list[int]:

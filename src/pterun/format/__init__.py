@@ -2,6 +2,7 @@
 
 from pterun.format.data_file import DataFile, TensorLayout
 from pterun.format.plan import (
+    INSTRUCTION_EVENTS,
     DelegateCall,
     DelegateSpec,
     Dynamism,
@@ -19,6 +20,7 @@ from pterun.format.plan import (
 from pterun.format.program import ProgramFile, Verification
 
 __all__ = [
-    "DataFile", "DelegateCall", "DelegateSpec", "Dynamism", "FreeCall", "JumpFalseCall", "Kind", "KernelCall",
-    "ListValue", "MoveCall", "Plan", "ProgramFile", "Scalar", "TensorLayout", "TensorSpec", "Value", "Verification",
+    "DataFile", "DelegateCall", "DelegateSpec", "Dynamism", "FreeCall", "INSTRUCTION_EVENTS", "JumpFalseCall",
+    "Kind", "KernelCall", "ListValue", "MoveCall", "Plan", "ProgramFile", "Scalar", "TensorLayout", "TensorSpec",
+    "Value", "Verification",
 ]

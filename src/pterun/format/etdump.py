@@ -75,11 +75,7 @@ class RunBlock:
 def write_etdump(blocks: Sequence[RunBlock]) -> bytes:
     """The ETDump of ``blocks``, size-prefixed as ExecuTorch writes it."""
     b = flatbuffers.Builder(4096)
-    runs = [_run(b, block) for block in blocks]
-    fb.ETDumpStartRunDataVector(b, len(runs))
-    for run in reversed(runs):
-        b.PrependUOffsetTRelative(run)
-    run_vector = b.EndVector()
+    run_vector = _tables(b, [_run(b, block) for block in blocks])
     fb.ETDumpStart(b)
     fb.ETDumpAddVersion(b, VERSION)
     fb.ETDumpAddRunData(b, run_vector)
@@ -100,10 +96,7 @@ def _run(b: flatbuffers.Builder, block: RunBlock) -> int:
             fb.EventStart(b)
             fb.EventAddDebugEvent(b, inner)
         events.append(fb.EventEnd(b))
-    fb.RunDataStartEventsVector(b, len(events))
-    for event in reversed(events):
-        b.PrependUOffsetTRelative(event)
-    event_vector = b.EndVector()
+    event_vector = _tables(b, events)
     fb.RunDataStart(b)
     fb.RunDataAddName(b, name)
     fb.RunDataAddBundledInputIndex(b, block.bundled_input_index)
@@ -153,6 +146,14 @@ def _vector(b: flatbuffers.Builder, values: Sequence[int]) -> int:
     return b.EndVector()
 
 
+def _tables(b: flatbuffers.Builder, offsets: Sequence[int]) -> int:
+    """A vector of tables already written (their offsets), begun as flatc's ``Start...Vector`` functions do."""
+    b.StartVector(4, len(offsets), 4)
+    for offset in reversed(offsets):
+        b.PrependUOffsetTRelative(offset)
+    return b.EndVector()
+
+
 def _tensor(b: flatbuffers.Builder, t: TensorEntry) -> int:
     sizes, strides = _vector(b, t.sizes), _vector(b, t.strides)
     fb.TensorStart(b)
@@ -168,11 +169,7 @@ def _value(b: flatbuffers.Builder, v: LoggedValue, output: bool) -> int:
     if isinstance(v, TensorEntry):
         kind, tensor = fb.ValueType.Tensor, _tensor(b, v)
     elif isinstance(v, tuple):
-        items = [_tensor(b, t) for t in v]
-        fb.TensorListStartTensorsVector(b, len(items))
-        for item in reversed(items):
-            b.PrependUOffsetTRelative(item)
-        vector = b.EndVector()
+        vector = _tables(b, [_tensor(b, t) for t in v])
         fb.TensorListStart(b)
         fb.TensorListAddTensors(b, vector)
         kind, tensor_list = fb.ValueType.TensorList, fb.TensorListEnd(b)

@@ -42,6 +42,7 @@ class Dynamism(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
+    kind: ClassVar[Kind] = Kind.TENSOR  # every value says its kind, as the format's union tag does
     scalar_type: int
     sizes: tuple[int, ...]  # the upper bound when dynamic
     dim_order: tuple[int, ...]
@@ -93,9 +94,10 @@ Value = Union[TensorSpec, Scalar, ListValue]
 
 # The instruction kinds. Each says which values it names (``values``: every index, checked by ``check_plan``),
 # which it computes with (``uses``: all but a free's), which other index it holds and whether that is in range
-# (``index_error``), and its name in an ETDump (``event``, ExecuTorch's). The format's own instructions (a move,
-# a jump, a free) also say what they read and which value they give a new object (``reads``, ``binds``); a call's
-# kernel or backend says that of a call.
+# (``index_error``), its name in an ETDump (``event``, ExecuTorch's) and what tables call it (``label``: its
+# operator, its delegate's backend or its kind, which ``category`` says). The format's own instructions (a move,
+# a jump, a free) also say what they read, which value they give a new object (``reads``, ``binds``) and whether
+# the values they name are of kinds they take (``kind_error``); a call's kernel or backend says that of a call.
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,7 @@ class KernelCall:
     op_index: int
     args: tuple[int, ...]
     event: ClassVar[str] = "OPERATOR_CALL"
+    category: ClassVar[str] = "operator"
 
     @property
     def values(self) -> tuple[int, ...]:
@@ -115,12 +118,16 @@ class KernelCall:
             return None
         return f"calls operator {self.op_index} of {len(plan.operators)}"
 
+    def label(self, plan: Plan) -> str:
+        return plan.operator_name(self.op_index)
+
 
 @dataclass(frozen=True, slots=True)
 class DelegateCall:
     delegate_index: int
     args: tuple[int, ...]
     event: ClassVar[str] = "DELEGATE_CALL"
+    category: ClassVar[str] = "delegate"
 
     @property
     def values(self) -> tuple[int, ...]:
@@ -133,9 +140,23 @@ class DelegateCall:
             return None
         return f"calls delegate {self.delegate_index} of {len(plan.delegates)}"
 
+    def label(self, plan: Plan) -> str:
+        return plan.delegates[self.delegate_index].backend_id
+
+
+class _OwnInstruction:
+    """What the format's own instructions (a move, a jump, a free) share: no operator or backend of their own,
+    so tables call them by their kind."""
+
+    __slots__ = ()
+    category: ClassVar[str] = "instruction"
+
+    def label(self, plan: Plan) -> str:
+        return type(self).__name__
+
 
 @dataclass(frozen=True, slots=True)
-class MoveCall:
+class MoveCall(_OwnInstruction):
     source: int
     target: int
     event: ClassVar[str] = "MOVE_CALL"
@@ -157,9 +178,15 @@ class MoveCall:
     def index_error(self, plan: Plan) -> str | None:
         return None
 
+    def kind_error(self, plan: Plan) -> str | None:
+        source, target = plan.kind_name(self.source), plan.kind_name(self.target)
+        if source == target:
+            return None  # a move keeps its value's kind
+        return f"moves value {self.source}, of kind {source}, into value {self.target}, of kind {target}"
+
 
 @dataclass(frozen=True, slots=True)
-class JumpFalseCall:
+class JumpFalseCall(_OwnInstruction):
     condition: int
     destination: int
     event: ClassVar[str] = "JF_CALL"
@@ -177,9 +204,16 @@ class JumpFalseCall:
             return None
         return f"jumps to {self.destination}; the chain has {len(plan.instructions)} instructions"
 
+    def kind_error(self, plan: Plan) -> str | None:
+        kind = plan.values[self.condition].kind
+        if kind in (Kind.BOOL, Kind.TENSOR):
+            return None
+        return (f"tests value {self.condition}, of kind {plan.kind_name(self.condition)}; a condition is a bool "
+                f"or a tensor")
+
 
 @dataclass(frozen=True, slots=True)
-class FreeCall:
+class FreeCall(_OwnInstruction):
     value: int
     event: ClassVar[str] = "FREE_CALL"
 
@@ -195,8 +229,13 @@ class FreeCall:
     def index_error(self, plan: Plan) -> str | None:
         return None
 
+    def kind_error(self, plan: Plan) -> str | None:
+        return None  # a free takes a value of any kind
+
 
 Instruction = Union[KernelCall, DelegateCall, MoveCall, JumpFalseCall, FreeCall]
+# The events ExecuTorch's runtime records for a whole instruction, one per kind.
+INSTRUCTION_EVENTS = frozenset(kind.event for kind in (KernelCall, DelegateCall, MoveCall, JumpFalseCall, FreeCall))
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +268,15 @@ class Plan:
     def arena_device(self, memory_id: int) -> tuple[int, int]:
         return self.buffer_devices.get(memory_id, (0, 0))
 
+    def operator_name(self, index: int) -> str:
+        """Operator ``index`` as ``namespace::name.overload``."""
+        name, overload = self.operators[index]
+        return f"{name}.{overload}" if overload else name
+
+    def kind_name(self, vi: int) -> str:
+        """Value ``vi``'s kind as errors and kernels' declarations say it ("tensor", "int_list")."""
+        return self.values[vi].kind.name.lower()
+
 
 # Each list of other values: the kinds its items may refer to.
 _ITEM_KINDS = {Kind.INT_LIST: (Kind.INT,), Kind.TENSOR_LIST: (Kind.TENSOR,),
@@ -254,7 +302,7 @@ def check_plan(plan: Plan) -> None:
     for idx in plan.buffer_devices:
         if not 1 <= idx < len(plan.buffer_sizes):
             raise InvalidProgram(f"{where}: device tag for buffer {idx}; the plan has {len(plan.buffer_sizes)} buffers")
-    kinds = [Kind.TENSOR if isinstance(v, TensorSpec) else v.kind for v in plan.values]
+    kinds = [v.kind for v in plan.values]
     for vi, v in enumerate(plan.values):
         kind = kinds[vi]
         if isinstance(v, TensorSpec):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import BinaryIO, Union
 
 from pterun.errors import AccessFailed, InvalidArgument
+from pterun.format import pages
 
 Source = Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO, "FileBytes"]
 
@@ -26,6 +27,19 @@ class FileBytes:
     data: memoryview
     name: str
     owner: object = None
+
+    def release(self, view: memoryview) -> int:
+        """Gives back this process's pages of ``view``, bytes of ``data`` a load has finished with
+        (``format/pages.py``); bytes not mapped from a file, or not in ``data``, are left alone. Returns the
+        bytes given back."""
+        if isinstance(self.owner, FileBytes):
+            return self.owner.release(view)
+        if not isinstance(self.owner, mmap.mmap):
+            return 0
+        start, base = pages.address(view), pages.address(memoryview(self.owner))
+        if start is None or base is None or not 0 <= start - base <= len(self.owner) - view.nbytes:
+            return 0
+        return pages.release(self.owner, start - base, view.nbytes)
 
 
 def read_source(source: Source, *, what: str = "program file") -> FileBytes:

@@ -73,26 +73,25 @@ class Column:
 
     def __init__(self, values) -> None:
         values = np.asarray(values) if not isinstance(values, np.ndarray) else values
-        if values.dtype == object:
-            self.rows = [_dense_or_none(v) for v in values]
-            self.array = None
-        else:
-            self.rows = None
-            self.array = values
+        # One array of every row, or else each row on its own (None: a row of nested lists of different lengths).
+        self.array: np.ndarray | None = None if values.dtype == object else values
+        self.rows: list[np.ndarray | None] = [_dense_or_none(v) for v in values] if self.array is None else []
 
     def shape(self, row: int) -> tuple[int, ...] | None:
         """The row's shape; ``None`` for a row of nested lists of different lengths."""
-        if self.rows is None:
+        if self.array is not None:
             return self.array.shape[1:]
-        return None if self.rows[row] is None else self.rows[row].shape
+        value = self.rows[row]
+        return None if value is None else value.shape
 
     def dtype(self, row: int) -> np.dtype | None:
-        if self.rows is None:
+        if self.array is not None:
             return self.array.dtype
-        return None if self.rows[row] is None else self.rows[row].dtype
+        value = self.rows[row]
+        return None if value is None else value.dtype
 
     def take(self, rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
-        if self.rows is None:
+        if self.array is not None:
             return np.ascontiguousarray(self.array[rows], dtype=dtype)
         return np.stack([self.rows[r] for r in rows]).astype(dtype, copy=False)
 
@@ -160,14 +159,16 @@ class Layout:
 
     def check(self, columns: dict[str, Column], n: int, row_name) -> tuple[list, dict[int, Exception]]:
         """Each row's shapes (a tuple per row, ``None`` for a bad row) and each bad row's error."""
+        inputs = self.inputs
+        assert inputs is not None, "the columns are bound at the first batch (bind)"
         # A column that is one ndarray has one shape and dtype: judged once, for all its rows.
         once = {x.index: self._problem(x, columns[x.column].shape(0), columns[x.column].dtype(0))
-                for x in self.inputs if columns[x.column].rows is None}
+                for x in inputs if columns[x.column].array is not None}
         keys: list = [None] * n
         bad: dict[int, Exception] = {}
         for r in range(n):
             key = []
-            for x in self.inputs:
+            for x in inputs:
                 column = columns[x.column]
                 shape = column.shape(r)
                 problem = once[x.index] if x.index in once else self._problem(x, shape, column.dtype(r))
@@ -180,9 +181,9 @@ class Layout:
                 keys[r] = tuple(key)
         return keys, bad
 
-    def _problem(self, x: Input, shape: tuple[int, ...], dtype: np.dtype):
+    def _problem(self, x: Input, shape: tuple[int, ...] | None, dtype: np.dtype | None):
         sizes = x.sizes[1:] if self.batched else x.sizes
-        if shape is None:
+        if shape is None or dtype is None:  # both, or neither
             return InvalidArgument, "its values are nested lists of different lengths, not one array"
         if len(shape) != len(sizes):
             return NotSupported, (f"expected rows of shape {list(sizes)} ({len(sizes)} dimensions; the program's "
@@ -217,10 +218,12 @@ class Layout:
         """A call's inputs for ``rows`` (stacked, cast, padded to a static batch, on the device) and its batch."""
         if self.pad and len(rows) < self.bound:
             rows = np.concatenate([rows, np.full(self.bound - len(rows), rows[-1])])
-        args: list = [None] * (len(self.fixed) + len(self.inputs))
+        inputs = self.inputs
+        assert inputs is not None, "the columns are bound at the first batch (bind)"
+        args: list = [None] * (len(self.fixed) + len(inputs))
         for i, value in self.fixed.items():
             args[i] = value
-        for x in self.inputs:
+        for x in inputs:
             array = columns[x.column].take(rows, x.numpy)
             tensor = torch.from_numpy(array if self.batched else array[0])
             if tensor.dtype != x.dtype:  # bfloat16, carried as float32

@@ -103,29 +103,3 @@ def test_dynamic_lengths_on_cuda():
         expected = cpu.execute([ids])
         actual = gpu.execute([ids.cuda()])
         assert_relative(actual[0].cpu(), expected[0], 1e-4, f"length {length}")
-
-
-@pytest.mark.parametrize("name", ["resnet", "q-convnet-per-channel"])
-def test_profiled_xnnpack_on_cuda_reports_every_node_with_gpu_times(tmp_path, name):
-    from pterun.format.etdump import DebugEvent, ProfileEvent, read_etdump
-
-    export, _ = CASES[name]
-    exported = export()
-    args = flat(exported.forward_inputs()) if name == "resnet" else list(quantized_inputs("convnet", 1, 1.0))
-    plain = pterun.Runtime.get().load_program(exported.pte, device="cuda").load_method("forward")
-    program = pterun.Runtime.get().load_program(exported.pte, device="cuda", enable_etdump=True,
-                                                debug_buffer_size=256 << 20)
-    traced = program.load_method("forward")
-    expected, actual = plain.execute([a.cuda() for a in args]), traced.execute([a.cuda() for a in args])
-    for a, e in zip(actual, expected):
-        torch.testing.assert_close(a, e, rtol=0, atol=0)
-    program.write_etdump_result_to_file(tmp_path / "run.etdp", tmp_path / "run.bin")
-    events = read_etdump((tmp_path / "run.etdp").read_bytes())[-1].events
-    calls = [e for e in events if isinstance(e, ProfileEvent) and e.name == "DELEGATE_CALL"]
-    nodes = [e for e in events if isinstance(e, ProfileEvent) and e.name is None]
-    assert calls and len(nodes) >= 3 * len(calls), "the delegates' nodes were not reported"
-    for node in nodes:
-        (call,) = [c for c in calls if c.instruction == node.instruction]
-        assert call.start <= node.start <= node.end <= call.end
-    assert sum(n.end - n.start for n in nodes) > 0, "CUDA events measured nothing"
-    assert any(isinstance(e, DebugEvent) and (e.delegate_id >= 0 or e.delegate_name) for e in events)

@@ -43,6 +43,7 @@ def bind(gpu: Gpu, d: Dispatch, params: ParamBlocks, index: int) -> None:
     entries = [params.entry(index)]
     for j, b in enumerate(d.bindings):
         buffer = (b.storage if isinstance(b, TSlot) else b).buffer
+        assert buffer is not None, "bind groups are made once memory is planned"
         entries.append({"binding": j + 1, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}})
     if len(entries) != count:
         raise InvalidProgram(f"a kernel declares {count} bindings; {len(entries)} were given")

@@ -127,7 +127,7 @@ class ProfiledRun:
         numeric = isinstance(tracer.now(), numbers.Real)
         self.stamps = _Stamps(gpu, nodes) if gpu_timestamps and gpu.timestamps and numeric and nodes else None
         # Waiting for a node: a 4-byte copy into a mappable buffer, mapped once the copy is done.
-        self._fence = None
+        self._fence: tuple | None = None
         if self.stamps is None:
             self._fence = (gpu.buffer(4, gpu.STORAGE, "fence"), gpu.buffer(4, gpu.READBACK, "fence-read"))
 
@@ -145,23 +145,28 @@ class ProfiledRun:
 
     def __call__(self, args: list) -> None:
         conversions = self.program.write_inputs(args)
-        run = self._run_stamped if self.stamps is not None else self._run_waited
-        run(conversions)
+        if self.stamps is not None:
+            self._run_stamped(conversions, self.stamps)
+        else:
+            self._run_waited(conversions)
         self.program.read_outputs(args)
 
-    def _logged(self, i: int) -> bool:
-        return self.values is not None and self.values[i] is not None
+    def _logged(self, i: int) -> tuple | None:
+        """Node ``i``'s logged outputs (their readers and buffer), or None when it logs none."""
+        return self.values[i] if self.values is not None else None
 
     def _copy_values(self, encoder, i: int) -> None:
-        if self._logged(i):
-            handlers, buffer = self.values[i]
+        logged = self._logged(i)
+        if logged is not None:
+            handlers, buffer = logged
             for out in handlers:
                 out.record(encoder, buffer)
 
     def _read_values(self, i: int) -> list[torch.Tensor]:
-        if not self._logged(i):
+        logged = self._logged(i)
+        if logged is None:
             return []
-        handlers, buffer = self.values[i]
+        handlers, buffer = logged
         tensors = [torch.empty(0, dtype=TORCH_DTYPE[out.slot.dtype]) for out in handlers]
         read_into(self.gpu, buffer, handlers, tensors)
         return tensors
@@ -170,7 +175,7 @@ class ProfiledRun:
         handle, name = self.labels[i]
         self.tracer.node(start, end, debug_handle=handle, name=name, outputs=outputs)
 
-    def _run_stamped(self, conversions: list) -> None:
+    def _run_stamped(self, conversions: list, stamps: _Stamps) -> None:
         program, tracer = self.program, self.tracer
         encoder = self.gpu.device.create_command_encoder()
         count = 0
@@ -179,15 +184,15 @@ class ProfiledRun:
             count += record(cpass, conversions)
             cpass.end()
         for i, node in enumerate(program.nodes):
-            cpass = encoder.begin_compute_pass(timestamp_writes=self.stamps.writes[i])
+            cpass = encoder.begin_compute_pass(timestamp_writes=stamps.writes[i])
             count += record(cpass, node.dispatches)
             cpass.end()
             self._copy_values(encoder, i)
-        self.stamps.record(encoder)
+        stamps.record(encoder)
         program.record_outputs(encoder)
         start, host_start = tracer.now(), time.perf_counter_ns()
         self.gpu.queue.submit([encoder.finish()])
-        ns = self.stamps.read()
+        ns = stamps.read()
         host_end, end = time.perf_counter_ns(), tracer.now()
         program.dispatch_count = count
         times = on_clock(ns, start, end, host_start, host_end)
@@ -212,7 +217,7 @@ class ProfiledRun:
             self._submit_and_wait(encoder)
             end = tracer.now()
             outputs = []
-            if self._logged(i):
+            if self._logged(i) is not None:
                 encoder = device.create_command_encoder()
                 self._copy_values(encoder, i)
                 self.gpu.queue.submit([encoder.finish()])
@@ -224,6 +229,7 @@ class ProfiledRun:
         program.dispatch_count = count
 
     def _submit_and_wait(self, encoder) -> None:
+        assert self._fence is not None, "without GPU timestamps, each node is waited for with the fence"
         source, fence = self._fence
         encoder.copy_buffer_to_buffer(source, 0, fence, 0, 4)
         self.gpu.queue.submit([encoder.finish()])

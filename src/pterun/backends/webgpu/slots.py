@@ -106,7 +106,7 @@ class Slots:
         self,
         graph: Graph,
         upload_constant: Callable[[TensorValue, int], Storage],
-        upload_bytes: Callable[[TensorValue, int], Storage] | None = None,
+        upload_bytes: Callable[[TensorValue, int], Storage],
     ) -> None:
         self.graph = graph
         self._upload_constant = upload_constant

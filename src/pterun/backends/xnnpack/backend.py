@@ -61,10 +61,10 @@ class XnnpackDelegate:
         self.options = dict(options or {})
         self._compile_code = compile_code
         self._cache: dict = {}
-        self._inputs = [(v.external_id, v.id) for v in graph.inputs]
+        self._inputs = [(v.argument, v.id) for v in graph.inputs]
         # Arguments that may come channels-last: those of 4-d values.
-        self._four_d_inputs = [v.external_id for v in graph.inputs if len(v.dims) == 4]
-        self._four_d_outputs = [(v.external_id, v.id) for v in graph.outputs if len(v.dims) == 4]
+        self._four_d_inputs = [v.argument for v in graph.inputs if len(v.dims) == 4]
+        self._four_d_outputs = [(v.argument, v.id) for v in graph.outputs if len(v.dims) == 4]
         self._num_args = graph.num_externs
         self._hooks: NodeHooks | None = None
         self._start()
@@ -107,15 +107,15 @@ class XnnpackDelegate:
                 f"{NAME}: the delegate takes {self._num_args} arguments; the call passes {len(args)}"
             )
         for value in (*self.graph.inputs, *self.graph.outputs):
-            arg = args[value.external_id]
-            what = (f"{NAME}: argument {value.external_id} "
+            arg = args[value.argument]
+            what = (f"{NAME}: argument {value.argument} "
                     f"(graph value {value.id}, {value.type_name} {list(value.dims)})")
             if not isinstance(arg, torch.Tensor):
                 raise InvalidProgram(f"{what} is given {type(arg).__name__}, not a tensor")
             dtype = Datatype.STORAGE.get(value.datatype)
             if arg.dtype != dtype or arg.numel() != math.prod(value.dims):
                 raise InvalidProgram(f"{what} is given a {arg.dtype} tensor of sizes {list(arg.shape)}")
-        return [v.external_id for v in self.graph.outputs]
+        return [v.argument for v in self.graph.outputs]
 
     def __call__(self, args: list) -> None:
         if len(args) != self._num_args:
@@ -211,9 +211,15 @@ class XnnpackBackend(BackendInterface):
     def init(self, context: BackendInitContext, processed: memoryview,
              compile_specs: tuple[CompileSpec, ...]) -> XnnpackDelegate:
         blob = split_blob(processed)
-        graph = optimize(read_graph(blob, context.named_data))
-        return XnnpackDelegate(graph, torch.device(context.device), dict(context.runtime_specs),
-                               context.compile_code)
+        read: list[memoryview] = []
+        graph = optimize(read_graph(blob, context.named_data, read))
+        delegate = XnnpackDelegate(graph, torch.device(context.device), dict(context.runtime_specs),
+                                   context.compile_code)
+        # Packed: the file's bytes are read again only where a translation views them as they are (and then
+        # mapped back on its first call), as XNNPACK frees its blob and unpacked weights after packing.
+        for view in (processed, *read):
+            context.release(view)
+        return delegate
 
     def execute(self, handle, args: list) -> None:
         if not isinstance(handle, XnnpackDelegate):

@@ -109,6 +109,12 @@ class Value:
     def type_name(self) -> str:
         return Datatype.NAMES.get(self.datatype, f"datatype {self.datatype}").removeprefix("xnn_datatype_")
 
+    @property
+    def argument(self) -> int:
+        """The delegate call's argument an input or output of the graph is (its ``external_id``)."""
+        assert self.external_id is not None, f"value {self.id} is none of the graph's inputs or outputs"
+        return self.external_id
+
 
 @dataclass
 class Node:
@@ -150,10 +156,11 @@ def _fields(obj, table: str) -> SimpleNamespace:
     return SimpleNamespace(**out)
 
 
-def read_graph(blob: Blob, named_data: Mapping[str, memoryview]) -> Graph:
-    """Decodes a verified blob's graph. Raises PteError on anything inconsistent."""
+def read_graph(blob: Blob, named_data: Mapping[str, memoryview], read: list[memoryview] | None = None) -> Graph:
+    """Decodes a verified blob's graph. Raises PteError on anything inconsistent. ``read``, if given, gets
+    the named data (the program's or a data file's) the constants were read from."""
     try:
-        return _Reader(blob, named_data).read()
+        return _Reader(blob, named_data, read).read()
     except PteError:
         raise
     except (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError,
@@ -162,9 +169,10 @@ def read_graph(blob: Blob, named_data: Mapping[str, memoryview]) -> Graph:
 
 
 class _Reader:
-    def __init__(self, blob: Blob, named_data: Mapping[str, memoryview]) -> None:
+    def __init__(self, blob: Blob, named_data: Mapping[str, memoryview], read: list[memoryview] | None) -> None:
         self.blob = blob
         self.named_data = named_data
+        self.named_bytes: list[memoryview] = [] if read is None else read
         self.root = fb.XNNGraph.GetRootAs(blob.flatbuffer, 0)
 
     def read(self) -> Graph:
@@ -178,10 +186,11 @@ class _Reader:
         if root.NumExterns() > MAX_EXTERNS:
             raise InvalidProgram(f"XNNPACK graph claims {root.NumExterns()} external values")
         graph = Graph(values, nodes, root.NumExterns())
-        externals = sorted((v for v in values.values() if v.external_id is not None), key=lambda v: v.external_id)
-        graph.inputs = [v for v in externals if v.is_input]
-        graph.outputs = [v for v in externals if v.is_output]
-        ids = [v.external_id for v in externals]
+        externals = sorted(((v.external_id, v) for v in values.values() if v.external_id is not None),
+                           key=lambda external: external[0])
+        graph.inputs = [v for _, v in externals if v.is_input]
+        graph.outputs = [v for _, v in externals if v.is_output]
+        ids = [i for i, _ in externals]
         if len(set(ids)) != len(ids) or any(i >= graph.num_externs for i in ids):
             raise InvalidProgram(f"XNNPACK graph external ids {ids} do not fit its {graph.num_externs} externals")
         return graph
@@ -339,7 +348,9 @@ class _Reader:
                 raise NotFound(f"XNNPACK {what}: named data {name!r} is not in the program or its data files")
             if len(data) < nbytes:
                 raise InvalidProgram(f"XNNPACK {what}: needs {nbytes} bytes, named data {name!r} has {len(data)}")
-            return memoryview(data).cast("B")[:nbytes]
+            view = memoryview(data).cast("B")[:nbytes]
+            self.named_bytes.append(view)
+            return view
         offset = entry.Offset()
         region = self.blob.constants
         if offset > len(region) or nbytes > len(region) - offset:

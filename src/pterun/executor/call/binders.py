@@ -20,7 +20,6 @@ from pterun.core.dtype import storage_dtype
 from pterun.core.layout import strides_for
 from pterun.errors import InvalidArgument, NotSupported
 from pterun.executor.call.outputs import check_device_memory
-from pterun.executor.meta import value_kind
 from pterun.format import Dynamism, Kind, Scalar, TensorSpec
 
 Binder = Callable[[object, bool, list], None]
@@ -38,9 +37,14 @@ def tensor_binder(spec: TensorSpec, where: str, *, argument: int | None = None, 
     bound = spec.numel
     static = spec.dynamism == Dynamism.STATIC
     dim_order = spec.dim_order
-    expected_device = target.device if target is not None else device.torch
+    if target is not None:
+        expected_device, position = target.device, 0
+    elif argument is not None and device is not None:
+        expected_device, position = device.torch, argument
+    else:
+        raise TypeError("tensor_binder: an input is copied into its target, or passed as an argument on a device")
     # Memory the plan tags as CUDA memory is checked with the driver (outputs.check_device_memory).
-    check_memory = target is None and spec.device_type == DeviceType.CUDA
+    checked_on = device if target is None and spec.device_type == DeviceType.CUDA else None
 
     def bind(x, copy_inputs: bool, args: list) -> None:
         if not isinstance(x, torch.Tensor):
@@ -87,9 +91,9 @@ def tensor_binder(spec: TensorSpec, where: str, *, argument: int | None = None, 
                     f"{bound} of its upper bound {list(spec.sizes)}"
                 )
         if target is None:
-            if check_memory:
-                check_device_memory(x, device, where)
-            args[argument] = x
+            if checked_on is not None:
+                check_device_memory(x, checked_on, where)
+            args[position] = x
         else:
             if tuple(target.shape) != shape:
                 target.as_strided_(shape, strides_for(shape, dim_order))
@@ -100,8 +104,9 @@ def tensor_binder(spec: TensorSpec, where: str, *, argument: int | None = None, 
 
 def scalar_binder(value, where: str) -> Binder:
     """A non-tensor input: the value the program was exported with is the only one it takes."""
-    kind = value_kind(value)
+    kind = value.kind
     expected = value.value if isinstance(value, Scalar) else None
+    number = float(expected) if isinstance(expected, (int, float)) else math.nan  # a DOUBLE's value, compared closely
 
     def bind(x, copy_inputs: bool, args: list) -> None:
         if kind == Kind.NULL:
@@ -114,7 +119,7 @@ def scalar_binder(value, where: str) -> Binder:
             if isinstance(x, bool) or not isinstance(x, int) or x != expected:
                 raise InvalidArgument(f"{where}: the program was exported with {expected!r}; got {x!r}")
         elif kind == Kind.DOUBLE:
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not _close(float(x), float(expected)):
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not _close(float(x), number):
                 raise InvalidArgument(f"{where}: the program was exported with {expected!r}; got {x!r}")
         elif kind == Kind.STRING:
             if x != expected:

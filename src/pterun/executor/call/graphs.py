@@ -42,7 +42,7 @@ class CudaGraphRunner:
         self.key = None
         self.seen = _NOTHING  # the shapes of the last eager call (None is a key: a method of static shapes)
         self.static: list = []
-        self.outputs = None
+        self.outputs: tuple = ()  # the captured graph's (read only while it is held)
         self.failure: Exception | None = None
         self.replaying = False
         self.bound: list[bool] = []

@@ -13,7 +13,7 @@ from pterun.executor.call.outputs import collect, prepare
 from pterun.executor.call.threads import Threads
 from pterun.executor.codegen.failures import as_pte_error
 from pterun.executor.context import LoadContext
-from pterun.executor.load.values import shares_memory
+from pterun.executor.load.values import shared_lock
 from pterun.executor.loader import load_method
 from pterun.executor.meta import MethodMeta
 from pterun.format import Plan, TensorSpec
@@ -43,7 +43,7 @@ class Method:
         self._owned = loaded.owned
         self._precision = loaded.precision
         self._threads = Threads.choose(context.options.num_threads, plan, loaded.steps)
-        self._calls = CallGuard(self._where, context.shared.lock if shares_memory(context, plan) else None)
+        self._calls = CallGuard(self._where, shared_lock(context, plan))
         self.written_inputs = loaded.written_inputs  # inputs the method updates in place
         self._trace = loaded.trace
 

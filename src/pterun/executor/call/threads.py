@@ -211,7 +211,8 @@ class Threads:
         self.count = count  # None: the calling thread's PyTorch setting
         self.reason = reason
         setters = _setters()
-        self._omp, self._mkl = setters if setters is not None else (None, None)
+        self._omp: Callable[[int], None] | None = setters[0] if setters is not None else None
+        self._mkl: Callable[[int], int] | None = setters[1] if setters is not None else None
         if small:
             self._mkl = None  # MKL runs products this small on one thread by itself: one call in and out less
 
@@ -255,7 +256,8 @@ class Threads:
     def exit(self, saved) -> None:
         want, current, mkl = saved
         _HELD.running.remove(want)
-        if current:
+        # enter set the counts where it found setters (current, mkl: what they were).
+        if current and self._omp is not None:
             self._omp(current)
-            if mkl is not None:
+            if mkl is not None and self._mkl is not None:
                 self._mkl(mkl)

@@ -20,6 +20,7 @@ says why, and the method runs as generate.py wrote it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NoReturn
 
 import torch
 
@@ -74,7 +75,7 @@ class _Writer:
         for vi in self.inputs:
             self.note_region(vi)
 
-    def fail(self, n: int, why: str):
+    def fail(self, n: int, why: str) -> NoReturn:
         raise Unsupported(f"method {self.name!r} instruction {n}: {why}")
 
     def ref(self, vi: int, n: int) -> str:
@@ -180,8 +181,10 @@ class _Writer:
             self.env["_device"] = self.device
             return "_device"
         spec = self.plan.values[out]
+        if not isinstance(spec, TensorSpec):
+            self.fail(n, f"the {key} of value {out}, which is no tensor")
         name = f"x{n}_{key}"
-        self.env[name] = storage_dtype(spec.scalar_type) if key == "dtype" else _memory_format(spec)  # type: ignore[arg-type]
+        self.env[name] = storage_dtype(spec.scalar_type) if key == "dtype" else _memory_format(spec)
         return name
 
     def write(self) -> tuple:

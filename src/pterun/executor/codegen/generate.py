@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -115,6 +116,12 @@ class _Generator:
         self.early: set[int] = set()  # locals read before any step assigns them
         self.line_step: dict[int, int] = {}
         self.params = set(values.params)
+        # One method per kind of step writes its lines.
+        self._emitters: dict[type, Callable[[int, Any, int], None]] = {
+            KernelStep: self._timed(self.kernel), DelegateStep: self._timed(self.delegate),
+            MoveCall: self._timed(self.move), FreeCall: self._timed(self.nothing),
+            type(None): self._timed(self.nothing), JumpFalseCall: self.jump,
+        }
         # Lists whose items change per call are updated in place before each use.
         self.dynamic_items: dict[int, list[tuple[int, int]]] = {}
         for li, items in values.list_items.items():
@@ -241,32 +248,47 @@ class _Generator:
             if a in self.values.locals and not isinstance(self.values.objects[a], torch.Tensor):
                 self.emit(indent, f"{self.target(a)} = {list_name}[{j}]", n)
 
-    def step(self, n: int, indent: int) -> None:
-        if self.trace is None:
-            self._step(n, indent)
-            return
-        self.emit(indent, "_s = _now()", n)
-        self._step(n, indent)
-        self.traced(n, indent)
+    def move(self, n: int, step: MoveCall, indent: int) -> None:
+        source = self.ref(step.source)
+        self.emit(indent, f"{self.target(step.target)} = {source}", n)
 
-    def traced(self, n: int, indent: int) -> None:
+    def jump(self, n: int, step: JumpFalseCall, indent: int) -> None:
+        # Only in a block of a state machine (_state_machine), which it may leave: with profiling on, its events
+        # are recorded before it does.
+        if (trace := self.trace) is not None:
+            self.emit(indent, "_s = _now()", n)
+            self.traced(trace, n, indent)
+        self.emit(indent, f"if not {self.helper('_truth', _truth)}({self.ref(step.condition)}):", n)
+        self.emit(indent + 1, f"pc = {step.destination}")
+        self.emit(indent + 1, "continue")
+
+    def nothing(self, n: int, step: FreeCall | None, indent: int) -> None:
+        pass  # a free (memory is released when nothing refers to it any more), or a step folded away at load
+
+    def step(self, n: int, indent: int) -> None:
+        """Instruction ``n``'s lines, as its kind writes them."""
+        step = self.steps[n]
+        self._emitters[type(step)](n, step, indent)
+
+    def _timed(self, emit: Callable[[int, Any, int], None]) -> Callable[[int, Any, int], None]:
+        """``emit``; with profiling on, its lines timed and followed by the call that records them."""
+        trace = self.trace
+        if trace is None:
+            return emit
+
+        def timed(n: int, step: Step, indent: int) -> None:
+            self.emit(indent, "_s = _now()", n)
+            emit(n, step, indent)
+            self.traced(trace, n, indent)
+
+        return timed
+
+    def traced(self, trace: MethodTrace, n: int, indent: int) -> None:
         """The call recording instruction ``n``'s events, with the values it logs."""
         original = self.originals[n]
-        recorder = self.bind(f"_r{n}", self.trace.recorder(n, self.steps[n], original), n)
-        values = "".join(f", {self.ref(vi)}" for vi in self.trace.logged_values(original))
+        recorder = self.bind(f"_r{n}", trace.recorder(n, self.steps[n], original), n)
+        values = "".join(f", {self.ref(vi)}" for vi in trace.logged_values(original))
         self.emit(indent, f"{recorder}(_ev, _s, _now(){values})", n)
-
-    def _step(self, n: int, indent: int) -> None:
-        step = self.steps[n]
-        if isinstance(step, KernelStep):
-            self.kernel(n, step, indent)
-        elif isinstance(step, DelegateStep):
-            self.delegate(n, step, indent)
-        elif isinstance(step, MoveCall):
-            source = self.ref(step.source)
-            self.emit(indent, f"{self.target(step.target)} = {source}", n)
-        elif isinstance(step, FreeCall):
-            pass  # memory is released when nothing refers to it any more
 
     def generate(self) -> GeneratedMethod:
         params = ", ".join(f"p{i}" for i in self.values.params)
@@ -274,7 +296,7 @@ class _Generator:
         if self.trace is not None:
             self.env.update(_now=self.trace.now, _begin=self.trace.begin, _end=self.trace.end)
             self.emit(2, "_ev, _t0 = _begin()")
-        jumps = [n for n, s in enumerate(self.steps) if isinstance(s, JumpFalseCall)]
+        jumps = [(n, s) for n, s in enumerate(self.steps) if isinstance(s, JumpFalseCall)]
         if not jumps:
             for n in range(len(self.steps)):
                 self.step(n, 2)
@@ -293,11 +315,11 @@ class _Generator:
         self.line_step = {line + len(initial): step for line, step in self.line_step.items()}
         return self._build()
 
-    def _state_machine(self, jumps: list[int]) -> None:
+    def _state_machine(self, jumps: list[tuple[int, JumpFalseCall]]) -> None:
         end = len(self.steps)
         starts = {0}
-        for n in jumps:
-            starts.add(self.steps[n].destination)
+        for n, jump in jumps:
+            starts.add(jump.destination)
             starts.add(n + 1)
         starts = sorted(s for s in starts if s < end)
         self.emit(2, "pc = 0")
@@ -306,16 +328,7 @@ class _Generator:
             stop = starts[bi + 1] if bi + 1 < len(starts) else end
             self.emit(3, f"{'if' if bi == 0 else 'elif'} pc == {start}:")
             for n in range(start, stop):
-                step = self.steps[n]
-                if isinstance(step, JumpFalseCall):
-                    if self.trace is not None:
-                        self.emit(4, "_s = _now()", n)
-                        self.traced(n, 4)
-                    self.emit(4, f"if not {self.helper('_truth', _truth)}({self.ref(step.condition)}):", n)
-                    self.emit(5, f"pc = {step.destination}")
-                    self.emit(5, "continue")
-                else:
-                    self.step(n, 4)
+                self.step(n, 4)
             self.emit(4, f"pc = {stop}")
         self.emit(3, "else:")
         self.emit(4, "raise RuntimeError(f'jumped to instruction {pc}, which starts no block')")

@@ -54,8 +54,10 @@ class ProgramData:
 
     def external_bytes(self, spec: TensorSpec, where: str, *, planned: bool) -> memoryview:
         """A data file's bytes for ``spec``, checked against its layout and size."""
-        entry = self.external_entry(spec.fqn, where, planned=planned)
-        check_external_layout(spec.fqn, entry.layout, spec)
+        key = spec.fqn
+        assert key is not None, "the plan's reader refuses an external tensor with no name"
+        entry = self.external_entry(key, where, planned=planned)
+        check_external_layout(key, entry.layout, spec)
         if len(entry.data) < spec.nbytes:
             raise InvalidExternalData(
                 f"{where}: tensor {spec.fqn!r} needs {spec.nbytes} bytes; the data file holds {len(entry.data)}"
@@ -78,11 +80,7 @@ class ProgramData:
         with self._lock:
             host = self._constants.get((*key, None))
             if host is None:
-                if spec.external:
-                    data = self.external_bytes(spec, where, planned=False)
-                else:
-                    data = self.file.constant(spec.data_buffer_idx, spec.nbytes)
-                host = from_bytes(data, spec)
+                host = from_bytes(self._constant_bytes(spec, where), spec)
                 self._constants[(*key, None)] = host
             if device.is_cpu:
                 return host
@@ -93,7 +91,24 @@ class ProgramData:
                 placed = shaped(buffer.view(0, spec.nbytes), spec)
                 placed.copy_(host)
                 self._constants[(*key, device)] = placed
+                # The file's pages were read for the copy only (a CPU method maps them again if it uses them).
+                self.release(self._constant_bytes(spec, where))
             return placed
+
+    def _constant_bytes(self, spec: TensorSpec, where: str) -> memoryview:
+        if spec.external:
+            return self.external_bytes(spec, where, planned=False)
+        return self.file.constant(spec.data_buffer_idx, spec.nbytes)
+
+    def release(self, view: memoryview) -> int:
+        """Gives back the pages of ``view`` (bytes of the program or of a data file) that a load has finished
+        reading: they leave this process's resident memory and are read again from the file if touched
+        (``format/pages.py``). Returns the bytes given back."""
+        for file in (self.file.file, *(d.file for d in self.data_files)):
+            released = file.release(view)
+            if released:
+                return released
+        return 0
 
     def delegate_blob(self, inline: bool, index: int) -> memoryview:
         return self.file.delegate_data(inline, index)

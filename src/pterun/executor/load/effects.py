@@ -43,9 +43,9 @@ class MethodEffects:
         self.steps = tuple(steps)
         self.delegate_writes = delegate_writes  # instruction index -> argument positions it writes
         # A step left as it was has the effect it had (``before``: the effects of the steps this rewrites).
-        same = before.steps if before is not None and len(before.steps) == len(self.steps) else ()
+        kept = before if before is not None and len(before.steps) == len(self.steps) else None
         self.effects: list[Effect] = [
-            before.effects[n] if same and same[n] is s else step_effect(s, delegate_writes.get(n, ()))
+            kept.effects[n] if kept is not None and kept.steps[n] is s else step_effect(s, delegate_writes.get(n, ()))
             for n, s in enumerate(steps)
         ]
         self._points_to = self._bindings()

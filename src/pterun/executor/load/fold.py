@@ -35,6 +35,13 @@ from pterun.format import Dynamism, JumpFalseCall, Kind, ListValue, Plan, Tensor
 from pterun.kernels import Binding, Functional
 
 
+def planned_bytes(spec: TensorSpec) -> tuple[int, int, int] | None:
+    """(arena, start, end) of a memory-planned tensor's bytes; None where the plan gives it none."""
+    if spec.memory_id is None:
+        return None
+    return spec.memory_id, spec.memory_offset, spec.memory_offset + spec.nbytes
+
+
 def overlaps(a: TensorSpec, b: TensorSpec) -> bool:
     return (a.memory_id == b.memory_id and a.memory_offset < b.memory_offset + b.nbytes
             and b.memory_offset < a.memory_offset + a.nbytes)
@@ -51,16 +58,20 @@ class Rewriter:
         self.plan, self.steps, self.objects, self.effects = plan, steps, objects, effects
         self.outputs = set(plan.outputs)
         written = set(original.writers) | original.bound | set(plan.inputs)
-        self.aliases = [vi for vi in original.readers if vi not in written
-                        and isinstance(plan.values[vi], TensorSpec) and plan.values[vi].memory_id is not None
-                        and plan.values[vi].data_buffer_idx == 0]
+        # The views the exporter planned: tensors of an arena read and never written, with the bytes they span.
+        self._views: dict[int, tuple[int, int, int]] = {}
+        for vi in original.readers:
+            value = plan.values[vi]
+            if (vi not in written and isinstance(value, TensorSpec) and value.data_buffer_idx == 0
+                    and (span := planned_bytes(value)) is not None):
+                self._views[vi] = span
         # The same views by arena, ordered by where they start: a question about some bytes looks only at
         # the views that start before those bytes end (a method has thousands of views and of questions).
         self._by_arena: dict[int, tuple[list[int], list[tuple[int, int]]]] = {}
-        for vi in sorted(self.aliases, key=lambda v: plan.values[v].memory_offset):
-            starts, entries = self._by_arena.setdefault(plan.values[vi].memory_id, ([], []))
-            starts.append(plan.values[vi].memory_offset)
-            entries.append((vi, plan.values[vi].memory_offset + plan.values[vi].nbytes))
+        for vi, (arena, start, end) in sorted(self._views.items(), key=lambda item: item[1][1]):
+            starts, entries = self._by_arena.setdefault(arena, ([], []))
+            starts.append(start)
+            entries.append((vi, end))
         self.ordered = not any(isinstance(s, JumpFalseCall) for s in steps)  # steps run in the order listed
         self._whole = [self._whole_writes(step) for step in steps]  # per step: (arena, start, end) it writes whole
         # Values known only at run time (symbolic sizes), directly or inside a list.
@@ -90,31 +101,36 @@ class Rewriter:
         return view, out
 
     def overlapping(self, spec: TensorSpec) -> list[int]:
-        """The planned views whose bytes overlap ``spec``'s."""
-        starts, entries = self._by_arena.get(spec.memory_id, ((), ()))
-        end = bisect.bisect_left(starts, spec.memory_offset + spec.nbytes)
-        return [vi for vi, stop in entries[:end] if stop > spec.memory_offset]
+        """The planned views whose bytes overlap ``spec``'s (none for a tensor with no planned bytes)."""
+        span = planned_bytes(spec)
+        found = self._by_arena.get(span[0]) if span is not None else None
+        if span is None or found is None:
+            return []
+        starts, entries = found
+        end = bisect.bisect_left(starts, span[2])
+        return [vi for vi, stop in entries[:end] if stop > span[1]]
 
     def reads_through(self, alias: int, spec: TensorSpec, n: int) -> bool:
-        """Whether a view the exporter planned may read, through the arena, bytes that step ``n`` writes.
+        """Whether the view ``alias`` the exporter planned may read, through the arena, bytes that step ``n``
+        writes.
 
         Memory planning reuses bytes, so a planned view often overlaps a copy's result without viewing
         it. It reads the copy's bytes only if one of its readers runs after step ``n`` and no step in
         between writes the whole overlap again."""
-        a = self.plan.values[alias]
-        if not overlaps(spec, a):  # type: ignore[arg-type]  # a tensor: its kind was checked
+        arena, lo, hi = self._views[alias]
+        span = planned_bytes(spec)
+        if span is None or span[0] != arena or not (span[1] < hi and lo < span[2]):
             return False
         if not self.ordered:
             return True
-        start, end = max(a.memory_offset, spec.memory_offset), min(a.memory_offset + a.nbytes,
-                                                                   spec.memory_offset + spec.nbytes)
+        start, end = max(lo, span[1]), min(hi, span[2])
         # Only the first reader after step n matters: a step that rewrites the overlap before it also
         # comes before every later reader.
         readers = self.effects.readers.get(alias, ())  # in step order
         i = bisect.bisect_right(readers, n)
         if i == len(readers):
             return False
-        return not any(self._rewrites(k, a.memory_id, start, end) for k in range(n + 1, readers[i]))
+        return not any(self._rewrites(k, arena, start, end) for k in range(n + 1, readers[i]))
 
     def _rewrites(self, k: int, memory_id: int, start: int, end: int) -> bool:
         return any(m == memory_id and lo <= start and end <= hi for m, lo, hi in self._whole[k])
@@ -126,8 +142,8 @@ class Rewriter:
         found = []
         for p in step.binding.writes:
             w = self.plan.values[step.args[p]]
-            if isinstance(w, TensorSpec) and w.memory_id is not None and w.dynamism == Dynamism.STATIC:
-                found.append((w.memory_id, w.memory_offset, w.memory_offset + w.nbytes))
+            if isinstance(w, TensorSpec) and w.dynamism == Dynamism.STATIC and (span := planned_bytes(w)) is not None:
+                found.append(span)
         return tuple(found)
 
     def tensor_inputs(self, step: KernelStep) -> list[int]:
@@ -151,13 +167,12 @@ def fold_constant_views(plan: Plan, steps: list, objects: list, constants: froze
     result = []
     for n, step in enumerate(steps):
         found = rw.candidate(n, step)
-        view = None if found is None else _fold_now(rw, step, found, constants, views)
-        if view is None:
-            result.append(step)
-        else:
+        if found is not None and (view := _fold_now(rw, step, found, constants, views)) is not None:
             views[found[1]] = view
             # None rather than removal: steps stay indexed by instruction, as jumps and errors are.
             result.append(None)
+        else:
+            result.append(step)
     return result, views
 
 

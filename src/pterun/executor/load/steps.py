@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from pterun.core.device import DeviceType
 from pterun.errors import OperatorMissing
-from pterun.format import DelegateCall, FreeCall, JumpFalseCall, KernelCall, Kind, MoveCall, Plan, Scalar
+from pterun.format import DelegateCall, FreeCall, JumpFalseCall, KernelCall, Kind, MoveCall, Plan
 from pterun.kernels import Binding, KernelRegistry
 
 
@@ -35,6 +35,19 @@ class KernelStep:
     def values(self) -> tuple[int, ...]:
         return self.args
 
+    def kind_error(self, plan: Plan) -> str | None:
+        """Whether the call passes values of the kinds its kernel takes, and assigns its result to a value of
+        the kind it returns (``Binding.accepts``, ``returns``: from the kernel's schema)."""
+        b = self.binding
+        for position, kinds in enumerate(b.accepts):
+            if kinds is not None and plan.kind_name(self.args[position]) not in kinds:
+                return (f"argument {position} is value {self.args[position]}, of kind "
+                        f"{plan.kind_name(self.args[position])}; it takes {' or '.join(sorted(kinds))}")
+        if b.result is not None and b.returns is not None and plan.kind_name(self.args[b.result]) not in b.returns:
+            return (f"assigns its result to value {self.args[b.result]}, of kind "
+                    f"{plan.kind_name(self.args[b.result])}; its result is {' or '.join(sorted(b.returns))}")
+        return None
+
 
 @dataclass(frozen=True)
 class DelegateStep:
@@ -46,6 +59,9 @@ class DelegateStep:
     @property
     def values(self) -> tuple[int, ...]:
         return self.args
+
+    def kind_error(self, plan: Plan) -> str | None:
+        return None  # a delegate's blob says what it takes; its backend checks that
 
 
 Step = KernelStep | DelegateStep | MoveCall | JumpFalseCall | FreeCall | None  # None: folded away at load
@@ -98,11 +114,6 @@ def describe(step: Step) -> str:
     return type(step).__name__
 
 
-def operator_name(plan: Plan, op_index: int) -> str:
-    op, overload = plan.operators[op_index]
-    return f"{op}.{overload}" if overload else op
-
-
 def build_steps(plan: Plan, kernels: KernelRegistry, device_type: DeviceType,
                 delegates: Sequence[tuple[str, Callable]]) -> tuple[list[Step], frozenset[int]]:
     """The method's steps, every operator resolved to its kernel, and the values steps assign.
@@ -111,7 +122,7 @@ def build_steps(plan: Plan, kernels: KernelRegistry, device_type: DeviceType,
     is named in one ``OperatorMissing``."""
     factories, missing = {}, []
     for index in range(len(plan.operators)):
-        name = operator_name(plan, index)
+        name = plan.operator_name(index)
         try:
             factories[index] = kernels.lookup(name, device_type)
         except OperatorMissing as exc:
@@ -126,12 +137,11 @@ def build_steps(plan: Plan, kernels: KernelRegistry, device_type: DeviceType,
             binding = factories[ins.op_index](len(ins.args))
             if binding.result is not None:
                 assigned.add(ins.args[binding.result])
-            steps.append(KernelStep(operator_name(plan, ins.op_index), binding, ins.args))
+            steps.append(KernelStep(plan.operator_name(ins.op_index), binding, ins.args))
         elif isinstance(ins, DelegateCall):
             # A delegate returns scalars (symbolic sizes) by replacing them in its argument list; they are
             # read back after the call.
-            assigned.update(a for a in ins.args if isinstance(plan.values[a], Scalar)
-                            and plan.values[a].kind in (Kind.INT, Kind.DOUBLE, Kind.BOOL))
+            assigned.update(a for a in ins.args if plan.values[a].kind in (Kind.INT, Kind.DOUBLE, Kind.BOOL))
             backend_id, fn = delegates[ins.delegate_index]
             steps.append(DelegateStep(backend_id, fn, ins.args))
         else:

@@ -13,6 +13,7 @@ and no data are the caller's: inputs are bound per call, outputs get buffers
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +49,8 @@ def make_values(context: LoadContext, plan: Plan) -> Values:
                 device = devices[tag] = context.device_for(*tag)
             if value.memory_id is not None:
                 tensor = shaped(arenas[value.memory_id].view(value.memory_offset, value.nbytes), value)
-                if value.external or value.data_buffer_idx > 0:
-                    initial = data.initial_value(value, f"method {plan.name!r} value {i}")
+                initial = data.initial_value(value, f"method {plan.name!r} value {i}")
+                if initial is not None:
                     tensor.view(-1).copy_(initial.view(-1))
                 objects[i] = tensor
             elif value.external or value.data_buffer_idx > 0:
@@ -72,11 +73,14 @@ def make_values(context: LoadContext, plan: Plan) -> Values:
     return Values(arenas, objects, unplanned, scratch)
 
 
-def shares_memory(context: LoadContext, plan: Plan) -> bool:
-    """Whether the method's planned memory is partly the program's, shared with its other methods (shared.py)."""
-    return context.shared is not None and any(
-        context.shared.shares(memory_id, context.device_for(*plan.arena_device(memory_id)))
-        for memory_id in range(1, len(plan.buffer_sizes)))
+def shared_lock(context: LoadContext, plan: Plan) -> threading.Lock | None:
+    """Where the method's planned memory is partly the program's, shared with its other methods (shared.py),
+    the lock its calls take; else None."""
+    shared = context.shared
+    if shared is None or not any(shared.shares(memory_id, context.device_for(*plan.arena_device(memory_id)))
+                                 for memory_id in range(1, len(plan.buffer_sizes))):
+        return None
+    return shared.lock
 
 
 def _arena(context: LoadContext, plan: Plan, memory_id: int):

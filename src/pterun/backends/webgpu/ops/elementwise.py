@@ -166,6 +166,8 @@ def build_unary(b: NodeBuilder, op) -> None:
         formula, rule = ("x == ${TC}(0)" if x.elem == "u32" else "~x"), None
     elif formula is not None and "s0" in formula:
         scalars = (b.scalar(args[1]), 0)
+    if formula is None:
+        raise DelegateInvalidCompatibility(f"{name} is not supported")
     unary(b, x, args[-1], formula, rule, scalars)
 
 

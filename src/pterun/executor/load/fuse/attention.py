@@ -10,11 +10,11 @@ from pterun.kernels import Binding, Functional
 from pterun.kernels import fused as kernels
 
 
-def _noop_expand(g: Graph, n: int | None) -> bool:
+def _noop_expand(g: Graph, n: int) -> bool:
     """An ``expand_copy`` to its source's own sizes. Of a dynamic source, a size computed at run time stands for
     the source's size there: the exporter broadcasts from a dimension only where it is a static 1, so a dynamic
     dimension is only ever expanded to itself."""
-    if g.op(n) != "aten::expand_copy.out":
+    if not g.runs(n, "aten::expand_copy.out"):
         return False
     source, sizes = g.tensor(g.arg(n, 0)), g.value(g.arg(n, 1))
     if source is None or len(sizes) != len(source.sizes):
@@ -30,23 +30,23 @@ def _noop_expand(g: Graph, n: int | None) -> bool:
 
 def match(g: Graph, n2: int) -> Chain | None:
     """softmax(q*a @ (k^T*b) [+ mask]) @ v ending at the ``bmm`` at step ``n2``."""
-    if g.op(n2) != "aten::bmm.out":
+    if not g.runs(n2, "aten::bmm.out"):
         return None
     (pe, pviews), (ve, vviews) = g.maker_through_views(n2, 0), g.maker_through_views(n2, 1)
-    if not (_noop_expand(g, pe) and _noop_expand(g, ve)):
+    if pe is None or ve is None or not (_noop_expand(g, pe) and _noop_expand(g, ve)):
         return None
     chain = [n2, pe, ve, *pviews, *vviews]
     p = g.maker_of(pe, 0)
-    if g.op(p) == "aten::where.self_out":
+    if g.runs(p, "aten::where.self_out"):
         sm, zeros, cond = g.maker_of(p, 2), g.maker_of(p, 1), g.maker_of(p, 0)
-        if (g.op(zeros) != "aten::full_like.out" or g.maker_of(zeros, 0) != sm or scalar(g, g.arg(zeros, 1)) != 0
-                or g.op(sm) != "aten::_softmax.out"):
+        if (not g.runs(zeros, "aten::full_like.out") or g.maker_of(zeros, 0) != sm or scalar(g, g.arg(zeros, 1)) != 0
+                or not g.runs(sm, "aten::_softmax.out")):
             return None
         safe = _hidden_rows(g, cond, g.maker_of(sm, 0))
         if safe is None:
             return None
         chain += [p, zeros, *safe]
-    elif g.op(p) == "aten::_softmax.out":
+    elif g.runs(p, "aten::_softmax.out"):
         sm = p
     else:
         return None
@@ -54,7 +54,7 @@ def match(g: Graph, n2: int) -> Chain | None:
         return None
     chain.append(sm)
     scores, mask = g.maker_of(sm, 0), None
-    if g.op(scores) == "aten::add.out":
+    if g.runs(scores, "aten::add.out"):
         if scalar(g, g.arg(scores, 2)) != 1:
             return None
         chain.append(scores)
@@ -62,26 +62,26 @@ def match(g: Graph, n2: int) -> Chain | None:
         chain += views
     if mask is not None and p == sm:
         return None  # a plain softmax of a row the mask hides entirely is NaN; fused attention's is zeros
-    if g.op(scores) != "aten::bmm.out":
+    if not g.runs(scores, "aten::bmm.out"):
         return None
     (qe, qviews), (ke, kviews) = g.maker_through_views(scores, 0), g.maker_through_views(scores, 1)
     chain += [*qviews, *kviews]
-    if not (_noop_expand(g, qe) and _noop_expand(g, ke)):
+    if qe is None or ke is None or not (_noop_expand(g, qe) and _noop_expand(g, ke)):
         return None
     qs, ks = g.maker_of(qe, 0), g.maker_of(ke, 0)
-    if g.op(qs) != "aten::mul.Scalar_out" or g.op(ks) != "aten::mul.Scalar_out":
+    if not g.runs(qs, "aten::mul.Scalar_out") or not g.runs(ks, "aten::mul.Scalar_out"):
         return None
     kt = g.maker_of(ks, 0)
-    if g.op(kt) != "aten::permute_copy.out":
+    if not g.runs(kt, "aten::permute_copy.out"):
         return None
     q, k, v, out = g.arg(qs, 0), g.arg(kt, 0), g.arg(ve, 0), g.arg(n2, 2)
     # Sizes of dynamic tensors are their bounds: the checks below hold for every run's sizes as they hold for
     # the bounds, the exporter having given related dimensions one size.
-    specs = [g.tensor(i) for i in (q, k, v)]
-    ospec = g.tensor(out)
-    if None in specs or ospec is None or (mask is not None and g.tensor(mask) is None):
+    qspec, kspec, vspec, ospec = (g.tensor(i) for i in (q, k, v, out))
+    mspec = g.tensor(mask) if mask is not None else None
+    if qspec is None or kspec is None or vspec is None or ospec is None or (mask is not None and mspec is None):
         return None
-    qspec, kspec, vspec = specs
+    specs = (qspec, kspec, vspec)
     rank = len(qspec.sizes)
     swap = [*range(rank - 2), rank - 1, rank - 2]
     if (list(g.value(g.arg(kt, 1))) != swap or rank < 3 or not all(len(s.sizes) == rank for s in specs)
@@ -95,8 +95,7 @@ def match(g: Graph, n2: int) -> Chain | None:
             or any(s.scalar_type != dtype for s in (*specs, ospec))
             or tuple(ospec.sizes) != (math.prod(batch), length, ev)):
         return None
-    if mask is not None:
-        mspec = g.tensor(mask)
+    if mspec is not None:
         target = (*batch, length, source)
         msizes = tuple(mspec.sizes)
         if (mspec.scalar_type != dtype or len(msizes) > rank
@@ -114,17 +113,17 @@ def match(g: Graph, n2: int) -> Chain | None:
 
 def _hidden_rows(g: Graph, cond: int | None, scores: int | None) -> list[int] | None:
     """The steps of logical_not(any(logical_not(eq(scores, -inf)), -1, keepdim)): rows the mask hides entirely."""
-    if g.op(cond) != "aten::logical_not.out":
+    if not g.runs(cond, "aten::logical_not.out"):
         return None
     found = g.maker_of(cond, 0)
-    if g.op(found) != "aten::any.out" or g.value(g.arg(found, 2)) is not True:
+    if not g.runs(found, "aten::any.out") or g.value(g.arg(found, 2)) is not True:
         return None
     if not last_dim(g, g.arg(found, 0), g.value(g.arg(found, 1))):
         return None
     inner = g.maker_of(found, 0)
-    if g.op(inner) != "aten::logical_not.out":
+    if not g.runs(inner, "aten::logical_not.out"):
         return None
     eq = g.maker_of(inner, 0)
-    if g.op(eq) != "aten::eq.Scalar_out" or g.maker_of(eq, 0) != scores or scalar(g, g.arg(eq, 1)) != -math.inf:
+    if not g.runs(eq, "aten::eq.Scalar_out") or g.maker_of(eq, 0) != scores or scalar(g, g.arg(eq, 1)) != -math.inf:
         return None
     return [cond, found, inner, eq]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from pterun.core.layout import is_contiguous_order
 from pterun.executor.load.fold import overlaps
@@ -32,9 +33,10 @@ class Graph:
             if isinstance(step, KernelStep):
                 self.maker[self.made_value(n)] = n
 
-    def op(self, n: int | None) -> str | None:
+    def runs(self, n: int | None, op: str) -> TypeGuard[int]:
+        """Whether step ``n`` calls the kernel ``op``; None (no step found) calls none."""
         step = self.steps[n] if n is not None else None
-        return step.name if isinstance(step, KernelStep) else None
+        return isinstance(step, KernelStep) and step.name == op
 
     def arg(self, n: int, pos: int) -> int:
         return self.steps[n].args[pos]
@@ -77,7 +79,7 @@ class Graph:
         step that made the viewed tensor, and the view steps passed on the way."""
         views: list[int] = []
         made = self.maker_of(n, pos)
-        while self.op(made) == ET_VIEW:
+        while self.runs(made, ET_VIEW):
             views.append(made)
             n, pos = made, 0
             made = self.maker_of(n, pos)
@@ -113,13 +115,13 @@ def last_dim(g: Graph, vi: int, dim) -> bool:
     return spec is not None and dim in (-1, len(spec.sizes) - 1)
 
 
-def operand(g: Graph, n: int, op: str) -> tuple[int | None, int | None]:
+def operand(g: Graph, n: int, op: str) -> tuple[int, int] | None:
     """Of a product at step ``n``: the step that made one factor with ``op``, and the other factor's value."""
     for pos in (0, 1):
         made = g.maker_of(n, pos)
-        if g.op(made) == op:
+        if g.runs(made, op):
             return made, g.arg(n, 1 - pos)
-    return None, None
+    return None
 
 
 def plain_cast(g: Graph, n: int) -> bool:

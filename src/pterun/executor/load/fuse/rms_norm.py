@@ -22,37 +22,43 @@ _CAST = "dim_order_ops::_to_dim_order_copy.out"
 def match(g: Graph, n: int) -> Chain | None:
     """weight * [cast](x * rsqrt(mean(x^2, -1, keepdim) + eps)) ending at the ``mul`` at step ``n`` (x^2: pow
     or x * x)."""
-    if g.op(n) != "aten::mul.out":
+    if not g.runs(n, "aten::mul.out"):
         return None
-    cast, weight = operand(g, n, _CAST)
-    if cast is not None:
+    cast: int | None
+    found = operand(g, n, _CAST)
+    if found is not None:
+        cast, weight = found
         y = g.maker_of(cast, 0)
-        if g.op(y) != "aten::mul.out" or not plain_cast(g, cast):
+        if not g.runs(y, "aten::mul.out") or not plain_cast(g, cast):
             return None
     else:
-        y, weight = operand(g, n, "aten::mul.out")
-        if y is None:
+        cast, found = None, operand(g, n, "aten::mul.out")
+        if found is None:
             return None
-    r, x = operand(g, y, "aten::rsqrt.out")
-    if r is None:
+        y, weight = found
+    found = operand(g, y, "aten::rsqrt.out")
+    if found is None:
         return None
+    r, x = found
     a = g.maker_of(r, 0)
-    if g.op(a) != "aten::add.out" or scalar(g, g.arg(a, 2)) != 1:
+    if not g.runs(a, "aten::add.out") or scalar(g, g.arg(a, 2)) != 1:
         return None
     eps = g.value(g.arg(a, 1))
     m = g.maker_of(a, 0)
-    if not isinstance(eps, torch.Tensor) or eps.numel() != 1 or g.op(m) != "aten::mean.out":
+    if not isinstance(eps, torch.Tensor) or eps.numel() != 1 or not g.runs(m, "aten::mean.out"):
         return None
     sq = g.maker_of(m, 0)
-    squares = ((g.op(sq) == "aten::pow.Tensor_Scalar_out" and scalar(g, g.arg(sq, 1)) == 2)
-               or (g.op(sq) == "aten::mul.out" and g.arg(sq, 1) == x))
-    if not squares or g.arg(sq, 0) != x or g.value(g.arg(m, 2)) is not True or g.value(g.arg(m, 3)) is not None:
+    if not ((g.runs(sq, "aten::pow.Tensor_Scalar_out") and scalar(g, g.arg(sq, 1)) == 2)
+            or (g.runs(sq, "aten::mul.out") and g.arg(sq, 1) == x)):
+        return None
+    if g.arg(sq, 0) != x or g.value(g.arg(m, 2)) is not True or g.value(g.arg(m, 3)) is not None:
         return None
     dims = g.value(g.arg(m, 1))
     out = g.arg(n, 2)
     # The weight and eps are constants of fixed size; x and the result may be dynamic (sizes then bounds).
     xspec, ospec, wspec, espec = g.tensor(x), g.tensor(out), g.spec(weight), g.spec(g.arg(a, 1))
-    if (None in (xspec, ospec, wspec, espec) or not isinstance(dims, (list, tuple)) or len(dims) != 1
+    if (xspec is None or ospec is None or wspec is None or espec is None
+            or not isinstance(dims, (list, tuple)) or len(dims) != 1
             or not xspec.sizes or not last_dim(g, x, dims[0]) or tuple(wspec.sizes) != tuple(xspec.sizes[-1:])
             or ospec.sizes != xspec.sizes or xspec.scalar_type != espec.scalar_type
             or ospec.scalar_type != wspec.scalar_type):
@@ -63,7 +69,8 @@ def match(g: Graph, n: int) -> Chain | None:
             return None
         fused, functional = kernels.rms_norm_out, kernels.rms_norm
     else:
-        if g.tensor(g.made_value(cast)).scalar_type != ospec.scalar_type:
+        cast_spec = g.tensor(g.made_value(cast))
+        if cast_spec is None or cast_spec.scalar_type != ospec.scalar_type:
             return None
         steps.add(cast)
         fused, functional = kernels.rms_norm_cast_out, kernels.rms_norm_cast

@@ -25,6 +25,7 @@ import torch
 from pterun.core.device import DeviceType
 from pterun.core.dtype import to_torch
 from pterun.executor.load.fuse.common import Chain, Graph, contiguous
+from pterun.format import TensorSpec
 from pterun.kernels import Binding, KernelRegistry
 
 FUSED = "pterun::swiglu.out"
@@ -41,17 +42,21 @@ def matcher(kernels: KernelRegistry, device_type: DeviceType):
 
 def _match(binding: Binding, g: Graph, n: int) -> Chain | None:
     """h = cast(cast(g) * sigmoid(cast(g))) * u ending at the ``mul`` at step ``n``, g and u products of x."""
-    if g.op(n) != _MUL:
+    if not g.runs(n, _MUL):
         return None
-    cast_down, up = _factors(g, n, _CAST, _MM)
-    mul_silu = g.maker_of(cast_down, 0) if cast_down is not None else None
-    if up is None or g.op(mul_silu) != _MUL:
+    outer = _factors(g, n, _CAST, _MM)
+    if outer is None:
         return None
-    sigmoid, cast_up = _factors(g, mul_silu, _SIGMOID, _CAST)
-    if sigmoid is None or g.maker_of(sigmoid, 0) != cast_up:
+    cast_down, up = outer
+    mul_silu = g.maker_of(cast_down, 0)
+    if not g.runs(mul_silu, _MUL):
         return None
+    silu = _factors(g, mul_silu, _SIGMOID, _CAST)
+    if silu is None or g.maker_of(silu[0], 0) != silu[1]:
+        return None
+    sigmoid, cast_up = silu
     gate = g.maker_of(cast_up, 0)
-    if g.op(gate) != _MM or g.arg(gate, 0) != g.arg(up, 0):
+    if not g.runs(gate, _MM) or g.arg(gate, 0) != g.arg(up, 0):
         return None
     x, wg, wu, h = g.arg(gate, 0), g.arg(gate, 1), g.arg(up, 1), g.arg(n, 2)
     steps = (gate, up, cast_up, sigmoid, mul_silu, cast_down, n)
@@ -63,25 +68,32 @@ def _match(binding: Binding, g: Graph, n: int) -> Chain | None:
     return Chain(FUSED, frozenset(steps), binding, (x, wg, wu, h), (x, wg, wu), apart=True)
 
 
-def _factors(g: Graph, n: int, one: str, other: str) -> tuple[int | None, int | None]:
+def _factors(g: Graph, n: int, one: str, other: str) -> tuple[int, int] | None:
     """Of a product at step ``n``: the steps that made its factors, with operators ``one`` and ``other``."""
     for pos in (0, 1):
         a, b = g.maker_of(n, pos), g.maker_of(n, 1 - pos)
-        if g.op(a) == one and g.op(b) == other:
+        if g.runs(a, one) and g.runs(b, other):
             return a, b
-    return None, None
+    return None
 
 
 def _types(g: Graph, x: int, half: set[int], wide: set[int]) -> bool:
     """x and the products in bf16 or fp16, SiLU in float32, every value but x of one shape, all contiguous.
 
     The rows may be dynamic (every value then has them from x, through the products); sizes are then bounds."""
-    specs = [g.tensor(v) for v in (x, *half, *wide)]
-    if None in specs:
+    xspec, halves, wides = g.tensor(x), _tensors(g, half), _tensors(g, wide)
+    if xspec is None or halves is None or wides is None:
         return False
-    dtype = specs[0].scalar_type
-    sizes = specs[1].sizes
+    dtype, sizes = xspec.scalar_type, halves[0].sizes
+    others = (*halves, *wides)
     return (to_torch(dtype) in (torch.bfloat16, torch.float16)
-            and all(g.tensor(v).scalar_type == dtype for v in half)
-            and all(to_torch(g.tensor(v).scalar_type) == torch.float32 for v in wide)
-            and all(s.sizes == sizes for s in specs[1:]) and all(contiguous(s) for s in specs))
+            and all(s.scalar_type == dtype for s in halves)
+            and all(to_torch(s.scalar_type) == torch.float32 for s in wides)
+            and all(s.sizes == sizes for s in others) and contiguous(xspec) and all(contiguous(s) for s in others))
+
+
+def _tensors(g: Graph, values: set[int]) -> list[TensorSpec] | None:
+    """The values' tensor specs, in the set's order; None where one is no tensor."""
+    specs = [g.tensor(v) for v in values]
+    known = [s for s in specs if s is not None]
+    return known if len(known) == len(specs) else None
