@@ -7,8 +7,10 @@ quantized rows and one dequantization scale per row, from which a consumer
 asks for int8 rows and zero points (integer products) or float32 rows of
 ``q - zero_point`` (exact integers, for float products). Each form is computed
 once, by the first consumer that asks for it. Where pterun's native kernels
-run, they quantize the rows (one call, int8 rows first); elsewhere PyTorch's
-ops do, in the same arithmetic.
+run, they quantize the rows (one call, int8 rows first), and convert between
+float32 and signed 8-bit values of one scale as XNNPACK's kernels do (a NaN
+quantizes to 127); elsewhere PyTorch's ops do, in the same arithmetic (NaN
+apart).
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ def convert(node: Node, b: Builder) -> None:
         lo, hi = qmath.qrange(y)
         inv = float(np.float32(1.0) / np.float32(scale))
         o = b.define(y.id, shape)
+        if _native(b, x, y):
+            return native.emit_convert_s8(b, True, b.ref(x.id), o, shape, inv, zp)
         acc = b.scratch(shape)
         b.emit(f"torch.mul({b.ref(x.id)}, {b.number(inv)}, out={acc})")
         b.emit(f"{acc}.clamp_({b.number(lo - zp)}, {b.number(hi - zp)})")
@@ -94,6 +98,8 @@ def convert(node: Node, b: Builder) -> None:
     if qmath.is_q8(x) and is_float(y):
         scale, zp = qmath.per_tensor(x, node.where)
         o = b.define(y.id, shape)
+        if _native(b, y, x):
+            return native.emit_convert_s8(b, False, b.ref(x.id), o, shape, scale, zp)
         b.emit(f"{o}.copy_({b.ref(x.id)})")
         if zp:
             b.emit(f"{o}.sub_({b.number(zp)})")
@@ -108,6 +114,11 @@ def convert(node: Node, b: Builder) -> None:
         b.emit(f"{o}.copy_({b.ref(x.id)})")
         return
     raise unsupported(node, x, y)
+
+
+def _native(b: Builder, f, q) -> bool:
+    """Whether the native kernels convert between float32 value ``f`` and signed 8-bit value ``q``."""
+    return native.enabled(b) and f.datatype == Datatype.FP32 and q.datatype == Datatype.QINT8
 
 
 def _dynamic_quantize(node: Node, b: Builder, x, y, shape) -> None:

@@ -175,6 +175,91 @@ def emit_q8(b, layer, rows: int, n: int, x: str, x_stride: int, zero_points: str
         b.emit(f"{out}.copy_({copy})")
 
 
+def emit_convert_s8(b, quantize: bool, x: str, out: str, shape, scale: float, zero_point: int) -> None:
+    """Lines converting ``x`` into ``out`` (both of ``shape``) between float32 and signed 8-bit values:
+    quantizing with XNNPACK's 1 / scale (``scale``), or dequantizing with the scale."""
+    name = "quantize_s8" if quantize else "dequantize_s8"
+    run = _function(b, name, getattr(_native, name))
+    into, copy = target(b, out, shape, torch.int8 if quantize else torch.float32)
+    b.emit(f"{run}({_ISAS[kernel_isa()]}, {source(b, x)}, {into}, {math.prod(shape)}, {b.number(float(scale))}, "
+           f"{int(zero_point)}, {threads(b)}())")
+    if copy is not None:
+        b.emit(f"{out}.copy_({copy})")
+    b.route(f"native {'quantize' if quantize else 'dequantize'} ({kernel_isa()})")
+
+
+def qconv_pack(b, groups: int, cin_g: int, cout_g: int, kernel: tuple[int, int], strides: tuple[int, int],
+               dilations: tuple[int, int], top_left: tuple[int, int], weights: torch.Tensor, scale: torch.Tensor,
+               bias: torch.Tensor | None, input_zero_point: int, out_zero_point: int, qmin: int, qmax: int):
+    """A packed static 8-bit convolution: int8 weights [groups * cout_g, kh, kw, cin_g], float32 requantization
+    scales and an optional int32 bias per output channel."""
+    kh, kw = kernel
+    cout = groups * cout_g
+    weights = weights.to(torch.int8).contiguous()
+    scale = scale.float().contiguous()
+    bias = None if bias is None else bias.to(torch.int32).contiguous()
+    if tuple(weights.shape) != (cout, kh, kw, cin_g) or scale.numel() != cout or (
+            bias is not None and bias.numel() != cout):
+        raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: filter {list(weights.shape)}, scales or bias do "
+                                           f"not fit {groups} groups of {cin_g} -> {cout_g} channels")
+    return _native.qconv_pack(_ISAS[kernel_isa()], groups, cin_g, cout_g, kh, kw, *strides, *dilations, *top_left,
+                              weights.data_ptr(), scale.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                              int(input_zero_point), int(out_zero_point), int(qmin), int(qmax))
+
+
+def qconv_isa(layer) -> str:
+    return _native.qconv_isa(layer)
+
+
+def emit_qconv(b, layer, xshape, x: str, shape, out: str) -> None:
+    """Lines computing int8 NHWC ``out`` of ``shape`` from int8 NHWC ``x`` of ``xshape`` with a packed
+    convolution (whose channels the caller checked against both)."""
+    run = _function(b, "qconv_run", _native.qconv_run)
+    into, copy = target(b, out, shape, torch.int8)
+    n, h, w, _ = xshape
+    b.emit(f"{run}({b.bind(layer, 'layer')}, {n}, {h}, {w}, {source(b, x)}, {shape[1]}, {shape[2]}, {into}, "
+           f"{threads(b)}())")
+    if copy is not None:
+        b.emit(f"{out}.copy_({copy})")
+
+
+QOPS = {"add": 0, "mul": 1}  # native.h's pn_qop
+
+
+def qbinary_make(b, op: str, shape, a_shape, b_shape, a_param: int, b_param: int, bias: int, shift: int,
+                 scale: float, out_zero_point: int, qmin: int, qmax: int):
+    """An 8-bit add or multiply over output ``shape`` (at most 6 dimensions) of contiguous operands of shapes
+    ``a_shape`` and ``b_shape`` that broadcast to it (``b.cached`` keeps it for the translation)."""
+    ndim = len(shape)
+    geometry = torch.tensor([*shape, *_broadcast_strides(a_shape, shape), *_broadcast_strides(b_shape, shape)],
+                            dtype=torch.int64)
+    return _native.qbinary_make(_ISAS[kernel_isa()], QOPS[op], ndim, geometry.data_ptr(), int(a_param), int(b_param),
+                                int(bias), int(shift), float(scale), int(out_zero_point), int(qmin), int(qmax))
+
+
+def _broadcast_strides(shape, out) -> list[int]:
+    """Element strides of a contiguous tensor of ``shape`` read as ``out`` (right-aligned; 0 where broadcast)."""
+    shape = (1,) * (len(out) - len(shape)) + tuple(shape)
+    strides, step = [0] * len(out), 1
+    for i in reversed(range(len(out))):
+        strides[i] = step if shape[i] != 1 else 0
+        step *= shape[i]
+    return strides
+
+
+def qbinary_isa(op) -> str:
+    return _native.qbinary_isa(op)
+
+
+def emit_qbinary(b, op, a: str, b_name: str, out: str, shape) -> None:
+    """Lines computing int8 ``out`` of ``shape`` from int8 operands ``a`` and ``b_name`` with ``op``."""
+    run = _function(b, "qbinary_run", _native.qbinary_run)
+    into, copy = target(b, out, shape, torch.int8)
+    b.emit(f"{run}({b.bind(op, 'qop')}, {source(b, a)}, {source(b, b_name)}, {into}, {threads(b)}())")
+    if copy is not None:
+        b.emit(f"{out}.copy_({copy})")
+
+
 # -- XNNPACK's float elementwise kernels (native/vunary.c, native/vsoftmax.c) -------------------------------------
 
 VFAMILIES = {"avx512f": 0, "avx2": 1}  # native.h's pn_vfamily, by isa.float_kernels' names
