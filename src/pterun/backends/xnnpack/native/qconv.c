@@ -41,12 +41,13 @@ struct pn_qconv {
   int64_t kh, kw, sh, sw, dh, dw, pt, pl;
   int64_t k, kp;   /* inputs of a group's window, and rounded up to 8 (the weights there are zeros) */
   int64_t tiles;   /* per group */
-  int64_t cp;      /* depthwise: channels rounded up to 16 */
+  int64_t cp;      /* depthwise: channels rounded up to 32 */
   void* weights;   /* matrix products: [groups][tiles][kp / 8][16][8] int8 (avx512vnni, portable) or
                     * [groups][tiles][kp / 2][16][2] int16 (avx2); depthwise: [kh * kw][cp] int8 */
   int32_t* init;   /* [groups][tiles * 16] or [cp]: bias - (input zero point [+ 128]) * sum(w), wrapping */
   float* scale;    /* the same layout: requantization scales */
   int8_t* zero;    /* depthwise: cp input zero points, what padded taps read */
+  int16_t* wide;   /* depthwise, SIMD: weights as pairs of taps (dw_avx512_body, dw_avx2_body) */
   uint8_t pad;     /* matrix products: the byte a padded tap gathers as (the zero point, flipped for vnni) */
   int32_t izp, ozp, qmin, qmax;
 };
@@ -86,40 +87,44 @@ typedef struct {
 } run_args;
 
 /* The windows of output pixels [p0, p0 + count) for group g, each as kp values of type T (then zeros): runs of
- * cin_g values copied by COPY(dst, src, n) (which converts them) or, for padded taps, set by FILL(dst, n). */
-#define DEFINE_GATHER(NAME, TARGET, T, COPY, FILL)                                                         \
+ * cin_g values copied by COPY(dst, src) (which converts them) or, for padded taps, set by FILL(dst). Stores of
+ * bytes may alias anything, so everything the loops read is a local. */
+#define DEFINE_GATHER(NAME, TARGET, T, SETUP, COPY, FILL)                                                  \
   static TARGET void NAME(const pn_qconv* L, const run_args* a, int64_t p0, int64_t count, int64_t g, T* rows) { \
-    const int64_t c = L->cin_g, kp = L->kp;                                                                \
-    int64_t ox = p0 % a->ow, oy = (p0 / a->ow) % a->oh, ni = p0 / (a->ow * a->oh);                        \
-    const int pointwise = L->kh == 1 && L->kw == 1 && L->sh == 1 && L->sw == 1 && L->pt == 0 && L->pl == 0; \
+    const int64_t c = L->cin_g, k = L->k, kp = L->kp, cin = L->cin, kh = L->kh, kw = L->kw;               \
+    const int64_t sh = L->sh, sw = L->sw, dh = L->dh, dw = L->dw, pt = L->pt, pl = L->pl;                   \
+    const int64_t h = a->h, w = a->w, oh = a->oh, ow = a->ow;                                              \
+    const int8_t* x = a->x + g * c;                                                                        \
+    SETUP                                                                                                  \
+    int64_t ox = p0 % ow, oy = (p0 / ow) % oh, ni = p0 / (ow * oh);                                        \
     for (int64_t r = 0; r < count; r++) {                                                                  \
-      T* dst = rows + r * kp;                                                                              \
-      const int8_t* image = a->x + ni * a->h * a->w * L->cin + g * c;                                      \
-      if (pointwise) {                                                                                     \
-        COPY(dst, image + (oy * a->w + ox) * L->cin, c);                                                   \
-      } else {                                                                                             \
-        T* at = dst;                                                                                       \
-        for (int64_t ky = 0; ky < L->kh; ky++) {                                                           \
-          const int64_t iy = oy * L->sh - L->pt + ky * L->dh;                                              \
-          const int row_inside = iy >= 0 && iy < a->h;                                                     \
-          for (int64_t kx = 0; kx < L->kw; kx++, at += c) {                                                \
-            const int64_t ix = ox * L->sw - L->pl + kx * L->dw;                                            \
-            if (row_inside && ix >= 0 && ix < a->w) COPY(at, image + (iy * a->w + ix) * L->cin, c);        \
-            else FILL(at, c);                                                                              \
+      T* at = rows + r * kp;                                                                               \
+      const int8_t* image = x + ni * h * w * cin;                                                          \
+      for (int64_t ky = 0; ky < kh; ky++) {                                                                \
+        const int64_t iy = oy * sh - pt + ky * dh;                                                         \
+        const int row_inside = iy >= 0 && iy < h;                                                          \
+        for (int64_t kx = 0; kx < kw; kx++, at += c) {                                                     \
+          const int64_t ix = ox * sw - pl + kx * dw;                                                       \
+          if (row_inside && ix >= 0 && ix < w) {                                                           \
+            const int8_t* src = image + (iy * w + ix) * cin;                                               \
+            COPY(at, src);                                                                                 \
+          } else {                                                                                         \
+            FILL(at);                                                                                      \
           }                                                                                                \
         }                                                                                                  \
       }                                                                                                    \
-      for (int64_t i = L->k; i < kp; i++) dst[i] = 0;                                                      \
-      if (++ox == a->ow) {                                                                                 \
+      for (int64_t i = k; i < kp; i++) rows[r * kp + i] = 0;                                               \
+      if (++ox == ow) {                                                                                    \
         ox = 0;                                                                                            \
-        if (++oy == a->oh) oy = 0, ni++;                                                                   \
+        if (++oy == oh) oy = 0, ni++;                                                                      \
       }                                                                                                    \
     }                                                                                                      \
   }
 
-static inline void copy_s8(int8_t* dst, const int8_t* src, int64_t n) { memcpy(dst, src, (size_t)n); }
-#define FILL_S8(dst, n) memset((dst), (int8_t)L->izp, (size_t)(n))
-DEFINE_GATHER(gather_portable, , int8_t, copy_s8, FILL_S8)
+#define SETUP_S8 const int8_t izp = (int8_t)L->izp;
+#define COPY_S8(dst, src) memcpy((dst), (src), (size_t)c)
+#define FILL_S8(dst) memset((dst), izp, (size_t)c)
+DEFINE_GATHER(gather_portable, , int8_t, SETUP_S8, COPY_S8, FILL_S8)
 
 /* -- micro-kernels: 8 gathered rows times 16 or 32 outputs, requantized into y -------------------------------- */
 
@@ -151,27 +156,30 @@ static void mk_portable(const int8_t* a, int64_t kp, const int8_t* b, const bloc
 #define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
 
-static inline AVX512_TARGET void copy_flip(uint8_t* dst, const int8_t* src, int64_t n) {
-  const __m512i flip = _mm512_set1_epi8((char)0x80);
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64)
-    _mm512_storeu_si512(dst + i, _mm512_xor_si512(_mm512_loadu_si512(src + i), flip));
-  if (i < n) {
-    const __mmask64 mask = (__mmask64)((~UINT64_C(0)) >> (64 - (n - i)));
-    _mm512_mask_storeu_epi8(dst + i, mask, _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, src + i), flip));
+/* Runs of up to 64 bytes in one masked step, longer ones 64 bytes at a time. */
+#define SETUP_FLIP                                                                                           \
+  const __m512i flip = _mm512_set1_epi8((char)0x80), pad = _mm512_set1_epi8((char)L->pad);                   \
+  const __mmask64 tail = (__mmask64)((~UINT64_C(0)) >> ((64 - c % 64) % 64)), full = ~(__mmask64)0;          \
+  const int64_t runs = (c + 63) / 64;
+#define COPY_FLIP(dst, src)                                                                                   \
+  for (int64_t i_ = 0; i_ < runs; i_++) {                                                                     \
+    const __mmask64 m_ = i_ + 1 < runs ? full : tail;                                                         \
+    _mm512_mask_storeu_epi8((dst) + 64 * i_, m_, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m_, (src) + 64 * i_), flip)); \
   }
-}
-#define FILL_U8(dst, n) memset((dst), L->pad, (size_t)(n))
-DEFINE_GATHER(gather_vnni, AVX512_TARGET, uint8_t, copy_flip, FILL_U8)
+#define FILL_FLIP(dst)                                                                                        \
+  for (int64_t i_ = 0; i_ < runs; i_++) _mm512_mask_storeu_epi8((dst) + 64 * i_, i_ + 1 < runs ? full : tail, pad);
+DEFINE_GATHER(gather_vnni, AVX512_TARGET, uint8_t, SETUP_FLIP, COPY_FLIP, FILL_FLIP)
 
-static inline AVX2_TARGET void copy_widen(int16_t* dst, const int8_t* src, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256((__m256i*)(dst + i), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(src + i))));
-  for (; i < n; i++) dst[i] = src[i];
-}
-#define FILL_S16(dst, n) for (int64_t f = 0; f < (n); f++) (dst)[f] = (int16_t)L->izp
-DEFINE_GATHER(gather_avx2, AVX2_TARGET, int16_t, copy_widen, FILL_S16)
+#define SETUP_WIDEN const int16_t izp = (int16_t)L->izp;
+#define COPY_WIDEN(dst, src)                                                                                  \
+  {                                                                                                          \
+    int64_t i_ = 0;                                                                                          \
+    for (; i_ + 16 <= c; i_ += 16)                                                                           \
+      _mm256_storeu_si256((__m256i*)((dst) + i_), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)((src) + i_)))); \
+    for (; i_ < c; i_++) (dst)[i_] = (src)[i_];                                                               \
+  }
+#define FILL_WIDEN(dst) for (int64_t i_ = 0; i_ < c; i_++) (dst)[i_] = izp;
+DEFINE_GATHER(gather_avx2, AVX2_TARGET, int16_t, SETUP_WIDEN, COPY_WIDEN, FILL_WIDEN)
 
 /* 16 sums (int32) requantized into 16 int8 values. */
 static inline AVX512_TARGET __m128i requantize16(__m512i acc, __m512i init, __m512 scale, __m512 top, __m512i zp,
@@ -311,26 +319,38 @@ static void dw_portable(const pn_qconv* L, const int8_t** at, int8_t* y) {
 
 #if defined(__x86_64__)
 
-/* 16 channels at a time, the taps' sums in int32 as XNNPACK's avx512skx mul32 kernels make them. */
+/* Two taps at a time by vpmaddwd: their bytes interleaved channel by channel (in-lane unpacks of 32 channels,
+ * which leave channels 0-7 and 16-23 in one vector of pairs and 8-15 and 24-31 in the other), widened to 16
+ * bits, against weight pairs packed in the same order ([cp / 32][taps / 2][64] int16 pairs). The last tap of an
+ * odd count pairs with the row of zero points and zero weights. */
 static inline __attribute__((always_inline)) AVX512_TARGET void dw_avx512_body(const pn_qconv* L,
                                                                               const int8_t** at, int8_t* y,
                                                                               const int64_t kk) {
-  const int8_t* wt = L->weights;
-  const int64_t cin = L->cin, cp = L->cp;
+  const int16_t* wide = L->wide;
+  const int64_t cin = L->cin, pairs = (kk + 1) / 2;
   const __m512 top = _mm512_set1_ps((float)(L->qmax - L->ozp));
   const __m512i zp = _mm512_set1_epi32(L->ozp), lo = _mm512_set1_epi32(L->qmin), hi = _mm512_set1_epi32(L->qmax);
-  for (int64_t c = 0; c < cin; c += 16) {
+  for (int64_t c = 0; c < cin; c += 32) {
     const int64_t left = cin - c;
-    const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-    __m512i acc = _mm512_setzero_si512();
-    for (int64_t t = 0; t < kk; t++) {
-      const __m512i x = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, at[t] + c));
-      const __m512i k = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(wt + t * cp + c)));
-      acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(x, k));
+    const __mmask32 mask = left >= 32 ? ~(__mmask32)0 : (__mmask32)((UINT32_C(1) << left) - 1);
+    const int16_t* wc = wide + (c / 32) * pairs * 64;
+    __m512i acc0 = _mm512_setzero_si512(), acc1 = acc0;
+    for (int64_t t = 0; t < pairs; t++) {
+      const int8_t* second = 2 * t + 1 < kk ? at[2 * t + 1] : L->zero;
+      const __m256i x0 = _mm256_maskz_loadu_epi8(mask, at[2 * t] + c);
+      const __m256i x1 = _mm256_maskz_loadu_epi8(mask, second + c);
+      const __m512i p0 = _mm512_cvtepi8_epi16(_mm256_unpacklo_epi8(x0, x1));
+      const __m512i p1 = _mm512_cvtepi8_epi16(_mm256_unpackhi_epi8(x0, x1));
+      acc0 = _mm512_add_epi32(acc0, _mm512_madd_epi16(p0, _mm512_loadu_si512(wc + t * 64)));
+      acc1 = _mm512_add_epi32(acc1, _mm512_madd_epi16(p1, _mm512_loadu_si512(wc + t * 64 + 32)));
     }
-    const __m512i init = _mm512_loadu_si512(L->init + c);
-    const __m512 scale = _mm512_loadu_ps(L->scale + c);
-    _mm_mask_storeu_epi8(y + c, mask, requantize16(acc, init, scale, top, zp, lo, hi));
+    /* init and scale are in the accumulators' order too */
+    const __m128i q0 = requantize16(acc0, _mm512_loadu_si512(L->init + c), _mm512_loadu_ps(L->scale + c), top, zp,
+                                    lo, hi);
+    const __m128i q1 = requantize16(acc1, _mm512_loadu_si512(L->init + c + 16), _mm512_loadu_ps(L->scale + c + 16),
+                                    top, zp, lo, hi);
+    const __m256i out = _mm256_set_m128i(_mm_unpackhi_epi64(q0, q1), _mm_unpacklo_epi64(q0, q1));
+    _mm256_mask_storeu_epi8(y + c, mask, out);
   }
 }
 
@@ -341,26 +361,37 @@ static AVX512_TARGET void dw_avx512(const pn_qconv* L, const int8_t** at, int8_t
   else dw_avx512_body(L, at, y, kk);
 }
 
+/* The same with 16 channels (one 128-bit lane: natural order): [cp / 16][taps / 2][32] int16 pairs. Channels
+ * past the last 16 take the portable steps, never reading past a pixel's channels. */
 static inline __attribute__((always_inline)) AVX2_TARGET void dw_avx2_body(const pn_qconv* L, const int8_t** at,
                                                                           int8_t* y, const int64_t kk) {
-  const int8_t* wt = L->weights;
-  const int64_t cin = L->cin, cp = L->cp;
+  const int16_t* wide = L->wide;
+  const int64_t cin = L->cin, pairs = (kk + 1) / 2;
   const __m256 top = _mm256_set1_ps((float)(L->qmax - L->ozp));
   const __m256i zp = _mm256_set1_epi32(L->ozp), lo = _mm256_set1_epi32(L->qmin), hi = _mm256_set1_epi32(L->qmax);
   int64_t c = 0;
-  for (; c + 8 <= cin; c += 8) {
-    __m256i acc = _mm256_setzero_si256();
-    for (int64_t t = 0; t < kk; t++) {
-      const __m256i x = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(at[t] + c)));
-      const __m256i k = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(wt + t * cp + c)));
-      acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(x, k));
+  for (; c + 16 <= cin; c += 16) {
+    const int16_t* wc = wide + (c / 16) * pairs * 32;
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0;
+    for (int64_t t = 0; t < pairs; t++) {
+      const int8_t* second = 2 * t + 1 < kk ? at[2 * t + 1] : L->zero;
+      const __m128i x0 = _mm_loadu_si128((const __m128i*)(at[2 * t] + c));
+      const __m128i x1 = _mm_loadu_si128((const __m128i*)(second + c));
+      const __m256i p0 = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(x0, x1));
+      const __m256i p1 = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(x0, x1));
+      acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(p0, _mm256_loadu_si256((const __m256i*)(wc + t * 32))));
+      acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(p1, _mm256_loadu_si256((const __m256i*)(wc + t * 32 + 16))));
     }
-    const __m256i init = _mm256_loadu_si256((const __m256i*)(L->init + c));
-    store8(y + c, requantize8(acc, init, _mm256_loadu_ps(L->scale + c), top, zp, lo, hi), 8);
+    const __m128i q0 = requantize8(acc0, _mm256_loadu_si256((const __m256i*)(L->init + c)),
+                                   _mm256_loadu_ps(L->scale + c), top, zp, lo, hi);
+    const __m128i q1 = requantize8(acc1, _mm256_loadu_si256((const __m256i*)(L->init + c + 8)),
+                                   _mm256_loadu_ps(L->scale + c + 8), top, zp, lo, hi);
+    _mm_storeu_si128((__m128i*)(y + c), _mm_unpacklo_epi64(q0, q1));
   }
-  for (; c < cin; c++) { /* never reading past a pixel's channels */
+  const int8_t* wt = L->weights;
+  for (; c < cin; c++) {
     uint32_t acc = (uint32_t)L->init[c];
-    for (int64_t t = 0; t < kk; t++) acc += (uint32_t)((int32_t)at[t][c] * wt[t * cp + c]);
+    for (int64_t t = 0; t < kk; t++) acc += (uint32_t)((int32_t)at[t][c] * wt[t * L->cp + c]);
     y[c] = (int8_t)requantize((int32_t)acc, L->scale[c], L);
   }
 }
@@ -473,12 +504,13 @@ pn_qconv* pn_qconv_pack(int isa, int64_t groups, int64_t cin_g, int64_t cout_g, 
   L->izp = input_zero_point, L->ozp = out_zero_point, L->qmin = qmin, L->qmax = qmax;
   const int64_t taps = kh * kw;
   if (L->depthwise) {
-    const int64_t cp = L->cp = (L->cin + 15) / 16 * 16;
+    const int64_t cp = L->cp = (L->cin + 31) / 32 * 32, pairs = (taps + 1) / 2;
     L->weights = calloc((size_t)(taps * cp), 1);
+    L->wide = calloc((size_t)(pairs * 2 * cp), sizeof(int16_t));
     L->init = calloc((size_t)cp, sizeof(int32_t));
     L->scale = calloc((size_t)cp, sizeof(float));
     L->zero = malloc((size_t)cp);
-    if (!L->weights || !L->init || !L->scale || !L->zero) {
+    if (!L->weights || !L->wide || !L->init || !L->scale || !L->zero) {
       pn_qconv_free(L);
       return NULL;
     }
@@ -490,8 +522,18 @@ pn_qconv* pn_qconv_pack(int isa, int64_t groups, int64_t cin_g, int64_t cout_g, 
         wt[t * cp + c] = weights[c * taps + t];
         total += (uint32_t)(int32_t)weights[c * taps + t];
       }
-      L->init[c] = (int32_t)((uint32_t)(bias ? bias[c] : 0) - (uint32_t)input_zero_point * total);
-      L->scale[c] = scale[c];
+      /* where the SIMD kernels keep channel c: in-lane order for AVX-512 (see dw_avx512_body) */
+      int64_t at = c;
+      if (L->isa == PN_AVX512VNNI) {
+        const int64_t j = c % 32, lane = (j % 16) / 8 * 16 + (j / 16) * 8 + j % 8;
+        at = c - j + lane;
+      }
+      L->init[at] = (int32_t)((uint32_t)(bias ? bias[c] : 0) - (uint32_t)input_zero_point * total);
+      L->scale[at] = scale[c];
+      if (L->isa == PN_PORTABLE) continue;
+      const int64_t block = L->isa == PN_AVX512VNNI ? 32 : 16, in = at % block; /* accumulator lane */
+      for (int64_t t = 0; t < taps; t++)
+        L->wide[((c / block) * pairs + t / 2) * 2 * block + 2 * in + t % 2] = weights[c * taps + t];
     }
     return L;
   }
@@ -531,6 +573,7 @@ void pn_qconv_free(pn_qconv* L) {
   free(L->init);
   free(L->scale);
   free(L->zero);
+  free(L->wide);
   free(L);
 }
 
