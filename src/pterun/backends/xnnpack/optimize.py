@@ -10,6 +10,14 @@ nodes would round twice. Matching XNNPACK's results needs the same folding.
 Padding: XNNPACK folds a zero constant pad of the spatial dimensions into the
 convolution reading it (only faster: the padding is the same zeros).
 
+Round trips: 8-bit values dequantized, padded with zeros or not, and quantized again with the same scale (the
+exporter leaves a float pad between two quantized nodes it does not quantize, the second often with another zero
+point) are an 8-bit pad with the zero point, or nothing: the same bits where XNNPACK's two converts give every
+value the input can hold (its type's range, narrowed by its producer's clamp) back with the same q - zero point,
+checked value by value for the quantizations at hand. Where the zero points differ, the output value takes the
+input's quantization, which only nodes that read q - zero point (convolutions, fully connected) may read (only
+faster). The pad is then folded into the convolution reading it, as above.
+
 Empty pads: a constant pad of nothing on every side (transformers' "same" padding
 before stride-1 convolutions) is a copy; its readers read its input instead
 (only faster).
@@ -28,7 +36,7 @@ from collections import Counter
 
 import numpy as np
 
-from pterun.backends.xnnpack.graph import INVALID_ID, DynamicRows, Graph, Node, PerTensor
+from pterun.backends.xnnpack.graph import INVALID_ID, Datatype, DynamicRows, Graph, Node, PerTensor
 
 # Node types whose kernels apply output_min/output_max themselves.
 _CLAMPING = {
@@ -137,6 +145,118 @@ def _zero_spatial_padding(graph: Graph, pad: Node) -> bool:
     return pad.p.padding_value == 0.0
 
 
+_EIGHT_BITS = {Datatype.QINT8: (-128, 127), Datatype.QUINT8: (0, 255)}
+# Nodes whose results depend on an 8-bit input only through (q - zero point) and its scale.
+_CENTERED_READERS = {"XNNConv2d", "XNNDepthwiseConv2d", "XNNFullyConnected"}
+
+
+def drop_round_trips(graph: Graph) -> Graph:
+    values, outputs = dict(graph.values), {v.id for v in graph.outputs}
+    consumers = Counter(v for n in graph.nodes for v in set(inputs_of(n)))
+    readers: dict[int, list[Node]] = {}
+    for n in graph.nodes:
+        for v in set(inputs_of(n)):
+            readers.setdefault(v, []).append(n)
+    producer = {v: n for n in graph.nodes for v in outputs_of(n)}
+    stand_in: dict[int, Node] = {}  # a closing convert's index -> the 8-bit pad that replaces its chain
+    gone: set[int] = set()  # the indices of the chains' other nodes
+    source: dict[int, int] = {}  # a dropped chain's output -> its input, which its readers read instead
+    dropped: dict[int, tuple[Node, ...]] = {}  # such an output -> the chain's nodes, until a reader stands for them
+    for close in graph.nodes:
+        chain = _round_trip(graph, close, consumers, readers, producer, outputs)
+        if chain is None:
+            continue
+        opening, pad = chain
+        q, q2 = values[opening.p.input_id], values[close.p.output_id]
+        values[q2.id] = dataclasses.replace(q2, quant=q.quant)  # the same (q - zero point) on every value
+        gone.add(opening.index)
+        if pad is None:
+            gone.add(close.index)
+            source[q2.id] = source.get(q.id, q.id)
+            dropped[q2.id] = (*dropped.pop(q.id, ()), opening, *opening.fused, close, *close.fused)
+            continue
+        node = copy.copy(pad)
+        node.p = copy.copy(pad.p)
+        node.p.input_id, node.p.output_id = q.id, q2.id
+        node.fused = (*pad.fused, opening, *opening.fused, close, *close.fused)
+        gone.add(pad.index)
+        stand_in[close.index] = node
+    if not gone:
+        return graph
+    nodes = []
+    for n in graph.nodes:
+        if n.index in gone and n.index not in stand_in:
+            continue
+        n = stand_in.get(n.index, n)
+        read = {k: v for k in vars(n.p) if k.endswith("_id") and not k.startswith("output")
+                and (v := getattr(n.p, k)) in source}
+        if read:
+            n = copy.copy(n)
+            n.p = copy.copy(n.p)
+            vars(n.p).update({k: source[v] for k, v in read.items()})
+            n.fused = (*n.fused, *(m for v in read.values() for m in dropped.pop(v, ())))
+        nodes.append(n)
+    return Graph(values, nodes, graph.num_externs, graph.inputs, graph.outputs)
+
+
+def _round_trip(graph: Graph, close: Node, consumers, readers, producer, outputs) -> tuple[Node, Node | None] | None:
+    """(the opening convert, the pad between or None) where ``close`` quantizes what they dequantized and
+    padded with zeros, nothing else reading the float values in between, and every value the 8-bit input can
+    take comes back with the same (q - zero point); else None."""
+    values = graph.values
+    if close.kind != "XNNConvert":
+        return None
+    q2, f2 = values.get(close.p.output_id), values.get(close.p.input_id)
+    if q2 is None or f2 is None or f2.datatype != Datatype.FP32 or f2.quant is not None or q2.id in outputs:
+        return None
+    pad = producer.get(f2.id)
+    if pad is not None and pad.kind == "XNNStaticConstantPad":
+        if pad.p.padding_value != 0.0 or consumers[f2.id] != 1 or f2.id in outputs:
+            return None
+        opening = producer.get(pad.p.input_id)
+    else:
+        opening, pad = pad, None
+    if opening is None or opening.kind != "XNNConvert":
+        return None
+    q, f = values.get(opening.p.input_id), values.get(opening.p.output_id)
+    if (q is None or f is None or f.datatype != Datatype.FP32 or f.quant is not None or consumers[f.id] != 1
+            or f.id in outputs or q.datatype != q2.datatype or q.datatype not in _EIGHT_BITS
+            or not isinstance(q.quant, PerTensor) or not isinstance(q2.quant, PerTensor)
+            or np.float32(q.quant.scale) != np.float32(q2.quant.scale)):
+        return None
+    if q.quant != q2.quant and not all(r.kind in _CENTERED_READERS for r in readers.get(q2.id, [])):
+        return None
+    lo, hi = _reach(q, producer.get(q.id))
+    return (opening, pad) if _keeps_centered_values(q.quant, q2.quant, lo, hi, *_EIGHT_BITS[q.datatype]) else None
+
+
+def _reach(value, node: Node | None) -> tuple[int, int]:
+    """The 8-bit values ``value`` can hold: its type's range, narrowed by its producer's clamp."""
+    lo, hi = _EIGHT_BITS[value.datatype]
+    if node is None or node.kind not in _CLAMPING:
+        return lo, hi
+    from pterun.backends.xnnpack.nodes.qmath import quantize_bound
+
+    scale, zp = float(np.float32(value.quant.scale)), int(value.quant.zero_point)
+    return (quantize_bound(node.output_min, scale, zp, lo, hi), quantize_bound(node.output_max, scale, zp, lo, hi))
+
+
+def _keeps_centered_values(a: PerTensor, b: PerTensor, first: int, last: int, lo: int, hi: int) -> bool:
+    """Whether XNNPACK's dequantize with ``a``, then quantize with ``b`` (times 1 / scale, rounded half to even,
+    saturated) gives each value q of [first, last] back as q - a's zero point + b's."""
+    f32 = np.float32
+    sa, za, sb, zb = f32(a.scale), int(a.zero_point), f32(b.scale), int(b.zero_point)
+    if not (np.isfinite(sa) and sa > 0 and np.isfinite(sb) and sb > 0 and first <= last):
+        return False
+    q = np.arange(first, last + 1, dtype=np.int64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        real = (q - za).astype(f32) * sa
+        back = np.minimum(real * (f32(1.0) / sb), f32(32767.0))
+    back = np.nan_to_num(back, nan=32767.0)
+    back = np.clip(np.rint(np.maximum(back, f32(-32768.0))).astype(np.int64) + zb, lo, hi)
+    return bool(np.array_equal(back - zb, q - za))
+
+
 def drop_empty_pads(graph: Graph) -> Graph:
     outputs = {v.id for v in graph.outputs}
     source: dict[int, int] = {}  # a dropped pad's output -> the value its readers read instead
@@ -166,4 +286,4 @@ def _empty(graph: Graph, pad: Node) -> bool:
 
 
 def optimize(graph: Graph) -> Graph:
-    return merge_clamps(fuse_pads(pointwise_rows(drop_empty_pads(graph))))
+    return merge_clamps(fuse_pads(pointwise_rows(drop_empty_pads(drop_round_trips(graph)))))
