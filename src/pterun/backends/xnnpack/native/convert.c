@@ -1,5 +1,5 @@
 /* XNNPACK's converts between float32 and signed 8-bit values of one scale and zero point, as its x86 kernels
- * compute them (f32-qs8-vcvt, qs8-f32-vcvt).
+ * compute them (f32-qs8-vcvt, qs8-f32-vcvt), and a table of 256 values applied to 8-bit ones.
  *
  *   quantize:   min(x * (1 / scale), 32767) (a NaN gives 32767: x86's minps returns its second operand), rounded
  *               half to even (cvtps; below INT32_MIN it gives INT32_MIN), saturated to int16 (packs), plus the
@@ -24,6 +24,7 @@ static inline int8_t quantize1(float x, float scale, int32_t zp) {
 
 typedef struct {
   int isa;
+  const int8_t* table;
   const void* x;
   void* y;
   int64_t n, per;
@@ -99,6 +100,46 @@ static AVX2_TARGET void dequantize_avx2(const int8_t* x, float* y, int64_t n, in
 
 #endif
 
+static void lookup_portable(const int8_t* table, const int8_t* x, int8_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = table[(uint8_t)x[i]];
+}
+
+#if defined(__x86_64__)
+
+/* 64 bytes at a time: vpermi2b looks up 128 entries by an index's low 7 bits, its top bit picks the half. */
+static __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) void lookup_vbmi(const int8_t* table,
+                                                                                       const int8_t* x, int8_t* y,
+                                                                                       int64_t n) {
+  const __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64);
+  const __m512i t2 = _mm512_loadu_si512(table + 128), t3 = _mm512_loadu_si512(table + 192);
+  for (int64_t i = 0; i < n; i += 64) {
+    const __mmask64 mask = n - i >= 64 ? ~(__mmask64)0 : (__mmask64)((~UINT64_C(0)) >> (64 - (n - i)));
+    const __m512i v = _mm512_maskz_loadu_epi8(mask, x + i);
+    const __m512i low = _mm512_permutex2var_epi8(t0, v, t1), high = _mm512_permutex2var_epi8(t2, v, t3);
+    _mm512_mask_storeu_epi8(y + i, mask, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), low, high));
+  }
+}
+
+static int has_vbmi(void) {
+  static int known = -1;
+  if (known < 0) {
+    __builtin_cpu_init();
+    known = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
+  }
+  return known;
+}
+
+#endif
+
+static void lookup_task(void* ctx, int64_t task) {
+  const convert_args* a = ctx;
+  const int64_t i = task * a->per, n = a->n - i < a->per ? a->n - i : a->per;
+#if defined(__x86_64__)
+  if (a->isa == PN_AVX512VNNI && has_vbmi()) return lookup_vbmi(a->table, (const int8_t*)a->x + i, (int8_t*)a->y + i, n);
+#endif
+  lookup_portable(a->table, (const int8_t*)a->x + i, (int8_t*)a->y + i, n);
+}
+
 static void quantize_task(void* ctx, int64_t task) {
   const convert_args* a = ctx;
   const int64_t i = task * a->per, n = a->n - i < a->per ? a->n - i : a->per;
@@ -135,12 +176,17 @@ static void convert(pn_task task, convert_args* a, int threads) {
 }
 
 void pn_quantize_s8(int isa, const float* x, int8_t* y, int64_t n, float scale, int32_t zero_point, int threads) {
-  convert_args a = {isa, x, y, n, 0, scale, zero_point};
+  convert_args a = {isa, NULL, x, y, n, 0, scale, zero_point};
   convert(quantize_task, &a, threads);
 }
 
 void pn_dequantize_s8(int isa, const int8_t* x, float* y, int64_t n, int32_t zero_point, float scale,
                       int threads) {
-  convert_args a = {isa, x, y, n, 0, scale, zero_point};
+  convert_args a = {isa, NULL, x, y, n, 0, scale, zero_point};
   convert(dequantize_task, &a, threads);
+}
+
+void pn_lookup_s8(int isa, const int8_t* table, const int8_t* x, int8_t* y, int64_t n, int threads) {
+  convert_args a = {isa, table, x, y, n, 0, 0.0f, 0};
+  convert(lookup_task, &a, threads);
 }

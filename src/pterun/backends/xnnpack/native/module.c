@@ -74,6 +74,18 @@ static PyObject* py_dequantize_s8(PyObject* self, PyObject* const* args, Py_ssiz
   return py_convert_s8(args, nargs, 0);
 }
 
+/* lookup_s8(isa, table, x, y, n, threads) */
+static PyObject* py_lookup_s8(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[6];
+  if (!arity(nargs, 6, "lookup_s8") || !ints(args, 6, a)) return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  pn_lookup_s8((int)a[0], (const int8_t*)(intptr_t)a[1], (const int8_t*)(intptr_t)a[2], (int8_t*)(intptr_t)a[3], a[4],
+               (int)a[5]);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 static void qb4w_destroy(PyObject* capsule) { pn_qb4w_free(PyCapsule_GetPointer(capsule, QB4W_CAPSULE)); }
 
 /* qb4w_pack(isa, family, n, k, block, weights, scales, start, bias, out_min, out_max) -> capsule (bias 0: none) */
@@ -119,19 +131,17 @@ static PyObject* py_qb4w_run(PyObject* self, PyObject* const* args, Py_ssize_t n
 
 static void q8_destroy(PyObject* capsule) { pn_q8_free(PyCapsule_GetPointer(capsule, Q8_CAPSULE)); }
 
-/* q8_pack(isa, dynamic, n, k, weights, w_stride, scale, bias, ibias, input_zero_point, out_min, out_max,
- *         out_zero_point, qmin, qmax) -> capsule (bias, ibias 0: none) */
+/* q8_pack(isa, n, k, weights, w_stride, scale, bias, out_min, out_max) -> capsule (bias 0: none) */
 static PyObject* py_q8_pack(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
-  long long a[10], b[3];
-  if (!arity(nargs, 15, "q8_pack") || !ints(args, 10, a) || !ints(args + 12, 3, b)) return NULL;
-  const double lo = PyFloat_AsDouble(args[10]), hi = PyFloat_AsDouble(args[11]);
+  long long a[7];
+  if (!arity(nargs, 9, "q8_pack") || !ints(args, 7, a)) return NULL;
+  const double lo = PyFloat_AsDouble(args[7]), hi = PyFloat_AsDouble(args[8]);
   if (PyErr_Occurred()) return NULL;
   pn_q8* layer;
   Py_BEGIN_ALLOW_THREADS
-  layer = pn_q8_pack((int)a[0], (int)a[1], a[2], a[3], (const int8_t*)(intptr_t)a[4], a[5],
-                     (const float*)(intptr_t)a[6], (const float*)(intptr_t)a[7], (const int32_t*)(intptr_t)a[8],
-                     (int32_t)a[9], (float)lo, (float)hi, (int32_t)b[0], (int32_t)b[1], (int32_t)b[2]);
+  layer = pn_q8_pack((int)a[0], a[1], a[2], (const int8_t*)(intptr_t)a[3], a[4], (const float*)(intptr_t)a[5],
+                     (const float*)(intptr_t)a[6], (float)lo, (float)hi);
   Py_END_ALLOW_THREADS
   if (!layer) return PyErr_NoMemory();
   PyObject* capsule = PyCapsule_New(layer, Q8_CAPSULE, q8_destroy);
@@ -154,7 +164,7 @@ static PyObject* py_q8_run(PyObject* self, PyObject* const* args, Py_ssize_t nar
   if (!layer) return NULL;
   Py_BEGIN_ALLOW_THREADS
   pn_q8_run(layer, a[0], (const int8_t*)(intptr_t)a[1], a[2], (const float*)(intptr_t)a[3],
-            (const float*)(intptr_t)a[4], (void*)(intptr_t)a[5], a[6], (int)a[7]);
+            (const float*)(intptr_t)a[4], (float*)(intptr_t)a[5], a[6], (int)a[7]);
   Py_END_ALLOW_THREADS
   Py_RETURN_NONE;
 }
@@ -300,6 +310,7 @@ static PyMethodDef methods[] = {
     {"quantize_rows", (PyCFunction)(void (*)(void))py_quantize_rows, METH_FASTCALL, "XNNPACK's qd8 rows."},
     {"quantize_s8", (PyCFunction)(void (*)(void))py_quantize_s8, METH_FASTCALL, "XNNPACK's f32 -> qs8 convert."},
     {"dequantize_s8", (PyCFunction)(void (*)(void))py_dequantize_s8, METH_FASTCALL, "XNNPACK's qs8 -> f32 convert."},
+    {"lookup_s8", (PyCFunction)(void (*)(void))py_lookup_s8, METH_FASTCALL, "A table of 256 8-bit values."},
     {"qb4w_pack", (PyCFunction)(void (*)(void))py_qb4w_pack, METH_FASTCALL, "Packs a 4-bit block layer."},
     {"qb4w_isa", py_qb4w_isa, METH_O, "The instruction set a packed layer runs with."},
     {"qb4w_run", (PyCFunction)(void (*)(void))py_qb4w_run, METH_FASTCALL, "Runs a packed 4-bit block layer."},

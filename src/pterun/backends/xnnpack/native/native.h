@@ -41,6 +41,8 @@ void pn_quantize_rows(const float* x, int64_t rows, int64_t cols, int64_t x_stri
 void pn_quantize_s8(int isa, const float* x, int8_t* y, int64_t n, float inverse_scale, int32_t zero_point,
                     int threads);
 void pn_dequantize_s8(int isa, const int8_t* x, float* y, int64_t n, int32_t zero_point, float scale, int threads);
+/* y[i] = table[(uint8_t)x[i]] for n signed 8-bit values (table: 256 of them, indexed by the byte). */
+void pn_lookup_s8(int isa, const int8_t* table, const int8_t* x, int8_t* y, int64_t n, int threads);
 
 /* A fully connected layer with 4-bit weights in blocks along the inputs (qd8_f32_qb4w), packed for one ISA. */
 typedef struct pn_qb4w pn_qb4w;
@@ -58,19 +60,16 @@ int pn_qb4w_isa(const pn_qb4w* layer);
 void pn_qb4w_run(const pn_qb4w* layer, int64_t rows, const int8_t* x, int64_t x_stride, const float* zero_point,
                  const float* scale, float* out, int64_t out_stride, int threads);
 
-/* A fully connected layer with int8 weights [n, k] (row stride w_stride) and one scale per output channel.
- * dynamic = 1: qd8_f32_qc8w (scale: channel scales, bias: float or NULL, out_min/out_max: the clamp).
- * dynamic = 0: qs8_qc8w on signed 8-bit rows (scale: requantization scales, ibias: int32 or NULL,
- * input_zero_point folded into it, out_zero_point and [qmin, qmax] the output's). */
+/* A fully connected layer with int8 weights [n, k] (row stride w_stride), one scale per output channel, on
+ * rows quantized at run time (qd8_f32_qc8w): channel scales, a float bias or NULL, the clamp. */
 typedef struct pn_q8 pn_q8;
-pn_q8* pn_q8_pack(int isa, int dynamic, int64_t n, int64_t k, const int8_t* weights, int64_t w_stride,
-                  const float* scale, const float* bias, const int32_t* ibias, int32_t input_zero_point,
-                  float out_min, float out_max, int32_t out_zero_point, int32_t qmin, int32_t qmax);
+pn_q8* pn_q8_pack(int isa, int64_t n, int64_t k, const int8_t* weights, int64_t w_stride, const float* scale,
+                  const float* bias, float out_min, float out_max);
 void pn_q8_free(pn_q8* layer);
 int pn_q8_isa(const pn_q8* layer);
-/* out [rows, n]: floats (dynamic) or int8 (static); zero_point and scale per row (dynamic only, else NULL). */
+/* out [rows, n] floats from int8 rows x with each row's zero point and scale. */
 void pn_q8_run(const pn_q8* layer, int64_t rows, const int8_t* x, int64_t x_stride, const float* zero_point,
-               const float* scale, void* out, int64_t out_stride, int threads);
+               const float* scale, float* out, int64_t out_stride, int threads);
 
 /* A static 8-bit 2-d convolution on NHWC images (qconv.c): XNNPACK's qs8 / qs8_qc8w convolution, any groups,
  * depthwise ones (one input and one output channel per group) by a direct kernel. Weights [groups * cout_g][kh]

@@ -264,7 +264,7 @@ def _emit_native_q8(b, op: str, x1, x2, y, shape, a_param: int, b_param: int, bi
     """XNNPACK's qs8 vadd or vmul with its parameters (``native.qbinary_make``), natively."""
     a_shape, b_shape = b.shape(x1.id), b.shape(x2.id)
     kernel = b.cached(("q8" + op, a_shape, b_shape), lambda: native.qbinary_make(
-        b, op, shape, a_shape, b_shape, a_param, b_param, bias, shift, scale, zo, qmin, qmax))
+        op, shape, a_shape, b_shape, a_param, b_param, bias, shift, scale, zo, qmin, qmax))
     b.route(f"native int8 {op} ({native.qbinary_isa(kernel)})")
     o = b.define(y.id, shape)
     native.emit_qbinary(b, kernel, b.ref(x1.id), b.ref(x2.id), o, shape)

@@ -1,17 +1,17 @@
 """Static 8-bit 2-d convolutions on the CPU: pterun's native kernels, or integer matrix products
 (``qlinear.emit_static``).
 
-Where the native kernels run (``native.enabled``), they take every signed 8-bit convolution but transposed
-ones: dense, grouped and depthwise, weights packed once at load (``native/qconv.c``, XNNPACK's integer sums and
-its requantization). Elsewhere, each output pixel is one row of the product: its window of the NHWC input,
-[kernel height, kernel width, channels] in the filter's own order. A 1x1
-convolution with unit strides and no padding reads the input's pixels as
-they are; any other gathers its windows (im2col) with one copy of a strided
-view. Padding holds the input's zero point, as XNNPACK pads, so it adds
-nothing once the zero point is folded into the bias: the int32 sums are
-XNNPACK's, and so, after its requantization, is every output. Where no
-integer product is exact on this CPU (``isa.py``), ``static_q8`` declines and
-the node takes the float convolution of ``conv.py``, exact too.
+Where the native kernels run (``native.enabled``) they take every signed 8-bit convolution but transposed
+ones, dense, grouped and depthwise, with the weights packed once at load (``native/qconv.c``: XNNPACK's integer
+sums and its requantization, bit for bit).
+
+Elsewhere (``native=False``, unsigned values), dense convolutions are integer products: each output pixel is
+one row of the product, its window of the NHWC input, [kernel height, kernel width, channels] in the filter's
+own order. A 1x1 convolution with unit strides and no padding reads the input's pixels as they are; any other
+gathers its windows (im2col) with one copy of a strided view. Padding holds the input's zero point, as XNNPACK
+pads, so it adds nothing once the zero point is folded into the bias: the int32 sums are XNNPACK's, and so,
+after its requantization, is every output. Where no integer product is exact on this CPU (``isa.py``),
+``static_q8`` declines and the node takes the float convolution of ``conv.py``, exact too.
 """
 
 from __future__ import annotations
