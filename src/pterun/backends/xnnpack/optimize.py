@@ -38,7 +38,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from pterun.backends.xnnpack.graph import INVALID_ID, Datatype, DynamicRows, Graph, Node, PerTensor, Value
+from pterun.backends.xnnpack.graph import INVALID_ID, Datatype, DynamicRows, Graph, Node, PerTensor
 
 # Node types whose kernels apply output_min/output_max themselves.
 _CLAMPING = {
@@ -180,7 +180,7 @@ def drop_round_trips(graph: Graph) -> Graph:
             if pad is None:
                 stand_in[close.index] = lookup
                 continue
-            values[next_id] = Value(next_id, q2.datatype, q.dims, None, 0, q2.quant)
+            values[next_id] = dataclasses.replace(q2, id=next_id, dims=q.dims)  # internal, as q2 is
             lookup.p.output_id = next_id
             padded = copy.copy(pad)
             padded.p = copy.copy(pad.p)
