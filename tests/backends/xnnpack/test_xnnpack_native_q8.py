@@ -70,6 +70,8 @@ CONVOLUTIONS = [
     (1, 70, 33, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 9, 11, 1),     # pointwise: 99 rows (blocks of 64 and 8)
     (1, 200, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 4, 5, 1),     # windows over 64 bytes a tap
     (1, 16, 48, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 10, 10, 1),    # strided pointwise
+    (1, 64, 20, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 9, 11, 1),     # pointwise on the image's own rows (VNNI)
+    (2, 24, 16, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 5, 13, 2),     # the same per group
 ]
 
 

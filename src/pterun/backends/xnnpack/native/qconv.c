@@ -37,6 +37,7 @@
 
 struct pn_qconv {
   int isa, depthwise;
+  int direct;      /* pointwise, unit strides, no padding, cin_g a multiple of 8: rows are the image's pixels */
   int64_t groups, cin_g, cout_g, cin, cout;
   int64_t kh, kw, sh, sw, dh, dw, pt, pl;
   int64_t k, kp;   /* inputs of a group's window, and rounded up to 8 (the weights there are zeros) */
@@ -86,30 +87,40 @@ typedef struct {
   _Atomic int failed;
 } run_args;
 
-/* The windows of output pixels [p0, p0 + count) for group g, each as kp values of type T (then zeros): runs of
- * cin_g values copied by COPY(dst, src) (which converts them) or, for padded taps, set by FILL(dst). Stores of
- * bytes may alias anything, so everything the loops read is a local. */
+/* The windows of output pixels [p0, p0 + count) for group g, each as kp values of type T (then zeros): runs
+ * copied by COPY(dst, src, n) (which converts them: n values, a kernel row's taps at once where they are
+ * neighbours in the image, else one tap's cin_g) or, for padded taps, set by FILL(dst, n). Stores of bytes may
+ * alias anything, so everything the loops read is a local. */
 #define DEFINE_GATHER(NAME, TARGET, T, SETUP, COPY, FILL)                                                  \
   static TARGET void NAME(const pn_qconv* L, const run_args* a, int64_t p0, int64_t count, int64_t g, T* rows) { \
     const int64_t c = L->cin_g, k = L->k, kp = L->kp, cin = L->cin, kh = L->kh, kw = L->kw;               \
     const int64_t sh = L->sh, sw = L->sw, dh = L->dh, dw = L->dw, pt = L->pt, pl = L->pl;                   \
     const int64_t h = a->h, w = a->w, oh = a->oh, ow = a->ow;                                              \
+    const int joined = dw == 1 && (L->groups == 1 || kw == 1); /* a kernel row's taps: one run */         \
     const int8_t* x = a->x + g * c;                                                                        \
     SETUP                                                                                                  \
     int64_t ox = p0 % ow, oy = (p0 / ow) % oh, ni = p0 / (ow * oh);                                        \
     for (int64_t r = 0; r < count; r++) {                                                                  \
       T* at = rows + r * kp;                                                                               \
       const int8_t* image = x + ni * h * w * cin;                                                          \
+      const int64_t ix0 = ox * sw - pl;                                                                    \
+      const int row_inside = ix0 >= 0 && ix0 + (kw - 1) * dw < w;                                          \
       for (int64_t ky = 0; ky < kh; ky++) {                                                                \
         const int64_t iy = oy * sh - pt + ky * dh;                                                         \
-        const int row_inside = iy >= 0 && iy < h;                                                          \
-        for (int64_t kx = 0; kx < kw; kx++, at += c) {                                                     \
-          const int64_t ix = ox * sw - pl + kx * dw;                                                       \
-          if (row_inside && ix >= 0 && ix < w) {                                                           \
-            const int8_t* src = image + (iy * w + ix) * cin;                                               \
-            COPY(at, src);                                                                                 \
-          } else {                                                                                         \
-            FILL(at);                                                                                      \
+        if (iy < 0 || iy >= h) {                                                                           \
+          FILL(at, kw * c);                                                                                \
+          at += kw * c;                                                                                    \
+        } else if (joined && row_inside) {                                                                 \
+          COPY(at, image + (iy * w + ix0) * cin, kw * c);                                                  \
+          at += kw * c;                                                                                    \
+        } else {                                                                                           \
+          for (int64_t kx = 0; kx < kw; kx++, at += c) {                                                   \
+            const int64_t ix = ix0 + kx * dw;                                                              \
+            if (ix >= 0 && ix < w) {                                                                       \
+              COPY(at, image + (iy * w + ix) * cin, c);                                                    \
+            } else {                                                                                       \
+              FILL(at, c);                                                                                 \
+            }                                                                                              \
           }                                                                                                \
         }                                                                                                  \
       }                                                                                                    \
@@ -122,8 +133,8 @@ typedef struct {
   }
 
 #define SETUP_S8 const int8_t izp = (int8_t)L->izp;
-#define COPY_S8(dst, src) memcpy((dst), (src), (size_t)c)
-#define FILL_S8(dst) memset((dst), izp, (size_t)c)
+#define COPY_S8(dst, src, n) memcpy((dst), (src), (size_t)(n))
+#define FILL_S8(dst, n) memset((dst), izp, (size_t)(n))
 DEFINE_GATHER(gather_portable, , int8_t, SETUP_S8, COPY_S8, FILL_S8)
 
 /* -- micro-kernels: 8 gathered rows times 16 or 32 outputs, requantized into y -------------------------------- */
@@ -156,29 +167,27 @@ static void mk_portable(const int8_t* a, int64_t kp, const int8_t* b, const bloc
 #define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
 
-/* Runs of up to 64 bytes in one masked step, longer ones 64 bytes at a time. */
-#define SETUP_FLIP                                                                                           \
-  const __m512i flip = _mm512_set1_epi8((char)0x80), pad = _mm512_set1_epi8((char)L->pad);                   \
-  const __mmask64 tail = (__mmask64)((~UINT64_C(0)) >> ((64 - c % 64) % 64)), full = ~(__mmask64)0;          \
-  const int64_t runs = (c + 63) / 64;
-#define COPY_FLIP(dst, src)                                                                                   \
-  for (int64_t i_ = 0; i_ < runs; i_++) {                                                                     \
-    const __mmask64 m_ = i_ + 1 < runs ? full : tail;                                                         \
-    _mm512_mask_storeu_epi8((dst) + 64 * i_, m_, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m_, (src) + 64 * i_), flip)); \
+/* Runs 64 bytes at a time, the last in one masked step. */
+#define SETUP_FLIP const __m512i flip = _mm512_set1_epi8((char)0x80), pad = _mm512_set1_epi8((char)L->pad);
+#define COPY_FLIP(dst, src, n)                                                                                \
+  for (int64_t i_ = 0; i_ < (n); i_ += 64) {                                                                  \
+    const __mmask64 m_ = (n) - i_ >= 64 ? ~(__mmask64)0 : (__mmask64)((~UINT64_C(0)) >> (64 - ((n) - i_)));  \
+    _mm512_mask_storeu_epi8((dst) + i_, m_, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m_, (src) + i_), flip)); \
   }
-#define FILL_FLIP(dst)                                                                                        \
-  for (int64_t i_ = 0; i_ < runs; i_++) _mm512_mask_storeu_epi8((dst) + 64 * i_, i_ + 1 < runs ? full : tail, pad);
+#define FILL_FLIP(dst, n)                                                                                     \
+  for (int64_t i_ = 0; i_ < (n); i_ += 64)                                                                    \
+    _mm512_mask_storeu_epi8((dst) + i_, (n) - i_ >= 64 ? ~(__mmask64)0 : (__mmask64)((~UINT64_C(0)) >> (64 - ((n) - i_))), pad);
 DEFINE_GATHER(gather_vnni, AVX512_TARGET, uint8_t, SETUP_FLIP, COPY_FLIP, FILL_FLIP)
 
 #define SETUP_WIDEN const int16_t izp = (int16_t)L->izp;
-#define COPY_WIDEN(dst, src)                                                                                  \
+#define COPY_WIDEN(dst, src, n)                                                                               \
   {                                                                                                          \
     int64_t i_ = 0;                                                                                          \
-    for (; i_ + 16 <= c; i_ += 16)                                                                           \
+    for (; i_ + 16 <= (n); i_ += 16)                                                                         \
       _mm256_storeu_si256((__m256i*)((dst) + i_), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)((src) + i_)))); \
-    for (; i_ < c; i_++) (dst)[i_] = (src)[i_];                                                               \
+    for (; i_ < (n); i_++) (dst)[i_] = (src)[i_];                                                             \
   }
-#define FILL_WIDEN(dst) for (int64_t i_ = 0; i_ < c; i_++) (dst)[i_] = izp;
+#define FILL_WIDEN(dst, n) for (int64_t f_ = 0; f_ < (n); f_++) (dst)[f_] = izp;
 DEFINE_GATHER(gather_avx2, AVX2_TARGET, int16_t, SETUP_WIDEN, COPY_WIDEN, FILL_WIDEN)
 
 /* 16 sums (int32) requantized into 16 int8 values. */
@@ -203,10 +212,12 @@ static inline AVX512_TARGET void store16(int8_t* y, __m128i v, int cols) {
  * the instruction itself takes any. */
 #define DPBUSD(acc, x, w) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w))
 
-/* Row r's 8 inputs broadcast against 16 outputs' 8 weights (two vectors of 8 outputs, a pair of lanes each). */
+/* Row r's 8 inputs broadcast against 16 outputs' 8 weights (two vectors of 8 outputs, a pair of lanes each);
+ * signed inputs read from the image itself have their top bits flipped here (XNNPACK's kernels do the same). */
 #define VNNI_ROW(r)                                                    \
   {                                                                    \
-    const __m512i x_ = _mm512_set1_epi64(LOAD64(a##r + at));           \
+    __m512i x_ = _mm512_set1_epi64(LOAD64(a##r + at));                 \
+    if (flip) x_ = _mm512_xor_si512(x_, sign);                         \
     DPBUSD(a##r##0, x_, w0);                                           \
     DPBUSD(a##r##1, x_, w1);                                           \
   }
@@ -218,10 +229,14 @@ static inline AVX512_TARGET void store16(int8_t* y, __m128i v, int cols) {
     store16(o->y + r * o->y_stride, requantize16(sum_, init, scale, top, zp, lo, hi), o->cols);             \
   }
 
-/* 8 gathered rows (unsigned bytes, row stride kp, a multiple of 8) times one tile of weights [kp / 8][16][8]. */
-static VNNI_TARGET void mk_vnni(const uint8_t* a, int64_t kp, const int8_t* b, const block_out* o) {
-  const uint8_t *a0 = a, *a1 = a + kp, *a2 = a + 2 * kp, *a3 = a + 3 * kp, *a4 = a + 4 * kp, *a5 = a + 5 * kp,
-                *a6 = a + 6 * kp, *a7 = a + 7 * kp;
+/* 8 rows (row stride `stride` bytes: unsigned gathered rows, or with `flip` the image's signed ones) of kp
+ * inputs, a multiple of 8, times one tile of weights [kp / 8][16][8]. */
+static inline __attribute__((always_inline)) VNNI_TARGET void mk_vnni_body(const uint8_t* a, int64_t stride,
+                                                                           int64_t kp, const int8_t* b,
+                                                                           const block_out* o, const int flip) {
+  const uint8_t *a0 = a, *a1 = a + stride, *a2 = a + 2 * stride, *a3 = a + 3 * stride, *a4 = a + 4 * stride,
+                *a5 = a + 5 * stride, *a6 = a + 6 * stride, *a7 = a + 7 * stride;
+  const __m512i sign = _mm512_set1_epi8((char)0x80);
   __m512i a00 = _mm512_setzero_si512(), a10 = a00, a20 = a00, a30 = a00, a40 = a00, a50 = a00, a60 = a00,
           a70 = a00, a01 = a00, a11 = a00, a21 = a00, a31 = a00, a41 = a00, a51 = a00, a61 = a00, a71 = a00;
   for (int64_t at = 0; at < kp; at += 8) {
@@ -236,6 +251,15 @@ static VNNI_TARGET void mk_vnni(const uint8_t* a, int64_t kp, const int8_t* b, c
   const __m512i init = _mm512_loadu_si512(o->init);
   const __m512 scale = _mm512_loadu_ps(o->scale);
   VNNI_STORE(0) VNNI_STORE(1) VNNI_STORE(2) VNNI_STORE(3) VNNI_STORE(4) VNNI_STORE(5) VNNI_STORE(6) VNNI_STORE(7)
+}
+
+static VNNI_TARGET void mk_vnni(const uint8_t* a, int64_t kp, const int8_t* b, const block_out* o) {
+  mk_vnni_body(a, kp, kp, b, o, 0);
+}
+
+static VNNI_TARGET void mk_vnni_direct(const int8_t* a, int64_t stride, int64_t kp, const int8_t* b,
+                                       const block_out* o) {
+  mk_vnni_body((const uint8_t*)a, stride, kp, b, o, 1);
 }
 
 /* 8 sums (int32) requantized into 8 int8 values, in the low half of the result. */
@@ -299,18 +323,66 @@ static AVX2_TARGET void mk_avx2(const int16_t* a, int64_t kp, const int16_t* b, 
 
 /* -- depthwise ---------------------------------------------------------------------------------------------- */
 
-/* The input pixel each tap of output pixel (oy, ox) reads, or the row of zero points. */
-static void taps(const pn_qconv* L, const run_args* a, const int8_t* image, int64_t oy, int64_t ox,
-                 const int8_t** at) {
+/* Where an output row's taps read: every tap's offset from a pixel's first (off), and the pixels whose window
+ * lies inside the image (the row inside, and ox in [ox_lo, ox_hi]); the others take the row of zero points
+ * where a tap falls outside. */
+typedef struct {
+  const int8_t* image;
+  int64_t oy, ox_lo, ox_hi;
+  int inside;
+  int64_t off[256];
+} row_taps;
+
+static void row_setup(const pn_qconv* L, const run_args* a, int64_t row, row_taps* r) {
+  r->oy = row % a->oh;
+  r->image = a->x + (row / a->oh) * a->h * a->w * L->cin;
+  const int64_t iy0 = r->oy * L->sh - L->pt;
+  r->inside = iy0 >= 0 && iy0 + (L->kh - 1) * L->dh < a->h && L->kh * L->kw <= 256;
+  r->ox_lo = (L->pl + L->sw - 1) / L->sw;
+  r->ox_hi = (a->w - 1 - (L->kw - 1) * L->dw + L->pl) / L->sw;  /* may be below ox_lo: no such pixel */
+  if (a->w - 1 - (L->kw - 1) * L->dw + L->pl < 0) r->ox_hi = -1;
+  for (int64_t ky = 0, t = 0; ky < L->kh && r->inside; ky++)
+    for (int64_t kx = 0; kx < L->kw; kx++, t++) r->off[t] = (ky * L->dh * a->w + kx * L->dw) * L->cin;
+}
+
+/* The input pixel each tap of output pixel ox reads, or the row of zero points. */
+static inline void pixel_taps(const pn_qconv* L, const run_args* a, const row_taps* r, int64_t ox,
+                              const int8_t** at) {
+  const int64_t kk = L->kh * L->kw;
+  if (r->inside && ox >= r->ox_lo && ox <= r->ox_hi) {
+    const int8_t* p = r->image + ((r->oy * L->sh - L->pt) * a->w + ox * L->sw - L->pl) * L->cin;
+    for (int64_t t = 0; t < kk; t++) at[t] = p + r->off[t];
+    return;
+  }
   int t = 0;
   for (int64_t ky = 0; ky < L->kh; ky++) {
-    const int64_t iy = oy * L->sh - L->pt + ky * L->dh;
+    const int64_t iy = r->oy * L->sh - L->pt + ky * L->dh;
     for (int64_t kx = 0; kx < L->kw; kx++, t++) {
       const int64_t ix = ox * L->sw - L->pl + kx * L->dw;
-      at[t] = iy >= 0 && iy < a->h && ix >= 0 && ix < a->w ? image + (iy * a->w + ix) * L->cin : L->zero;
+      at[t] = iy >= 0 && iy < a->h && ix >= 0 && ix < a->w ? r->image + (iy * a->w + ix) * L->cin : L->zero;
     }
   }
 }
+
+/* One output row: every pixel's taps, then its channels (the kernel inlined, its constants set once). */
+#define DW_ROW(NAME, TARGET, BODY)                                                                    \
+  static inline __attribute__((always_inline)) TARGET void NAME##_kk(const pn_qconv* L, const run_args* a, \
+                                                                     int64_t row, const int8_t** at,   \
+                                                                     const int64_t kk) {               \
+    row_taps r;                                                                                       \
+    row_setup(L, a, row, &r);                                                                         \
+    int8_t* y = a->y + row * a->ow * L->cout;                                                         \
+    for (int64_t ox = 0; ox < a->ow; ox++, y += L->cout) {                                            \
+      pixel_taps(L, a, &r, ox, at);                                                                   \
+      BODY(L, at, y, kk);                                                                             \
+    }                                                                                                 \
+  }                                                                                                   \
+  static TARGET void NAME(const pn_qconv* L, const run_args* a, int64_t row, const int8_t** at) {     \
+    const int64_t kk = L->kh * L->kw;                                                                 \
+    if (kk == 9) NAME##_kk(L, a, row, at, 9);                                                         \
+    else if (kk == 25) NAME##_kk(L, a, row, at, 25);                                                  \
+    else NAME##_kk(L, a, row, at, kk);                                                                \
+  }
 
 static void dw_portable(const pn_qconv* L, const int8_t** at, int8_t* y) {
   const int8_t* wt = L->weights;
@@ -359,12 +431,7 @@ static inline __attribute__((always_inline)) AVX512_TARGET void dw_avx512_body(c
   }
 }
 
-static AVX512_TARGET void dw_avx512(const pn_qconv* L, const int8_t** at, int8_t* y) {
-  const int64_t kk = L->kh * L->kw;
-  if (kk == 9) dw_avx512_body(L, at, y, 9);
-  else if (kk == 25) dw_avx512_body(L, at, y, 25);
-  else dw_avx512_body(L, at, y, kk);
-}
+DW_ROW(dw_avx512, AVX512_TARGET, dw_avx512_body)
 
 /* The same with 16 channels (one 128-bit lane: natural order): [cp / 16][taps / 2][32] int16 pairs. Channels
  * past the last 16 take the portable steps, never reading past a pixel's channels. */
@@ -401,37 +468,31 @@ static inline __attribute__((always_inline)) AVX2_TARGET void dw_avx2_body(const
   }
 }
 
-static AVX2_TARGET void dw_avx2(const pn_qconv* L, const int8_t** at, int8_t* y) {
-  const int64_t kk = L->kh * L->kw;
-  if (kk == 9) dw_avx2_body(L, at, y, 9);
-  else if (kk == 25) dw_avx2_body(L, at, y, 25);
-  else dw_avx2_body(L, at, y, kk);
-}
+DW_ROW(dw_avx2, AVX2_TARGET, dw_avx2_body)
 
 #endif
+
+static inline void dw_portable_body(const pn_qconv* L, const int8_t** at, int8_t* y, int64_t kk) {
+  (void)kk;
+  dw_portable(L, at, y);
+}
+DW_ROW(dw_portable_row, , dw_portable_body)
 
 /* One output row (all its pixels) of a depthwise convolution. */
 static void dw_task(void* ctx, int64_t row) {
   run_args* a = ctx;
   const pn_qconv* L = a->L;
-  const int64_t oy = row % a->oh, ni = row / a->oh;
-  const int8_t* image = a->x + ni * a->h * a->w * L->cin;
   const int8_t* at[256];
   const int8_t** pointers = L->kh * L->kw <= 256 ? at : thread_rows((size_t)(L->kh * L->kw) * sizeof(void*));
   if (!pointers) {
     atomic_store(&a->failed, 1);
     return;
   }
-  void (*kernel)(const pn_qconv*, const int8_t**, int8_t*) = dw_portable;
 #if defined(__x86_64__)
-  if (L->isa == PN_AVX512VNNI) kernel = dw_avx512;
-  else if (L->isa == PN_AVX2) kernel = dw_avx2;
+  if (L->isa == PN_AVX512VNNI) return dw_avx512(L, a, row, pointers);
+  if (L->isa == PN_AVX2) return dw_avx2(L, a, row, pointers);
 #endif
-  int8_t* y = a->y + (ni * a->oh + oy) * a->ow * L->cout;
-  for (int64_t ox = 0; ox < a->ow; ox++, y += L->cout) {
-    taps(L, a, image, oy, ox, pointers);
-    kernel(L, pointers, y);
-  }
+  dw_portable_row(L, a, row, pointers);
 }
 
 /* -- matrix products ---------------------------------------------------------------------------------------- */
@@ -453,13 +514,17 @@ static void gemm_task(void* ctx, int64_t task) {
     atomic_store(&a->base.failed, 1);
     return;
   }
+  /* pointwise convolutions with VNNI read whole blocks of 8 pixels from the image: only the rest is gathered */
+  const int64_t direct = L->direct && L->isa == PN_AVX512VNNI ? nr / MR * MR : 0;
+  const int8_t* image = a->base.x + r0 * L->cin + g * L->cin_g;
 #if defined(__x86_64__)
-  if (L->isa == PN_AVX512VNNI) gather_vnni(L, &a->base, r0, nr, g, rows);
+  if (L->isa == PN_AVX512VNNI) gather_vnni(L, &a->base, r0 + direct, nr - direct, g, rows + direct * L->kp);
   else if (L->isa == PN_AVX2) gather_avx2(L, &a->base, r0, nr, g, (int16_t*)rows);
   else
 #endif
     gather_portable(L, &a->base, r0, nr, g, (int8_t*)rows);
   memset(rows + nr * L->kp * width, 0, (size_t)((padded - nr) * L->kp) * width);
+  (void)image;
   const int64_t t0 = chunk * a->tiles_per_chunk;
   const int64_t t1 = t0 + a->tiles_per_chunk < L->tiles ? t0 + a->tiles_per_chunk : L->tiles;
   const int64_t tile_bytes = L->kp * TILE * (int64_t)width;
@@ -474,7 +539,8 @@ static void gemm_task(void* ctx, int64_t task) {
       o.rows = (int)(nr - m < MR ? nr - m : MR);
       const uint8_t* am = rows + m * L->kp * width;
 #if defined(__x86_64__)
-      if (L->isa == PN_AVX512VNNI) mk_vnni(am, L->kp, (const int8_t*)b, &o);
+      if (m < direct) mk_vnni_direct(image + m * L->cin, L->cin, L->kp, (const int8_t*)b, &o);
+      else if (L->isa == PN_AVX512VNNI) mk_vnni(am, L->kp, (const int8_t*)b, &o);
       else if (L->isa == PN_AVX2) mk_avx2((const int16_t*)am, L->kp, (const int16_t*)b, &o);
       else
 #endif
@@ -543,6 +609,7 @@ pn_qconv* pn_qconv_pack(int isa, int64_t groups, int64_t cin_g, int64_t cout_g, 
     return L;
   }
   const int64_t k = L->k = taps * cin_g, kp = L->kp = (k + 7) / 8 * 8;
+  L->direct = taps == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && cin_g % 8 == 0;
   const int64_t tiles = L->tiles = (cout_g + TILE - 1) / TILE;
   const size_t width = L->isa == PN_AVX2 ? 2 : 1;
   L->weights = calloc((size_t)(groups * tiles * TILE * kp), width);
