@@ -218,3 +218,45 @@ def test_tables_of_8bit_values(kernel):
         y = torch.empty(n, dtype=torch.int8)
         native._native.lookup_s8(ISAS[kernel], table.data_ptr(), x.data_ptr(), y.data_ptr(), n, 2)
         assert torch.equal(y, table[x.view(torch.uint8).long()]), f"{n} values on {kernel}"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("window", "size"), [
+    ((2, 2, 2, 2, 1, 1, 0, 0), (2, 9, 8, 16)),    # (kh, kw, sh, sw, dh, dw, top, left); n, h, w, c
+    ((3, 3, 2, 2, 1, 1, 1, 1), (1, 11, 10, 37)),  # ResNet's stem pooling, padded
+    ((3, 2, 1, 2, 2, 1, 0, 1), (1, 7, 9, 300)),   # dilated, over 256 channels
+])
+def test_max_pooling_takes_the_largest_value(window, size, threads):
+    if not native.available()[0]:
+        pytest.skip(native.available()[1])
+    kh, kw, sh, sw, dh, dw, top, left = window
+    n, h, w, c = size
+    oh, ow = (h + 2 * top - (kh - 1) * dh - 1) // sh + 1, (w + 2 * left - (kw - 1) * dw - 1) // sw + 1
+    x = torch.randint(-128, 128, size, dtype=torch.int8, generator=torch.Generator().manual_seed(c))
+    y = torch.empty(n, oh, ow, c, dtype=torch.int8)
+    geometry = torch.tensor(window, dtype=torch.int64)  # alive through the call
+    native._native.qmaxpool_s8(x.data_ptr(), y.data_ptr(), n, h, w, c, oh, ow, geometry.data_ptr(), -100, 90, threads)
+    padded = np.pad(x.numpy(), ((0, 0), (top, kh * dh), (left, kw * dw), (0, 0)), constant_values=-128)
+    expected = np.full((n, oh, ow, c), -128, dtype=np.int8)
+    for ky in range(kh):
+        for kx in range(kw):
+            view = padded[:, ky * dh: ky * dh + (oh - 1) * sh + 1: sh, kx * dw: kx * dw + (ow - 1) * sw + 1: sw]
+            expected = np.maximum(expected, view)
+    assert np.array_equal(y.numpy(), np.clip(expected, -100, 90))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("size", [(2, 4, 4, 16), (1, 56, 56, 300), (3, 1, 7, 5)])
+def test_global_means_are_xnnpacks_arithmetic(size, threads):
+    """An exact int32 sum, then float32(sum) * scale + zero (two roundings), rounded half to even, clamped."""
+    if not native.available()[0]:
+        pytest.skip(native.available()[1])
+    n, h, w, c = size
+    x = torch.randint(-128, 128, size, dtype=torch.int8, generator=torch.Generator().manual_seed(h))
+    f32 = np.float32
+    scale, zero = f32(0.37) * (f32(1) / f32(h * w)), f32(-3.25)
+    y = torch.empty(n, c, dtype=torch.int8)
+    native._native.qmean_s8(x.data_ptr(), y.data_ptr(), n, h, w, c, float(scale), float(zero), -120, 127, threads)
+    sums = x.numpy().astype(np.int64).sum((1, 2)).astype(f32)
+    expected = np.clip(np.rint(sums * scale + zero), -120, 127).astype(np.int8)
+    assert np.array_equal(y.numpy(), expected)

@@ -258,6 +258,34 @@ static PyObject* py_qbinary_run(PyObject* self, PyObject* const* args, Py_ssize_
   Py_RETURN_NONE;
 }
 
+/* qmean_s8(x, y, n, h, w, c, scale, zero, qmin, qmax, threads) */
+static PyObject* py_qmean_s8(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[6], b[3];
+  if (!arity(nargs, 11, "qmean_s8") || !ints(args, 6, a) || !ints(args + 8, 3, b)) return NULL;
+  const double scale = PyFloat_AsDouble(args[6]), zero = PyFloat_AsDouble(args[7]);
+  if (PyErr_Occurred()) return NULL;
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = pn_qmean_s8((const int8_t*)(intptr_t)a[0], (int8_t*)(intptr_t)a[1], a[2], a[3], a[4], a[5], (float)scale,
+                       (float)zero, (int32_t)b[0], (int32_t)b[1], (int)b[2]);
+  Py_END_ALLOW_THREADS
+  if (status) return PyErr_NoMemory();
+  Py_RETURN_NONE;
+}
+
+/* qmaxpool_s8(x, y, n, h, w, c, oh, ow, window, qmin, qmax, threads) */
+static PyObject* py_qmaxpool_s8(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[12];
+  if (!arity(nargs, 12, "qmaxpool_s8") || !ints(args, 12, a)) return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  pn_qmaxpool_s8((const int8_t*)(intptr_t)a[0], (int8_t*)(intptr_t)a[1], a[2], a[3], a[4], a[5], a[6], a[7],
+                 (const int64_t*)(intptr_t)a[8], (int32_t)a[9], (int32_t)a[10], (int)a[11]);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 /* vfamily_runs(family) -> bool */
 static PyObject* py_vfamily_runs(PyObject* self, PyObject* family) {
   (void)self;
@@ -320,6 +348,8 @@ static PyMethodDef methods[] = {
     {"qbinary_make", (PyCFunction)(void (*)(void))py_qbinary_make, METH_FASTCALL, "An 8-bit add or multiply."},
     {"qbinary_isa", py_qbinary_isa, METH_O, "The instruction set an 8-bit add or multiply runs with."},
     {"qbinary_run", (PyCFunction)(void (*)(void))py_qbinary_run, METH_FASTCALL, "Runs an 8-bit add or multiply."},
+    {"qmean_s8", (PyCFunction)(void (*)(void))py_qmean_s8, METH_FASTCALL, "XNNPACK's 8-bit global mean."},
+    {"qmaxpool_s8", (PyCFunction)(void (*)(void))py_qmaxpool_s8, METH_FASTCALL, "8-bit max pooling."},
     {"vfamily_runs", py_vfamily_runs, METH_O, "Whether this CPU runs a family of float kernels."},
     {"vunary", (PyCFunction)(void (*)(void))py_vunary, METH_FASTCALL, "XNNPACK's float elementwise kernels."},
     {"softmax", (PyCFunction)(void (*)(void))py_softmax, METH_FASTCALL, "XNNPACK's float softmax."},

@@ -104,6 +104,14 @@ int pn_qbinary_isa(const pn_qbinary* op);
 /* y (the output, contiguous) from operands a and b laid out as the geometry says. */
 void pn_qbinary_run(const pn_qbinary* op, const int8_t* a, const int8_t* b, int8_t* y, int threads);
 
+/* 8-bit pooling on NHWC images (qpool.c). The global mean of each image's channels [n, h, w, c] -> [n, c]:
+ * rint(float32(sum) * scale + zero), clamped to [qmin, qmax]; returns -1 when memory runs out, else 0. Max
+ * pooling into [n, oh, ow, c] with window = {kh, kw, sh, sw, dh, dw, top, left}, then [qmin, qmax]. */
+int pn_qmean_s8(const int8_t* x, int8_t* y, int64_t n, int64_t h, int64_t w, int64_t c, float scale, float zero,
+                int32_t qmin, int32_t qmax, int threads);
+void pn_qmaxpool_s8(const int8_t* x, int8_t* y, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow,
+                    const int64_t* window, int32_t qmin, int32_t qmax, int threads);
+
 /* XNNPACK's float elementwise kernels (vunary.c, vsoftmax.c). A family is the set of kernels XNNPACK's runtime
  * picks on x86-64 CPUs with some features: avx512f (AVX-512F), avx2 (AVX2 and FMA3 without AVX-512F). */
 enum pn_vfamily { PN_VFAMILY_AVX512F = 0, PN_VFAMILY_AVX2 = 1 };

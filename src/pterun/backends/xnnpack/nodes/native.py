@@ -264,6 +264,33 @@ def emit_qbinary(b, op, a: str, b_name: str, out: str, shape) -> None:
         b.emit(f"{out}.copy_({copy})")
 
 
+def emit_qmean(b, x: str, out: str, xshape, shape, scale: float, zero: float, qmin: int, qmax: int) -> None:
+    """Lines setting signed 8-bit ``out`` of ``shape`` ([n, c] or [n, 1, 1, c]) to XNNPACK's global mean of NHWC
+    ``x``."""
+    n, h, w, c = xshape
+    run = _function(b, "qmean_s8", _native.qmean_s8)
+    into, copy = target(b, out, shape, torch.int8)
+    b.emit(f"{run}({source(b, x)}, {into}, {n}, {h}, {w}, {c}, {b.number(float(scale))}, {b.number(float(zero))}, "
+           f"{int(qmin)}, {int(qmax)}, {threads(b)}())")
+    if copy is not None:
+        b.emit(f"{out}.copy_({copy})")
+    b.route(f"native int8 mean ({kernel_isa()})")
+
+
+def emit_qmaxpool(b, x: str, out: str, xshape, shape, window: tuple[int, ...], qmin: int, qmax: int) -> None:
+    """Lines computing signed 8-bit NHWC ``out`` of ``shape``, the max pooling of ``x`` by ``window`` (kernel
+    height and width, strides, dilations, top and left padding)."""
+    n, h, w, c = xshape
+    run = _function(b, "qmaxpool_s8", _native.qmaxpool_s8)
+    into, copy = target(b, out, shape, torch.int8)
+    geometry = b.bind(torch.tensor(window, dtype=torch.int64), "window")
+    b.emit(f"{run}({source(b, x)}, {into}, {n}, {h}, {w}, {c}, {shape[1]}, {shape[2]}, {_pointer(b, geometry)}, "
+           f"{int(qmin)}, {int(qmax)}, {threads(b)}())")
+    if copy is not None:
+        b.emit(f"{out}.copy_({copy})")
+    b.route(f"native int8 max pooling ({kernel_isa()})")
+
+
 # -- XNNPACK's float elementwise kernels (native/vunary.c, native/vsoftmax.c) -------------------------------------
 
 VFAMILIES = {"avx512f": 0, "avx2": 1}  # native.h's pn_vfamily, by isa.float_kernels' names
