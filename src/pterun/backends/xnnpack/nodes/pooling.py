@@ -165,7 +165,7 @@ def _q8_mean(node: Node, b: Builder, x, y, shape, count: int) -> None:
     qmin, qmax = qmath.output_bounds(node, y, node.where)
     o = b.define(y.id, shape)
     if native.enabled(b) and x.datatype == Datatype.QINT8:
-        return native.emit_qmean(b, b.ref(x.id), o, b.shape(x.id), shape, scale, zero, max(lo, qmin),
+        return native.emit_qmean(b, b.ref(x.id), o, b.shape(x.id), shape, float(scale), float(zero), max(lo, qmin),
                                  min(hi, qmax))
     n, c = shape[0], shape[-1]
     xf = b.scratch(b.shape(x.id))
