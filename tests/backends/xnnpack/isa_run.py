@@ -18,7 +18,7 @@ import torch
 
 from pterun import Runtime
 from pterun.backends.xnnpack.nodes import isa
-from tests.backends.xnnpack.programs import elementwise_inputs
+from tests.backends.xnnpack.programs import CONV_MODELS, elementwise_inputs, quantized_inputs
 from tests.support.oracle import run_reference
 
 # Per program: its inputs (seed, scale, rows) and whether outputs must be equal ("exact"), the same bits, NaNs
@@ -30,6 +30,8 @@ CASES = {
     "mlp256-per-tensor": ("exact", STATIC),
     "mlp256-per-channel": ("exact", STATIC),
     "convnet-per-channel": ("exact", STATIC),
+    "mobilenet-per-channel": ("exact", STATIC),
+    "regnet-per-channel": ("exact", STATIC),
     "mlp256-dynamic": ("relative", STATIC),
     "8da4w": ("exact", [(1, 1.0, 8), (2, 0.05, 8), (3, 8.0, 8), (4, 100.0, 8)]),
     "8da4w-wide": ("exact", [(5, 1.0, 1), (6, 4.0, 3), (7, 1.0, 17), (8, 30.0, 32)]),
@@ -44,6 +46,8 @@ def _inputs(case: str, seed: int, scale: float, rows: int | None) -> list[torch.
     if case == "elementwise":
         return elementwise_inputs(seed, scale, rows=rows)
     model = case if case.startswith("8da4w") else case.split("-")[0]
+    if model in CONV_MODELS:
+        return list(quantized_inputs(model, seed, scale))
     shape = (rows if rows is not None else BATCH[model], *SHAPES[model])
     # the generators of programs.quantized_inputs (seed + 100) and of the 8da4w tests (seed)
     offset = 0 if model.startswith("8da4w") else 100

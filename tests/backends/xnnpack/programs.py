@@ -103,6 +103,14 @@ def export_zoo() -> Exported:
 
 # -- quantized models --------------------------------------------------------------------------
 
+def _transformers(config: str, model: str, **settings) -> torch.nn.Module:
+    import transformers
+
+    from tests.support.models.registry import Field
+
+    return Field(getattr(transformers, model)(getattr(transformers, config)(**settings)), "logits")
+
+
 QUANT_MODELS = {
     "convnet": (BranchyConvNet, (2, 3, 16, 16)),
     "mlp": (lambda: ResidualMLP(48, 96, 12), (8, 48)),
@@ -110,6 +118,20 @@ QUANT_MODELS = {
     # large enough for the CPU's oneDNN products (every layer at least 2**23 multiply-adds)
     "mlp256": (lambda: ResidualMLP(256, 1024, 256), (32, 256)),
 }
+# Convolution networks written apart from this repository (transformers'): MobileNetV2's depthwise convolutions
+# with TensorFlow's asymmetric padding, RegNet's grouped convolutions with squeeze-and-excitation (a broadcast
+# multiply), ResNet's bottlenecks and residual adds.
+CONV_MODELS = {
+    "mobilenet": (lambda: _transformers("MobileNetV2Config", "MobileNetV2ForImageClassification", image_size=48,
+                                        depth_multiplier=0.35, num_labels=10, tf_padding=True), (1, 3, 48, 48)),
+    "regnet": (lambda: _transformers("RegNetConfig", "RegNetForImageClassification", embedding_size=16,
+                                     hidden_sizes=[24, 40], depths=[1, 2], groups_width=8, layer_type="y",
+                                     num_labels=10), (2, 3, 32, 32)),
+    "resnet": (lambda: _transformers("ResNetConfig", "ResNetForImageClassification", embedding_size=16,
+                                     hidden_sizes=[16, 32, 48], depths=[1, 1, 1], layer_type="bottleneck",
+                                     num_labels=10, downsample_in_bottleneck=True), (1, 3, 40, 40)),
+}
+QUANT_MODELS.update(CONV_MODELS)
 
 
 def quantized_inputs(model: str, seed: int, scale: float = 1.0) -> tuple:

@@ -8,7 +8,8 @@ instruction sets on any machine.
   and its outputs must be the same bits under every ceiling.
 * One subprocess runs them on an emulated AVX2 CPU (``qemu-x86_64 -cpu max``: AVX2, no AVX-512), where
   ExecuTorch's XNNPACK picks its AVX2 kernels, as on an AVX2-only machine: pterun must match those too, its
-  float elementwise kernels (sigmoid, rsqrt, softmax, ...) included. CI installs qemu; elsewhere the test is
+  float elementwise kernels (sigmoid, rsqrt, softmax, ...) and its native 8-bit convolutions, adds and
+  multiplies in their AVX2 forms included. CI installs qemu; elsewhere the test is
   skipped without it.
 """
 
@@ -98,7 +99,7 @@ def programs(tmp_path_factory) -> Path:
     """Every case of isa_run.py exported, as the JSON file its command line takes."""
     paths = {f"{m}-{s}": str(export_quantized(m, s).pte) for m, s in (
         ("mlp", "per-channel"), ("mlp256", "per-tensor"), ("mlp256", "per-channel"), ("mlp256", "dynamic"),
-        ("convnet", "per-channel"))}
+        ("convnet", "per-channel"), ("mobilenet", "per-channel"), ("regnet", "per-channel"))}
     paths["8da4w"], paths["8da4w-wide"] = str(export_8da4w().pte), str(export_8da4w_wide().pte)
     paths["elementwise"] = str(export_elementwise().pte)
     listing = tmp_path_factory.mktemp("isa") / "programs.json"
@@ -162,7 +163,8 @@ def test_exact_under_an_instruction_set_ceiling(programs, native, onednn, aten, 
 
 QEMU = shutil.which("qemu-x86_64")
 # qemu is slow: the cases that cover every kind of product once
-EMULATED = {"mlp256-per-channel", "mlp256-dynamic", "convnet-per-channel", "8da4w", "8da4w-wide", "elementwise"}
+EMULATED = {"mlp256-per-channel", "mlp256-dynamic", "convnet-per-channel", "regnet-per-channel", "8da4w",
+            "8da4w-wide", "elementwise"}
 
 
 @pytest.mark.slow
@@ -179,6 +181,12 @@ def test_exact_on_an_emulated_avx2_cpu(programs, native):
     assert report["aten"] == "AVX2" and report["block_kernels"] == "avx2", report
     assert report["float_kernels"] == "avx2", report  # XNNPACK's AVX2 sigmoid, rsqrt, softmax, ...
     assert all("XNNPACK's avx2 float" in r for r in report["cases"]["elementwise"]["routes"]), report
+    # the native 8-bit kernels take their AVX2 forms: convolutions (dense, grouped, depthwise), adds, multiplies
+    native_routes = [r for case in ("convnet-per-channel", "regnet-per-channel")
+                     for r in report["cases"][case]["routes"] if r.startswith("native")]
+    assert {"native int8 grouped convolution (avx2)", "native int8 depthwise convolution (avx2)",
+            "native int8 add (avx2)", "native int8 mul (avx2)"} <= set(native_routes), report
+    assert all(r.endswith("(avx2)") for r in native_routes), native_routes
     assert not report["onednn_exact"] and not report["int_mm"] and not report["onednn"], report
     _assert_exact(report, "on an emulated AVX2 CPU")
     # integer results: the same bits on every CPU (XNNPACK's float kernels differ between its families)

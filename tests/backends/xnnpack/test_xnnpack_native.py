@@ -149,18 +149,43 @@ def test_threads_split_the_outputs_and_change_no_bit():
 
 @pytest.mark.parametrize("kernel", _isas())
 @pytest.mark.parametrize(("model", "scheme"), [("mlp256", "per-channel"), ("mlp256", "dynamic"),
-                                               ("convnet", "per-channel"), ("mlp", "per-tensor")])
+                                               ("convnet", "per-channel"), ("mlp", "per-tensor"),
+                                               ("mobilenet", "per-channel"), ("regnet", "per-channel")])
 def test_8bit_layers_on_every_instruction_set_are_executorchs_bits(kernel, model, scheme, monkeypatch):
-    """Static and dynamic 8-bit layers (and dense convolutions on gathered windows) with each instruction set's
-    kernels: the same bits as ExecuTorch's, every integer sum exact and XNNPACK's float steps repeated."""
+    """Static and dynamic 8-bit layers, static convolutions (dense, grouped, depthwise), 8-bit adds, multiplies
+    and converts with each instruction set's kernels: the same bits as ExecuTorch's, every integer sum exact and
+    XNNPACK's float steps repeated."""
     from tests.backends.xnnpack.programs import quantized_inputs
 
     monkeypatch.setattr(native, "kernel_isa", lambda: kernel)
     exported = export_quantized(model, scheme)
     method = _method(exported.pte)
-    assert any(r == f"native int8 product ({kernel})" for r in _routes(method)), _routes(method)
+    routes = _routes(method)
+    assert any(r == f"native int8 product ({kernel})" for r in routes), routes
+    if model in ("convnet", "mobilenet", "regnet"):
+        kinds = {"convnet": ("depthwise convolution", "add", "mul"), "mobilenet": ("depthwise convolution", "add"),
+                 "regnet": ("grouped convolution", "add", "mul")}[model]
+        wanted = {"native int8 dense convolution", *(f"native int8 {k}" for k in kinds), "native quantize",
+                  "native dequantize"}
+        assert {f"{w} ({kernel})" for w in wanted} <= set(routes), routes
     for seed, scale in ((1, 1.0), (3, 8.0), (4, 100.0)):
         x = list(quantized_inputs(model, seed, scale))
         (actual,) = method.execute(x)
         (expected,) = run_reference(exported.pte, x)
         assert torch.equal(actual, expected), f"{model} {scheme} x{scale} on {kernel}: {(actual != expected).sum()}"
+
+
+def test_convolutions_split_over_threads_change_no_bit():
+    """A convolution's rows and output tiles, and an add's elements, split over the method's threads: the same
+    bits at 1 and 2 threads."""
+    from tests.backends.xnnpack.programs import quantized_inputs
+
+    exported = export_quantized("mobilenet", "per-channel")
+    x = list(quantized_inputs("mobilenet", 5, 2.0))
+    results = []
+    for threads in (1, 2):
+        method = pterun.Runtime.get().load_program(exported.pte, num_threads=threads).load_method("forward")
+        assert method.num_threads == threads, method.num_threads_reason  # the premise
+        results.append(method.execute(x)[0])
+    assert torch.equal(results[0], results[1])
+    assert torch.equal(results[0], run_reference(exported.pte, x)[0])

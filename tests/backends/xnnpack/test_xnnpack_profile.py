@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -29,6 +30,7 @@ from tests.backends.xnnpack.test_xnnpack_layout import ChannelsLastBetweenDelega
 from tests.backends.xnnpack.test_xnnpack_packed import Packed
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.models.small import BranchyConvNet
+from tests.support.oracle import run_reference
 
 
 @dataclass
@@ -281,3 +283,54 @@ def test_dynamically_quantized_rows_are_logged_as_integers():
         h = torch.relu(m.fc1(x))
         _assert_close(logged["XNNFullyConnected #1"], h, 0.05, "fc1")
         _assert_close(logged["XNNAdd #1"], h + torch.relu(m.fc2(h)), 0.05, "residual add")
+
+
+# -- round trips through float (optimize.drop_round_trips) ----------------------------------------------------
+
+
+def test_round_trips_through_float_are_dropped_and_still_reported():
+    """transformers' MobileNetV2 with TensorFlow's padding pads in float32 between a dequantize and a quantize
+    (the second often with another zero point): the chains become 8-bit pads folded into the convolutions, and
+    every node of the blob still reports once, its values as the floats they stand for."""
+    exported = export_quantized("mobilenet", "per-channel")
+    (blob,) = graphs(exported.pte)
+    handle = _delegate(exported.pte)
+    converts = sum(n.kind == "XNNConvert" for n in blob.nodes)
+    pads = sum(n.kind == "XNNStaticConstantPad" for n in blob.nodes)
+    assert converts >= 30 and pads >= 15  # the premise: chains of convert, pad, convert
+    shifted = [n for n in blob.nodes if n.kind == "XNNConvert" and blob.values[n.p.output_id].quant is not None
+               and blob.values[n.p.input_id].quant is None]
+    assert any(blob.values[n.p.output_id].quant.zero_point != blob.values[_opening(blob, n)].quant.zero_point
+               for n in shifted if _opening(blob, n) is not None)  # some quantize again with another zero point
+    tables = [n for n in handle.graph.nodes if hasattr(n.p, "lookup")]  # where the scales differ
+    assert tables and all(n.kind == "XNNConvert" for n in tables)
+    kinds = [n.kind for n in handle.graph.nodes]
+    # left: the quantize at the entry (after the float input's pad), the tables and the dequantize at the exit
+    assert kinds.count("XNNConvert") == 2 + len(tables) and "XNNStaticConstantPad" not in kinds[1:], kinds
+    (x,) = quantized_inputs("mobilenet", 1)
+    (output,), reports = _profile(handle, [x], logs_values=True)
+    _check_reports(handle, blob, reports, logs_values=True)
+    assert torch.equal(output, run_reference(exported.pte, [x])[0])
+
+
+def _opening(blob, quantize) -> int | None:
+    """The 8-bit value a quantize's input was dequantized from, through a pad or not (None: no such chain)."""
+    producer = {v: n for n in blob.nodes for v in outputs_of(n)}
+    node = producer.get(quantize.p.input_id)
+    if node is not None and node.kind == "XNNStaticConstantPad":
+        node = producer.get(node.p.input_id)
+    return node.p.input_id if node is not None and node.kind == "XNNConvert" else None
+
+
+@pytest.mark.parametrize(("a", "b", "expected"), [
+    ((0.02, 3), (0.02, 3), lambda q: q),                                     # the same quantization
+    ((2.0 ** -12, -119), (2.0 ** -12, -128), lambda q: np.maximum(q - 9, -128)),  # shifted: the lowest saturate
+    ((0.1, 0), (0.10000001, 0), lambda q: q),                                # scales an ulp apart: every value back
+    ((0.25, 0), (0.5, 0), lambda q: np.rint(q / 2).astype(np.int64)),        # half the values, ties to even
+    ((1e-30, 0), (1e-30, 0), lambda q: q),
+])
+def test_round_trips_are_tables_of_xnnpacks_two_converts(a, b, expected):
+    from pterun.backends.xnnpack.optimize import _requantized
+
+    q = np.arange(-128, 128)
+    assert np.array_equal(_requantized(PerTensor(*a), PerTensor(*b), -128, 127), expected(q))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections import Counter
 
 import pytest
 import torch
@@ -96,30 +97,54 @@ def test_static_int8_layers_are_bit_exact(model, scheme, path):
         assert torch.equal(actual, expected), f"{model} {scheme} x{scale}: {(actual != expected).sum()} differ"
 
 
+# Static 8-bit convolution programs: the corpus's own and transformers' (programs.CONV_MODELS: depthwise, grouped,
+# residual adds, a broadcast multiply)
+CONV_CASES = [("convnet", "per-tensor"), ("convnet", "per-channel"), ("decoder", "per-tensor"),
+              ("decoder", "per-channel"), ("mobilenet", "per-channel"), ("regnet", "per-channel"),
+              ("resnet", "per-tensor")]
+
+
+def _routes(handles) -> Counter:
+    return Counter(how.split(" (")[0] for handle in handles for _, how in handle.routes)
+
+
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("model", ["convnet", "decoder"])
-@pytest.mark.parametrize("scheme", ["per-tensor", "per-channel"])
+@pytest.mark.parametrize(("model", "scheme"), CONV_CASES)
 def test_static_int8_convolutions_are_bit_exact(model, scheme, path):
-    """Dense convolutions (1x1 ones on the pixels, others on gathered windows) multiply integers; depthwise,
-    transposed and few-channel ones (3 or 6 input channels) keep the float emulation, exact too."""
+    """Natively, every signed 8-bit convolution but transposed ones runs pterun's kernels (dense, grouped and
+    depthwise), and so do the programs' 8-bit adds and multiplies. On the PyTorch path dense convolutions (1x1
+    ones on the pixels, others on gathered windows) multiply integers; depthwise, grouped, transposed and
+    few-channel ones (3 or 6 input channels) keep the float emulation, exact too."""
     exported = export_quantized(model, scheme)
+    nodes = [(n, g) for g in graphs(exported.pte) for n in g.nodes]
     kinds = node_kinds(exported.pte)
-    dense = [n.p for g in graphs(exported.pte) for n in g.nodes if n.kind == "XNNConv2d"]
-    few = sum(1 for p in dense if p.kernel_width > 1 and p.group_input_channels * p.kernel_width < 16)
+    assert all(v.datatype != Datatype.QUINT8 for g in graphs(exported.pte) for v in g.values.values())
     method, source = _load(exported.pte, path)
-    assert len(dense) - few >= 1
-    convolutions = kinds["XNNDepthwiseConv2d"] + kinds["XNNConvTranspose2d"] + few
-    signed = all(v.datatype != Datatype.QUINT8 for g in graphs(exported.pte) for v in g.values.values())
-    if path == "native" and signed:
-        assert _native_layers(method.delegate_handles) == len(dense) - few + kinds["XNNFullyConnected"]
-        assert source.count("torch.convolution(") == convolutions
-    elif isa.cpu().int_mm:
-        assert source.count("torch._int_mm(") == len(dense) - few + kinds["XNNFullyConnected"]
-        assert source.count("torch.convolution(") == convolutions
-    else:  # float products of the integers: convolutions, pointwise ones and fully connected nodes as mm
-        assert "torch._int_mm(" not in source, isa.cpu().summary
-        float_products = source.count("torch.convolution(") + _products(method.delegate_handles)[2]
-        assert float_products == convolutions + len(dense) - few + kinds["XNNFullyConnected"]
+    convs = [n.p for n, _ in nodes if n.kind == "XNNConv2d"]
+    dense = [p for p in convs if p.groups == 1]
+    grouped = len(convs) - len(dense)
+    eight_bit = {kind: sum(1 for n, g in nodes if n.kind == kind and g.values[n.p.output_id].datatype
+                           == Datatype.QINT8) for kind in ("XNNAdd", "XNNMultiply")}
+    if path == "native":
+        routes = _routes(method.delegate_handles)
+        assert routes["native int8 dense convolution"] == len(dense), routes
+        assert routes["native int8 grouped convolution"] == grouped, routes
+        assert routes["native int8 depthwise convolution"] == kinds["XNNDepthwiseConv2d"], routes
+        assert routes["native int8 product"] == kinds["XNNFullyConnected"], routes
+        assert (routes["native int8 add"], routes["native int8 mul"]) == tuple(eight_bit.values()), routes
+        assert source.count("torch.convolution(") == kinds["XNNConvTranspose2d"]
+    else:
+        few = sum(1 for p in dense if p.kernel_width > 1 and p.group_input_channels * p.kernel_width < 16)
+        assert len(dense) - few >= 1
+        convolutions = kinds["XNNDepthwiseConv2d"] + kinds["XNNConvTranspose2d"] + few + grouped
+        assert "native" not in "".join(_routes(method.delegate_handles))
+        if isa.cpu().int_mm:
+            assert source.count("torch._int_mm(") == len(dense) - few + kinds["XNNFullyConnected"]
+            assert source.count("torch.convolution(") == convolutions
+        else:  # float products of the integers: convolutions, pointwise ones and fully connected nodes as mm
+            assert "torch._int_mm(" not in source, isa.cpu().summary
+            float_products = source.count("torch.convolution(") + _products(method.delegate_handles)[2]
+            assert float_products == convolutions + len(dense) - few + kinds["XNNFullyConnected"]
     assert "max_pool2d" not in source  # 8-bit max pooling takes maxima of the 8-bit values, no float pass
     for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0), (4, 100.0)):
         x = quantized_inputs(model, seed, scale)

@@ -44,6 +44,48 @@ static PyObject* py_quantize_rows(PyObject* self, PyObject* const* args, Py_ssiz
   Py_RETURN_NONE;
 }
 
+/* quantize_s8(isa, x, y, n, inverse_scale, zero_point, threads), dequantize_s8(isa, x, y, n, scale, zero_point,
+ * threads) */
+static PyObject* py_convert_s8(PyObject* const* args, Py_ssize_t nargs, int quantize) {
+  long long a[6];
+  if (!arity(nargs, 7, quantize ? "quantize_s8" : "dequantize_s8") || !ints(args, 4, a) ||
+      !ints(args + 5, 2, a + 4))
+    return NULL;
+  const double scale = PyFloat_AsDouble(args[4]);
+  if (PyErr_Occurred()) return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  if (quantize)
+    pn_quantize_s8((int)a[0], (const float*)(intptr_t)a[1], (int8_t*)(intptr_t)a[2], a[3], (float)scale,
+                   (int32_t)a[4], (int)a[5]);
+  else
+    pn_dequantize_s8((int)a[0], (const int8_t*)(intptr_t)a[1], (float*)(intptr_t)a[2], a[3], (int32_t)a[4],
+                     (float)scale, (int)a[5]);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+static PyObject* py_quantize_s8(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  return py_convert_s8(args, nargs, 1);
+}
+
+static PyObject* py_dequantize_s8(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  return py_convert_s8(args, nargs, 0);
+}
+
+/* lookup_s8(isa, table, x, y, n, threads) */
+static PyObject* py_lookup_s8(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[6];
+  if (!arity(nargs, 6, "lookup_s8") || !ints(args, 6, a)) return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  pn_lookup_s8((int)a[0], (const int8_t*)(intptr_t)a[1], (const int8_t*)(intptr_t)a[2], (int8_t*)(intptr_t)a[3], a[4],
+               (int)a[5]);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 static void qb4w_destroy(PyObject* capsule) { pn_qb4w_free(PyCapsule_GetPointer(capsule, QB4W_CAPSULE)); }
 
 /* qb4w_pack(isa, family, n, k, block, weights, scales, start, bias, out_min, out_max) -> capsule (bias 0: none) */
@@ -89,19 +131,17 @@ static PyObject* py_qb4w_run(PyObject* self, PyObject* const* args, Py_ssize_t n
 
 static void q8_destroy(PyObject* capsule) { pn_q8_free(PyCapsule_GetPointer(capsule, Q8_CAPSULE)); }
 
-/* q8_pack(isa, dynamic, n, k, weights, w_stride, scale, bias, ibias, input_zero_point, out_min, out_max,
- *         out_zero_point, qmin, qmax) -> capsule (bias, ibias 0: none) */
+/* q8_pack(isa, n, k, weights, w_stride, scale, bias, out_min, out_max) -> capsule (bias 0: none) */
 static PyObject* py_q8_pack(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
-  long long a[10], b[3];
-  if (!arity(nargs, 15, "q8_pack") || !ints(args, 10, a) || !ints(args + 12, 3, b)) return NULL;
-  const double lo = PyFloat_AsDouble(args[10]), hi = PyFloat_AsDouble(args[11]);
+  long long a[7];
+  if (!arity(nargs, 9, "q8_pack") || !ints(args, 7, a)) return NULL;
+  const double lo = PyFloat_AsDouble(args[7]), hi = PyFloat_AsDouble(args[8]);
   if (PyErr_Occurred()) return NULL;
   pn_q8* layer;
   Py_BEGIN_ALLOW_THREADS
-  layer = pn_q8_pack((int)a[0], (int)a[1], a[2], a[3], (const int8_t*)(intptr_t)a[4], a[5],
-                     (const float*)(intptr_t)a[6], (const float*)(intptr_t)a[7], (const int32_t*)(intptr_t)a[8],
-                     (int32_t)a[9], (float)lo, (float)hi, (int32_t)b[0], (int32_t)b[1], (int32_t)b[2]);
+  layer = pn_q8_pack((int)a[0], a[1], a[2], (const int8_t*)(intptr_t)a[3], a[4], (const float*)(intptr_t)a[5],
+                     (const float*)(intptr_t)a[6], (float)lo, (float)hi);
   Py_END_ALLOW_THREADS
   if (!layer) return PyErr_NoMemory();
   PyObject* capsule = PyCapsule_New(layer, Q8_CAPSULE, q8_destroy);
@@ -124,7 +164,124 @@ static PyObject* py_q8_run(PyObject* self, PyObject* const* args, Py_ssize_t nar
   if (!layer) return NULL;
   Py_BEGIN_ALLOW_THREADS
   pn_q8_run(layer, a[0], (const int8_t*)(intptr_t)a[1], a[2], (const float*)(intptr_t)a[3],
-            (const float*)(intptr_t)a[4], (void*)(intptr_t)a[5], a[6], (int)a[7]);
+            (const float*)(intptr_t)a[4], (float*)(intptr_t)a[5], a[6], (int)a[7]);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+#define QCONV_CAPSULE "pterun.xnnpack.qconv"
+
+static void qconv_destroy(PyObject* capsule) { pn_qconv_free(PyCapsule_GetPointer(capsule, QCONV_CAPSULE)); }
+
+/* qconv_pack(isa, groups, cin_g, cout_g, kh, kw, sh, sw, dh, dw, pt, pl, weights, scale, bias, input_zero_point,
+ *            out_zero_point, qmin, qmax) -> capsule (bias 0: none) */
+static PyObject* py_qconv_pack(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[19];
+  if (!arity(nargs, 19, "qconv_pack") || !ints(args, 19, a)) return NULL;
+  pn_qconv* layer;
+  Py_BEGIN_ALLOW_THREADS
+  layer = pn_qconv_pack((int)a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+                        (const int8_t*)(intptr_t)a[12], (const float*)(intptr_t)a[13],
+                        (const int32_t*)(intptr_t)a[14], (int32_t)a[15], (int32_t)a[16], (int32_t)a[17],
+                        (int32_t)a[18]);
+  Py_END_ALLOW_THREADS
+  if (!layer) return PyErr_NoMemory();
+  PyObject* capsule = PyCapsule_New(layer, QCONV_CAPSULE, qconv_destroy);
+  if (!capsule) pn_qconv_free(layer);
+  return capsule;
+}
+
+static PyObject* py_qconv_isa(PyObject* self, PyObject* capsule) {
+  (void)self;
+  const pn_qconv* layer = PyCapsule_GetPointer(capsule, QCONV_CAPSULE);
+  return layer ? PyUnicode_FromString(pn_isa_name(pn_qconv_isa(layer))) : NULL;
+}
+
+/* qconv_run(layer, n, h, w, x, oh, ow, y, threads) */
+static PyObject* py_qconv_run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[8];
+  if (!arity(nargs, 9, "qconv_run") || !ints(args + 1, 8, a)) return NULL;
+  const pn_qconv* layer = PyCapsule_GetPointer(args[0], QCONV_CAPSULE);
+  if (!layer) return NULL;
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = pn_qconv_run(layer, a[0], a[1], a[2], (const int8_t*)(intptr_t)a[3], a[4], a[5], (int8_t*)(intptr_t)a[6],
+                        (int)a[7]);
+  Py_END_ALLOW_THREADS
+  if (status) return PyErr_NoMemory();
+  Py_RETURN_NONE;
+}
+
+#define QBINARY_CAPSULE "pterun.xnnpack.qbinary"
+
+static void qbinary_destroy(PyObject* capsule) { pn_qbinary_free(PyCapsule_GetPointer(capsule, QBINARY_CAPSULE)); }
+
+/* qbinary_make(isa, op, ndim, geometry, a_param, b_param, bias, shift, scale, out_zero_point, qmin, qmax)
+ * -> capsule */
+static PyObject* py_qbinary_make(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[8], b[3];
+  if (!arity(nargs, 12, "qbinary_make") || !ints(args, 8, a) || !ints(args + 9, 3, b)) return NULL;
+  const double scale = PyFloat_AsDouble(args[8]);
+  if (PyErr_Occurred()) return NULL;
+  pn_qbinary* op = pn_qbinary_make((int)a[0], (int)a[1], (int)a[2], (const int64_t*)(intptr_t)a[3], (int32_t)a[4],
+                                   (int32_t)a[5], (int32_t)a[6], (int32_t)a[7], (float)scale, (int32_t)b[0],
+                                   (int32_t)b[1], (int32_t)b[2]);
+  if (!op) {
+    PyErr_SetString(PyExc_ValueError, "qbinary_make: more than 6 dimensions, an unknown op or a shift outside "
+                                      "[0, 31] (or out of memory)");
+    return NULL;
+  }
+  PyObject* capsule = PyCapsule_New(op, QBINARY_CAPSULE, qbinary_destroy);
+  if (!capsule) pn_qbinary_free(op);
+  return capsule;
+}
+
+static PyObject* py_qbinary_isa(PyObject* self, PyObject* capsule) {
+  (void)self;
+  const pn_qbinary* op = PyCapsule_GetPointer(capsule, QBINARY_CAPSULE);
+  return op ? PyUnicode_FromString(pn_isa_name(pn_qbinary_isa(op))) : NULL;
+}
+
+/* qbinary_run(op, a, b, y, threads) */
+static PyObject* py_qbinary_run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[4];
+  if (!arity(nargs, 5, "qbinary_run") || !ints(args + 1, 4, a)) return NULL;
+  const pn_qbinary* op = PyCapsule_GetPointer(args[0], QBINARY_CAPSULE);
+  if (!op) return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  pn_qbinary_run(op, (const int8_t*)(intptr_t)a[0], (const int8_t*)(intptr_t)a[1], (int8_t*)(intptr_t)a[2], (int)a[3]);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+/* qmean_s8(x, y, n, h, w, c, scale, zero, qmin, qmax, threads) */
+static PyObject* py_qmean_s8(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[6], b[3];
+  if (!arity(nargs, 11, "qmean_s8") || !ints(args, 6, a) || !ints(args + 8, 3, b)) return NULL;
+  const double scale = PyFloat_AsDouble(args[6]), zero = PyFloat_AsDouble(args[7]);
+  if (PyErr_Occurred()) return NULL;
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = pn_qmean_s8((const int8_t*)(intptr_t)a[0], (int8_t*)(intptr_t)a[1], a[2], a[3], a[4], a[5], (float)scale,
+                       (float)zero, (int32_t)b[0], (int32_t)b[1], (int)b[2]);
+  Py_END_ALLOW_THREADS
+  if (status) return PyErr_NoMemory();
+  Py_RETURN_NONE;
+}
+
+/* qmaxpool_s8(x, y, n, h, w, c, oh, ow, window, qmin, qmax, threads) */
+static PyObject* py_qmaxpool_s8(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[12];
+  if (!arity(nargs, 12, "qmaxpool_s8") || !ints(args, 12, a)) return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  pn_qmaxpool_s8((const int8_t*)(intptr_t)a[0], (int8_t*)(intptr_t)a[1], a[2], a[3], a[4], a[5], a[6], a[7],
+                 (const int64_t*)(intptr_t)a[8], (int32_t)a[9], (int32_t)a[10], (int)a[11]);
   Py_END_ALLOW_THREADS
   Py_RETURN_NONE;
 }
@@ -179,9 +336,20 @@ static PyMethodDef methods[] = {
     {"q8_run", (PyCFunction)(void (*)(void))py_q8_run, METH_FASTCALL, "Runs a packed 8-bit layer."},
     {"cpu_isa", py_cpu_isa, METH_NOARGS, "The best instruction set this CPU runs the kernels with."},
     {"quantize_rows", (PyCFunction)(void (*)(void))py_quantize_rows, METH_FASTCALL, "XNNPACK's qd8 rows."},
+    {"quantize_s8", (PyCFunction)(void (*)(void))py_quantize_s8, METH_FASTCALL, "XNNPACK's f32 -> qs8 convert."},
+    {"dequantize_s8", (PyCFunction)(void (*)(void))py_dequantize_s8, METH_FASTCALL, "XNNPACK's qs8 -> f32 convert."},
+    {"lookup_s8", (PyCFunction)(void (*)(void))py_lookup_s8, METH_FASTCALL, "A table of 256 8-bit values."},
     {"qb4w_pack", (PyCFunction)(void (*)(void))py_qb4w_pack, METH_FASTCALL, "Packs a 4-bit block layer."},
     {"qb4w_isa", py_qb4w_isa, METH_O, "The instruction set a packed layer runs with."},
     {"qb4w_run", (PyCFunction)(void (*)(void))py_qb4w_run, METH_FASTCALL, "Runs a packed 4-bit block layer."},
+    {"qconv_pack", (PyCFunction)(void (*)(void))py_qconv_pack, METH_FASTCALL, "Packs an 8-bit convolution."},
+    {"qconv_isa", py_qconv_isa, METH_O, "The instruction set a packed convolution runs with."},
+    {"qconv_run", (PyCFunction)(void (*)(void))py_qconv_run, METH_FASTCALL, "Runs a packed 8-bit convolution."},
+    {"qbinary_make", (PyCFunction)(void (*)(void))py_qbinary_make, METH_FASTCALL, "An 8-bit add or multiply."},
+    {"qbinary_isa", py_qbinary_isa, METH_O, "The instruction set an 8-bit add or multiply runs with."},
+    {"qbinary_run", (PyCFunction)(void (*)(void))py_qbinary_run, METH_FASTCALL, "Runs an 8-bit add or multiply."},
+    {"qmean_s8", (PyCFunction)(void (*)(void))py_qmean_s8, METH_FASTCALL, "XNNPACK's 8-bit global mean."},
+    {"qmaxpool_s8", (PyCFunction)(void (*)(void))py_qmaxpool_s8, METH_FASTCALL, "8-bit max pooling."},
     {"vfamily_runs", py_vfamily_runs, METH_O, "Whether this CPU runs a family of float kernels."},
     {"vunary", (PyCFunction)(void (*)(void))py_vunary, METH_FASTCALL, "XNNPACK's float elementwise kernels."},
     {"softmax", (PyCFunction)(void (*)(void))py_softmax, METH_FASTCALL, "XNNPACK's float softmax."},

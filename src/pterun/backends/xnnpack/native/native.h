@@ -36,6 +36,14 @@ void pn_parallel(pn_task task, void* ctx, int64_t count, int threads);
 void pn_quantize_rows(const float* x, int64_t rows, int64_t cols, int64_t x_stride, int8_t* q, int64_t q_stride,
                       float* zero_point, float* scale);
 
+/* XNNPACK's converts of n values between float32 and signed 8-bit ones of one scale and zero point (convert.c):
+ * quantize takes 1 / scale (as XNNPACK computes it in float32), dequantize the scale. */
+void pn_quantize_s8(int isa, const float* x, int8_t* y, int64_t n, float inverse_scale, int32_t zero_point,
+                    int threads);
+void pn_dequantize_s8(int isa, const int8_t* x, float* y, int64_t n, int32_t zero_point, float scale, int threads);
+/* y[i] = table[(uint8_t)x[i]] for n signed 8-bit values (table: 256 of them, indexed by the byte). */
+void pn_lookup_s8(int isa, const int8_t* table, const int8_t* x, int8_t* y, int64_t n, int threads);
+
 /* A fully connected layer with 4-bit weights in blocks along the inputs (qd8_f32_qb4w), packed for one ISA. */
 typedef struct pn_qb4w pn_qb4w;
 
@@ -52,19 +60,57 @@ int pn_qb4w_isa(const pn_qb4w* layer);
 void pn_qb4w_run(const pn_qb4w* layer, int64_t rows, const int8_t* x, int64_t x_stride, const float* zero_point,
                  const float* scale, float* out, int64_t out_stride, int threads);
 
-/* A fully connected layer with int8 weights [n, k] (row stride w_stride) and one scale per output channel.
- * dynamic = 1: qd8_f32_qc8w (scale: channel scales, bias: float or NULL, out_min/out_max: the clamp).
- * dynamic = 0: qs8_qc8w on signed 8-bit rows (scale: requantization scales, ibias: int32 or NULL,
- * input_zero_point folded into it, out_zero_point and [qmin, qmax] the output's). */
+/* A fully connected layer with int8 weights [n, k] (row stride w_stride), one scale per output channel, on
+ * rows quantized at run time (qd8_f32_qc8w): channel scales, a float bias or NULL, the clamp. */
 typedef struct pn_q8 pn_q8;
-pn_q8* pn_q8_pack(int isa, int dynamic, int64_t n, int64_t k, const int8_t* weights, int64_t w_stride,
-                  const float* scale, const float* bias, const int32_t* ibias, int32_t input_zero_point,
-                  float out_min, float out_max, int32_t out_zero_point, int32_t qmin, int32_t qmax);
+pn_q8* pn_q8_pack(int isa, int64_t n, int64_t k, const int8_t* weights, int64_t w_stride, const float* scale,
+                  const float* bias, float out_min, float out_max);
 void pn_q8_free(pn_q8* layer);
 int pn_q8_isa(const pn_q8* layer);
-/* out [rows, n]: floats (dynamic) or int8 (static); zero_point and scale per row (dynamic only, else NULL). */
+/* out [rows, n] floats from int8 rows x with each row's zero point and scale. */
 void pn_q8_run(const pn_q8* layer, int64_t rows, const int8_t* x, int64_t x_stride, const float* zero_point,
-               const float* scale, void* out, int64_t out_stride, int threads);
+               const float* scale, float* out, int64_t out_stride, int threads);
+
+/* A static 8-bit 2-d convolution on NHWC images (qconv.c): XNNPACK's qs8 / qs8_qc8w convolution, any groups,
+ * depthwise ones (one input and one output channel per group) by a direct kernel. Weights [groups * cout_g][kh]
+ * [kw][cin_g] int8, float32 requantization scales and an optional int32 bias per output channel, the input's
+ * zero point, the output's and its [qmin, qmax]. The strides, dilations and top and left padding are the
+ * convolution's; its output size is the caller's (oh, ow). Returns NULL when memory runs out or a size is not
+ * positive. */
+typedef struct pn_qconv pn_qconv;
+pn_qconv* pn_qconv_pack(int isa, int64_t groups, int64_t cin_g, int64_t cout_g, int64_t kh, int64_t kw, int64_t sh,
+                        int64_t sw, int64_t dh, int64_t dw, int64_t pt, int64_t pl, const int8_t* weights,
+                        const float* scale, const int32_t* bias, int32_t input_zero_point,
+                        int32_t out_zero_point, int32_t qmin, int32_t qmax);
+void pn_qconv_free(pn_qconv* layer);
+int pn_qconv_isa(const pn_qconv* layer);
+/* y [n, oh, ow, groups * cout_g] from x [n, h, w, groups * cin_g], both contiguous int8. Returns -1 when a
+ * thread's buffer could not be allocated (the output is then incomplete), else 0. */
+int pn_qconv_run(const pn_qconv* layer, int64_t n, int64_t h, int64_t w, const int8_t* x, int64_t oh, int64_t ow,
+                 int8_t* y, int threads);
+
+/* An 8-bit addition or multiplication with requantization (qbinary.c), XNNPACK's qs8 vadd / vmul, over an
+ * output of up to 6 dimensions; geometry holds the output's shape, then each operand's strides in elements
+ * (0 where it is broadcast). add: a_param, b_param are XNNPACK's multipliers, bias and shift its others; mul:
+ * a_param, b_param the operands' zero points, scale the product's. Returns NULL for more dimensions, an unknown
+ * op, a shift outside [0, 31] or when memory runs out. */
+enum pn_qop { PN_QADD = 0, PN_QMUL = 1 };
+typedef struct pn_qbinary pn_qbinary;
+pn_qbinary* pn_qbinary_make(int isa, int op, int ndim, const int64_t* geometry, int32_t a_param, int32_t b_param,
+                            int32_t bias, int32_t shift, float scale, int32_t out_zero_point, int32_t qmin,
+                            int32_t qmax);
+void pn_qbinary_free(pn_qbinary* op);
+int pn_qbinary_isa(const pn_qbinary* op);
+/* y (the output, contiguous) from operands a and b laid out as the geometry says. */
+void pn_qbinary_run(const pn_qbinary* op, const int8_t* a, const int8_t* b, int8_t* y, int threads);
+
+/* 8-bit pooling on NHWC images (qpool.c). The global mean of each image's channels [n, h, w, c] -> [n, c]:
+ * rint(float32(sum) * scale + zero), clamped to [qmin, qmax]; returns -1 when memory runs out, else 0. Max
+ * pooling into [n, oh, ow, c] with window = {kh, kw, sh, sw, dh, dw, top, left}, then [qmin, qmax]. */
+int pn_qmean_s8(const int8_t* x, int8_t* y, int64_t n, int64_t h, int64_t w, int64_t c, float scale, float zero,
+                int32_t qmin, int32_t qmax, int threads);
+void pn_qmaxpool_s8(const int8_t* x, int8_t* y, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow,
+                    const int64_t* window, int32_t qmin, int32_t qmax, int threads);
 
 /* XNNPACK's float elementwise kernels (vunary.c, vsoftmax.c). A family is the set of kernels XNNPACK's runtime
  * picks on x86-64 CPUs with some features: avx512f (AVX-512F), avx2 (AVX2 and FMA3 without AVX-512F). */

@@ -1,13 +1,10 @@
-/* Fully connected layers with 8-bit weights, one scale per output channel, on 8-bit rows: XNNPACK's
- * qd8_f32_qc8w GEMM (rows quantized at run time, float output) and its qs8_qc8w GEMM (static 8-bit rows and
- * output).
+/* Fully connected layers with 8-bit weights, one scale per output channel, on rows quantized at run time:
+ * XNNPACK's qd8_f32_qc8w GEMM, float output. (Static 8-bit layers, qs8_qc8w, are pointwise convolutions of
+ * qconv.c.)
  *
- * Both sum (x - zero point) * w over the inputs in int32, exactly (XNNPACK packs -zero point * sum(w) into the
- * accumulator's start; wrapping int32 arithmetic gives the same bits in any order). Then, per output:
- *
- *   qd8_f32_qc8w: fma(float(sum) * row scale, channel scale, bias), then the clamp as x86's maxps/minps do;
- *   qs8_qc8w:     float(sum + bias) * requantization scale, min(., qmax - zero point), rounded half to even
- *                 (cvtps), plus the output zero point, and max(., qmin): XNNPACK's "fp32" requantization.
+ * The sums of (x - row zero point) * w over the inputs are exact int32 (XNNPACK packs -zero point * sum(w) into
+ * the accumulator's start; wrapping int32 arithmetic gives the same bits in any order). Then, per output,
+ * fma(float(sum) * row scale, channel scale, bias), then the clamp as x86's maxps/minps do.
  *
  * The sums come from vpdpbusd (AVX-512 VNNI: rows as unsigned bytes, x + 128, and 128 * sum(w) taken back) or
  * from vpmaddwd on values widened to 16 bits (AVX2), both exact, or from plain C.
@@ -28,12 +25,9 @@ struct pn_q8 {
   int64_t tiles;      /* of 16 outputs */
   int8_t* weights;    /* [tiles][kp / 4][16][4] (AVX-512 VNNI), [tiles][kp / 8][16][8] (AVX2), [n][kp] (portable) */
   int32_t* wsum;      /* [tiles * 16]: sum of each output's weights */
-  float* scale;       /* qd8: channel scales; qs8: requantization scales [tiles * 16] */
-  float* bias;        /* qd8: float bias, zeros without one [tiles * 16] */
-  int32_t* ibias;     /* qs8: int32 bias minus the input zero point times sum(w) [tiles * 16] */
-  int dynamic;        /* qd8_f32_qc8w (1) or qs8_qc8w (0) */
-  float out_min, out_max;                 /* qd8: the clamp */
-  int32_t out_zero_point, qmin, qmax;     /* qs8: the output's quantization and clamp */
+  float* scale;       /* channel scales [tiles * 16] */
+  float* bias;        /* float bias, zeros without one [tiles * 16] */
+  float out_min, out_max;  /* the clamp */
 };
 
 static inline float clamp_x86(float v, float lo, float hi) {
@@ -132,9 +126,8 @@ static void sums_avx2(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, 
 
 #endif
 
-pn_q8* pn_q8_pack(int isa, int dynamic, int64_t n, int64_t k, const int8_t* weights, int64_t w_stride,
-                  const float* scale, const float* bias, const int32_t* ibias, int32_t input_zero_point,
-                  float out_min, float out_max, int32_t out_zero_point, int32_t qmin, int32_t qmax) {
+pn_q8* pn_q8_pack(int isa, int64_t n, int64_t k, const int8_t* weights, int64_t w_stride, const float* scale,
+                  const float* bias, float out_min, float out_max) {
   if (n <= 0 || k < 0) return NULL;
   pn_q8* L = calloc(1, sizeof(pn_q8));
   if (!L) return NULL;
@@ -143,23 +136,18 @@ pn_q8* pn_q8_pack(int isa, int dynamic, int64_t n, int64_t k, const int8_t* weig
 #else
   L->isa = PN_PORTABLE;
 #endif
-  L->dynamic = dynamic;
   L->n = n;
   L->k = k;
   L->kp = (k + 15) / 16 * 16;
   L->tiles = (n + 15) / 16;
   L->out_min = out_min;
   L->out_max = out_max;
-  L->out_zero_point = out_zero_point;
-  L->qmin = qmin;
-  L->qmax = qmax;
   const size_t padded = (size_t)(L->tiles * 16);
   L->weights = calloc((size_t)(L->tiles * 16 * L->kp), 1);
   L->wsum = calloc(padded, sizeof(int32_t));
   L->scale = calloc(padded, sizeof(float));
   L->bias = calloc(padded, sizeof(float));
-  L->ibias = calloc(padded, sizeof(int32_t));
-  if (!L->weights || !L->wsum || !L->scale || !L->bias || !L->ibias) {
+  if (!L->weights || !L->wsum || !L->scale || !L->bias) {
     pn_q8_free(L);
     return NULL;
   }
@@ -170,8 +158,6 @@ pn_q8* pn_q8_pack(int isa, int dynamic, int64_t n, int64_t k, const int8_t* weig
     L->wsum[o] = total;
     L->scale[o] = scale[o];
     if (bias) L->bias[o] = bias[o];
-    /* wrapping int32, as XNNPACK packs it */
-    L->ibias[o] = (int32_t)((uint32_t)(ibias ? ibias[o] : 0) - (uint32_t)input_zero_point * (uint32_t)total);
     const int64_t t = o / 16, c = o % 16;
     for (int64_t i = 0; i < k; i++) {
       int64_t at;
@@ -190,7 +176,6 @@ void pn_q8_free(pn_q8* L) {
   free(L->wsum);
   free(L->scale);
   free(L->bias);
-  free(L->ibias);
   free(L);
 }
 
@@ -200,8 +185,8 @@ typedef struct {
   const pn_q8* L;
   int64_t rows, x_stride, out_stride, tiles_per_task;
   const int8_t* x;
-  const float *zp, *xs; /* qd8: each row's zero point and scale */
-  void* out;
+  const float *zp, *xs; /* each row's zero point and scale */
+  float* out;
 } q8_args;
 
 #define Q8_ROWS 64
@@ -226,30 +211,17 @@ static void q8_task(void* ctx, int64_t task) {
           const int64_t o = t * 16 + c;
           if (o >= L->n) break;
           const int32_t s = block[r * 16 + c];
-          if (L->dynamic) {
-            const float zp = a->zp[r0 + r];
-            /* sum((x - zp) w), in wrapping int32 */
-            const int32_t acc = (int32_t)((uint32_t)s - (uint32_t)(int32_t)zp * (uint32_t)L->wsum[o]);
-            const float v = fmaf((float)acc * a->xs[r0 + r], L->scale[o], L->bias[o]);
-            ((float*)a->out)[(r0 + r) * a->out_stride + o] = clamp_x86(v, L->out_min, L->out_max);
-          } else {
-            const int32_t acc = (int32_t)((uint32_t)s + (uint32_t)L->ibias[o]);
-            float v = (float)acc * L->scale[o];
-            const float top = (float)(L->qmax - L->out_zero_point);
-            v = v < top ? v : top;
-            int32_t q = v >= -2147483648.0f ? (int32_t)lrintf(v) : INT32_MIN;
-            q = q < -32768 ? -32768 : q; /* cvtps, then packs to int16 and a saturating add of the zero point */
-            q += L->out_zero_point;
-            q = q < -32768 ? -32768 : q > 32767 ? 32767 : q;
-            q = q < L->qmin ? L->qmin : q > L->qmax ? L->qmax : q;
-            ((int8_t*)a->out)[(r0 + r) * a->out_stride + o] = (int8_t)q;
-          }
+          const float zp = a->zp[r0 + r];
+          /* sum((x - zp) w), in wrapping int32 */
+          const int32_t acc = (int32_t)((uint32_t)s - (uint32_t)(int32_t)zp * (uint32_t)L->wsum[o]);
+          const float v = fmaf((float)acc * a->xs[r0 + r], L->scale[o], L->bias[o]);
+          a->out[(r0 + r) * a->out_stride + o] = clamp_x86(v, L->out_min, L->out_max);
         }
     }
 }
 
 void pn_q8_run(const pn_q8* L, int64_t rows, const int8_t* x, int64_t x_stride, const float* zero_point,
-               const float* scale, void* out, int64_t out_stride, int threads) {
+               const float* scale, float* out, int64_t out_stride, int threads) {
   if (rows <= 0) return;
   int64_t per = L->tiles;
   if (threads > 1) {

@@ -87,6 +87,8 @@ def convolution(node: Node, b: Builder) -> None:
     if isinstance(x.quant, DynamicRows):
         return _dynamic(node, b, x, f, bias, y, xshape, shape, cout, symmetric)
     quantized = qmath.is_q8(x) and f.datatype in (Datatype.QCINT8, Datatype.QINT8)
+    if quantized and qconv.native_q8(node, b, x, f, bias, y, xshape, shape):
+        return
     if (quantized and qconv.takes(node, b, xshape[3]) and qmath.is_q8(y) and y.datatype == x.datatype
             and qconv.static_q8(node, b, x, f, bias, y, xshape, shape)):
         return

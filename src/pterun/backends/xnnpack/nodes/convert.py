@@ -7,8 +7,10 @@ quantized rows and one dequantization scale per row, from which a consumer
 asks for int8 rows and zero points (integer products) or float32 rows of
 ``q - zero_point`` (exact integers, for float products). Each form is computed
 once, by the first consumer that asks for it. Where pterun's native kernels
-run, they quantize the rows (one call, int8 rows first); elsewhere PyTorch's
-ops do, in the same arithmetic.
+run, they quantize the rows (one call, int8 rows first), and convert between
+float32 and signed 8-bit values of one scale as XNNPACK's kernels do (a NaN
+quantizes to 127); elsewhere PyTorch's ops do, in the same arithmetic (NaN
+apart).
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ def convert(node: Node, b: Builder) -> None:
     p = node.p
     x, y = b.value(p.input_id), b.value(p.output_id)
     shape = b.shape(x.id)
+    table = getattr(p, "lookup", None)
+    if table is not None:  # a round trip through float32 (optimize.drop_round_trips)
+        return _lookup(node, b, x, y, shape, table)
     if is_float(x) and isinstance(y.quant, DynamicRows) and y.datatype == Datatype.QDINT8:
         return _dynamic_quantize(node, b, x, y, shape)
     if is_float(x) and qmath.is_q8(y):
@@ -83,6 +88,8 @@ def convert(node: Node, b: Builder) -> None:
         lo, hi = qmath.qrange(y)
         inv = float(np.float32(1.0) / np.float32(scale))
         o = b.define(y.id, shape)
+        if _native(b, x, y):
+            return native.emit_convert_s8(b, True, b.ref(x.id), o, shape, inv, zp)
         acc = b.scratch(shape)
         b.emit(f"torch.mul({b.ref(x.id)}, {b.number(inv)}, out={acc})")
         b.emit(f"{acc}.clamp_({b.number(lo - zp)}, {b.number(hi - zp)})")
@@ -94,6 +101,8 @@ def convert(node: Node, b: Builder) -> None:
     if qmath.is_q8(x) and is_float(y):
         scale, zp = qmath.per_tensor(x, node.where)
         o = b.define(y.id, shape)
+        if _native(b, y, x):
+            return native.emit_convert_s8(b, False, b.ref(x.id), o, shape, scale, zp)
         b.emit(f"{o}.copy_({b.ref(x.id)})")
         if zp:
             b.emit(f"{o}.sub_({b.number(zp)})")
@@ -108,6 +117,30 @@ def convert(node: Node, b: Builder) -> None:
         b.emit(f"{o}.copy_({b.ref(x.id)})")
         return
     raise unsupported(node, x, y)
+
+
+def _lookup(node: Node, b: Builder, x, y, shape, table) -> None:
+    """8-bit ``y`` = table[x - the type's lowest value], by the native kernels or an index into the table."""
+    if x.datatype != y.datatype or not (qmath.is_q8(x) and qmath.is_q8(y)) or len(table) != 256:
+        raise unsupported(node, x, y)
+    lo, _ = qmath.qrange(x)
+    o = b.define(y.id, shape)
+    dtype = b.storage_dtype(y)
+    if native.enabled(b) and x.datatype == Datatype.QINT8:
+        # by the byte: 0..127 are the values 0..127, 128..255 the values -128..-1
+        by_byte = b.cached("lookup", lambda: torch.tensor(np.concatenate([table[128:], table[:128]]), dtype=dtype))
+        return native.emit_lookup_s8(b, by_byte, b.ref(x.id), o, shape)
+    values = b.bind(b.cached("lookup", lambda: torch.tensor(table, dtype=dtype).to(b.device)), "lut")
+    index = b.scratch(shape, torch.int64)
+    b.emit(f"{index}.copy_({b.ref(x.id)})")
+    if lo:
+        b.emit(f"{index}.sub_({b.number(lo)})")
+    b.emit(f"torch.index_select({values}, 0, {index}.view(-1), out={o}.view(-1))")
+
+
+def _native(b: Builder, f, q) -> bool:
+    """Whether the native kernels convert between float32 value ``f`` and signed 8-bit value ``q``."""
+    return native.enabled(b) and f.datatype == Datatype.FP32 and q.datatype == Datatype.QINT8
 
 
 def _dynamic_quantize(node: Node, b: Builder, x, y, shape) -> None:

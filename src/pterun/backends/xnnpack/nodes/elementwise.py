@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from pterun.backends.xnnpack.compiler import Builder, broadcast
-from pterun.backends.xnnpack.graph import Node, positive_normal
+from pterun.backends.xnnpack.graph import Datatype, Node, positive_normal
 from pterun.backends.xnnpack.nodes import native, qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, require_float, unsupported
 from pterun.errors import InvalidProgram
@@ -215,6 +215,8 @@ def _q8_add(node, b, x1, x2, y, shape, sign: int) -> None:
     m1, m2 = multiplier(a_scale), multiplier(b_scale)
     bias = (1 << (shift - 1)) - m1 * z1 - m2 * z2
     qmin, qmax = qmath.output_bounds(node, y, node.where)
+    if _native_q8(b, x1, x2, y, shape):
+        return _emit_native_q8(b, "add", x1, x2, y, shape, m1, m2, bias, shift, 0.0, zo, qmin, qmax)
     o = b.define(y.id, shape)
     acc, other = b.scratch(shape, torch.int32), b.scratch(shape, torch.int32)
     b.emit(f"{acc}.copy_({b.ref(x1.id)})")
@@ -238,6 +240,8 @@ def _q8_multiply(node, b, x1, x2, y, shape) -> None:
     f32 = np.float32
     scale = float(f32(f32(f32(s1) * f32(s2)) / f32(so)))
     qmin, qmax = qmath.output_bounds(node, y, node.where)
+    if _native_q8(b, x1, x2, y, shape):
+        return _emit_native_q8(b, "mul", x1, x2, y, shape, z1, z2, 0, 0, scale, zo, qmin, qmax)
     o = b.define(y.id, shape)
     acc, other = b.scratch(shape), b.scratch(shape)
     b.emit(f"{acc}.copy_({b.ref(x1.id)})")
@@ -248,6 +252,22 @@ def _q8_multiply(node, b, x1, x2, y, shape) -> None:
         b.emit(f"{other}.sub_({b.number(z2)})")
     b.emit(f"{acc}.mul_({other})")
     qmath.emit_requantize(b, acc, b.number(scale), zo, qmin, qmax, o)
+
+
+def _native_q8(b, x1, x2, y, shape) -> bool:
+    """Whether the native kernels compute an 8-bit add or multiply: signed values, up to 6 dimensions."""
+    return native.enabled(b) and len(shape) <= 6 and all(v.datatype == Datatype.QINT8 for v in (x1, x2, y))
+
+
+def _emit_native_q8(b, op: str, x1, x2, y, shape, a_param: int, b_param: int, bias: int, shift: int, scale: float,
+                    zo: int, qmin: int, qmax: int) -> None:
+    """XNNPACK's qs8 vadd or vmul with its parameters (``native.qbinary_make``), natively."""
+    a_shape, b_shape = b.shape(x1.id), b.shape(x2.id)
+    kernel = b.cached(("q8" + op, a_shape, b_shape), lambda: native.qbinary_make(
+        op, shape, a_shape, b_shape, a_param, b_param, bias, shift, scale, zo, qmin, qmax))
+    b.route(f"native int8 {op} ({native.qbinary_isa(kernel)})")
+    o = b.define(y.id, shape)
+    native.emit_qbinary(b, kernel, b.ref(x1.id), b.ref(x2.id), o, shape)
 
 
 TRANSLATORS = {

@@ -139,40 +139,156 @@ def emit_quantize_rows(b, x: str, rows: int, cols: int, q: str, zero_points: str
            f"{_pointer(b, scales)})")
 
 
-def q8_pack(b, dynamic: bool, weights: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
-            ibias: torch.Tensor | None, input_zero_point: int = 0, out_min: float = -math.inf,
-            out_max: float = math.inf, out_zero_point: int = 0, qmin: int = -128, qmax: int = 127):
-    """A packed 8-bit layer: int8 weights [n, k]; float32 channel (dynamic) or requantization (static) scales,
-    a float32 bias (dynamic) or an int32 one (static, the input zero point folded in by the kernel)."""
+def q8_pack(b, weights: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, out_min: float,
+            out_max: float):
+    """A packed 8-bit layer for rows quantized at run time: int8 weights [n, k], float32 channel scales, an
+    optional float32 bias, the output's clamp."""
     n, k = weights.shape
     weights = weights.to(torch.int8).contiguous()
     scale = scale.float().contiguous()
     bias = None if bias is None else bias.float().contiguous()
-    ibias = None if ibias is None else ibias.to(torch.int32).contiguous()
-    if scale.numel() != n or (bias is not None and bias.numel() != n) or (ibias is not None and ibias.numel() != n):
+    if scale.numel() != n or (bias is not None and bias.numel() != n):
         raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: scales or bias do not fit {n} outputs")
-    layer = _native.q8_pack(_ISAS[kernel_isa()], int(dynamic), n, k, weights.data_ptr(), k, scale.data_ptr(),
-                            0 if bias is None else bias.data_ptr(), 0 if ibias is None else ibias.data_ptr(),
-                            int(input_zero_point), float(out_min), float(out_max), int(out_zero_point), int(qmin),
-                            int(qmax))
-    return layer
+    return _native.q8_pack(_ISAS[kernel_isa()], n, k, weights.data_ptr(), k, scale.data_ptr(),
+                           0 if bias is None else bias.data_ptr(), float(out_min), float(out_max))
 
 
 def q8_isa(layer) -> str:
     return _native.q8_isa(layer)
 
 
-def emit_q8(b, layer, rows: int, n: int, x: str, x_stride: int, zero_points: str | None, scales: str | None,
-            out: str, dtype: torch.dtype) -> None:
-    """Lines computing ``out`` [rows, n] (float32 or int8) from int8 rows ``x`` with a packed 8-bit layer."""
+def emit_q8(b, layer, rows: int, n: int, x: str, x_stride: int, zero_points: str, scales: str, out: str) -> None:
+    """Lines computing float32 ``out`` [rows, n] from int8 rows ``x`` with a packed 8-bit layer."""
     run = _function(b, "q8_run", _native.q8_run)
-    into, copy = target(b, out, (rows, n), dtype)
-    rows_zp = source(b, zero_points) if zero_points is not None else "0"
-    rows_scale = source(b, scales) if scales is not None else "0"
-    b.emit(f"{run}({b.bind(layer, 'layer')}, {rows}, {source(b, x)}, {x_stride}, {rows_zp}, {rows_scale}, {into}, "
-           f"{n}, {threads(b)}())")
+    into, copy = target(b, out, (rows, n))
+    b.emit(f"{run}({b.bind(layer, 'layer')}, {rows}, {source(b, x)}, {x_stride}, {source(b, zero_points)}, "
+           f"{source(b, scales)}, {into}, {n}, {threads(b)}())")
     if copy is not None:
         b.emit(f"{out}.copy_({copy})")
+
+
+def emit_convert_s8(b, quantize: bool, x: str, out: str, shape, scale: float, zero_point: int) -> None:
+    """Lines converting ``x`` into ``out`` (both of ``shape``) between float32 and signed 8-bit values:
+    quantizing with XNNPACK's 1 / scale (``scale``), or dequantizing with the scale."""
+    name = "quantize_s8" if quantize else "dequantize_s8"
+    run = _function(b, name, getattr(_native, name))
+    into, copy = target(b, out, shape, torch.int8 if quantize else torch.float32)
+    b.emit(f"{run}({_ISAS[kernel_isa()]}, {source(b, x)}, {into}, {math.prod(shape)}, {b.number(float(scale))}, "
+           f"{int(zero_point)}, {threads(b)}())")
+    if copy is not None:
+        b.emit(f"{out}.copy_({copy})")
+    b.route(f"native {'quantize' if quantize else 'dequantize'} ({kernel_isa()})")
+
+
+def emit_lookup_s8(b, table: torch.Tensor, x: str, out: str, shape) -> None:
+    """Lines setting signed 8-bit ``out`` to ``table`` [256] (int8, indexed by each value's byte) at ``x``."""
+    run = _function(b, "lookup_s8", _native.lookup_s8)
+    into, copy = target(b, out, shape, torch.int8)
+    b.emit(f"{run}({_ISAS[kernel_isa()]}, {_pointer(b, b.bind(table, 'table'))}, {source(b, x)}, {into}, "
+           f"{math.prod(shape)}, {threads(b)}())")
+    if copy is not None:
+        b.emit(f"{out}.copy_({copy})")
+    b.route(f"native table of 8-bit values ({kernel_isa()})")
+
+
+def qconv_pack(b, groups: int, cin_g: int, cout_g: int, kernel: tuple[int, int], strides: tuple[int, int],
+               dilations: tuple[int, int], top_left: tuple[int, int], weights: torch.Tensor, scale: torch.Tensor,
+               bias: torch.Tensor | None, input_zero_point: int, out_zero_point: int, qmin: int, qmax: int):
+    """A packed static 8-bit convolution: int8 weights [groups * cout_g, kh, kw, cin_g], float32 requantization
+    scales and an optional int32 bias per output channel."""
+    kh, kw = kernel
+    cout = groups * cout_g
+    weights = weights.to(torch.int8).contiguous()
+    scale = scale.float().contiguous()
+    bias = None if bias is None else bias.to(torch.int32).contiguous()
+    if tuple(weights.shape) != (cout, kh, kw, cin_g) or scale.numel() != cout or (
+            bias is not None and bias.numel() != cout):
+        raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: filter {list(weights.shape)}, scales or bias do "
+                                           f"not fit {groups} groups of {cin_g} -> {cout_g} channels")
+    return _native.qconv_pack(_ISAS[kernel_isa()], groups, cin_g, cout_g, kh, kw, *strides, *dilations, *top_left,
+                              weights.data_ptr(), scale.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                              int(input_zero_point), int(out_zero_point), int(qmin), int(qmax))
+
+
+def qconv_isa(layer) -> str:
+    return _native.qconv_isa(layer)
+
+
+def emit_qconv(b, layer, xshape, x: str, shape, out: str, out_shape=None) -> None:
+    """Lines computing int8 NHWC ``out`` of ``shape`` from int8 NHWC ``x`` of ``xshape`` with a packed
+    convolution (whose channels the caller checked against both); ``out_shape``: ``out``'s own shape, of the
+    same elements, where it is not ``shape``."""
+    run = _function(b, "qconv_run", _native.qconv_run)
+    into, copy = target(b, out, shape if out_shape is None else out_shape, torch.int8)
+    n, h, w, _ = xshape
+    b.emit(f"{run}({b.bind(layer, 'layer')}, {n}, {h}, {w}, {source(b, x)}, {shape[1]}, {shape[2]}, {into}, "
+           f"{threads(b)}())")
+    if copy is not None:
+        b.emit(f"{out}.copy_({copy})")
+
+
+QOPS = {"add": 0, "mul": 1}  # native.h's pn_qop
+
+
+def qbinary_make(op: str, shape, a_shape, b_shape, a_param: int, b_param: int, bias: int, shift: int,
+                 scale: float, out_zero_point: int, qmin: int, qmax: int):
+    """An 8-bit add or multiply over output ``shape`` (at most 6 dimensions) of contiguous operands of shapes
+    ``a_shape`` and ``b_shape`` that broadcast to it."""
+    ndim = len(shape)
+    geometry = torch.tensor([*shape, *_broadcast_strides(a_shape, shape), *_broadcast_strides(b_shape, shape)],
+                            dtype=torch.int64)
+    return _native.qbinary_make(_ISAS[kernel_isa()], QOPS[op], ndim, geometry.data_ptr(), int(a_param), int(b_param),
+                                int(bias), int(shift), float(scale), int(out_zero_point), int(qmin), int(qmax))
+
+
+def _broadcast_strides(shape, out) -> list[int]:
+    """Element strides of a contiguous tensor of ``shape`` read as ``out`` (right-aligned; 0 where broadcast)."""
+    shape = (1,) * (len(out) - len(shape)) + tuple(shape)
+    strides, step = [0] * len(out), 1
+    for i in reversed(range(len(out))):
+        strides[i] = step if shape[i] != 1 else 0
+        step *= shape[i]
+    return strides
+
+
+def qbinary_isa(op) -> str:
+    return _native.qbinary_isa(op)
+
+
+def emit_qbinary(b, op, a: str, b_name: str, out: str, shape) -> None:
+    """Lines computing int8 ``out`` of ``shape`` from int8 operands ``a`` and ``b_name`` with ``op``."""
+    run = _function(b, "qbinary_run", _native.qbinary_run)
+    into, copy = target(b, out, shape, torch.int8)
+    b.emit(f"{run}({b.bind(op, 'qop')}, {source(b, a)}, {source(b, b_name)}, {into}, {threads(b)}())")
+    if copy is not None:
+        b.emit(f"{out}.copy_({copy})")
+
+
+def emit_qmean(b, x: str, out: str, xshape, shape, scale: float, zero: float, qmin: int, qmax: int) -> None:
+    """Lines setting signed 8-bit ``out`` of ``shape`` ([n, c] or [n, 1, 1, c]) to XNNPACK's global mean of NHWC
+    ``x``."""
+    n, h, w, c = xshape
+    run = _function(b, "qmean_s8", _native.qmean_s8)
+    into, copy = target(b, out, shape, torch.int8)
+    b.emit(f"{run}({source(b, x)}, {into}, {n}, {h}, {w}, {c}, {b.number(float(scale))}, {b.number(float(zero))}, "
+           f"{int(qmin)}, {int(qmax)}, {threads(b)}())")
+    if copy is not None:
+        b.emit(f"{out}.copy_({copy})")
+    b.route(f"native int8 mean ({kernel_isa()})")
+
+
+def emit_qmaxpool(b, x: str, out: str, xshape, shape, window: tuple[int, ...], qmin: int, qmax: int) -> None:
+    """Lines computing signed 8-bit NHWC ``out`` of ``shape``, the max pooling of ``x`` by ``window`` (kernel
+    height and width, strides, dilations, top and left padding)."""
+    n, h, w, c = xshape
+    run = _function(b, "qmaxpool_s8", _native.qmaxpool_s8)
+    into, copy = target(b, out, shape, torch.int8)
+    geometry = b.bind(torch.tensor(window, dtype=torch.int64), "window")
+    b.emit(f"{run}({source(b, x)}, {into}, {n}, {h}, {w}, {c}, {shape[1]}, {shape[2]}, {_pointer(b, geometry)}, "
+           f"{int(qmin)}, {int(qmax)}, {threads(b)}())")
+    if copy is not None:
+        b.emit(f"{out}.copy_({copy})")
+    b.route(f"native int8 max pooling ({kernel_isa()})")
 
 
 # -- XNNPACK's float elementwise kernels (native/vunary.c, native/vsoftmax.c) -------------------------------------

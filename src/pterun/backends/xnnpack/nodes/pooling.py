@@ -7,7 +7,7 @@ import torch
 
 from pterun.backends.xnnpack.compiler import Builder
 from pterun.backends.xnnpack.graph import Datatype, Node
-from pterun.backends.xnnpack.nodes import qmath
+from pterun.backends.xnnpack.nodes import native, qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, require_float, unsupported
 from pterun.errors import InvalidArgument
 
@@ -65,6 +65,11 @@ def _q8_max(node: Node, b: Builder, x, y, xshape, shape, dilation) -> None:
     """8-bit max pooling on the 8-bit values themselves: the maximum of one strided view per window offset."""
     p = node.p
     o = b.define(y.id, shape)
+    qmin, qmax = qmath.output_bounds(node, y, node.where)
+    if native.enabled(b) and x.datatype == Datatype.QINT8:
+        window = (p.pooling_height, p.pooling_width, p.stride_height, p.stride_width, *dilation, p.padding_top,
+                  p.padding_left)
+        return native.emit_qmaxpool(b, b.ref(x.id), o, xshape, shape, window, qmin, qmax)
     n, h, w, c = xshape
     _, oh, ow, _ = shape
     dtype = b.storage_dtype(x)
@@ -91,7 +96,6 @@ def _q8_max(node: Node, b: Builder, x, y, xshape, shape, dilation) -> None:
         b.emit(f"torch.maximum({views[0]}, {views[1]}, out={o})")
         for view in views[2:]:
             b.emit(f"torch.maximum({o}, {view}, out={o})")
-    qmin, qmax = qmath.output_bounds(node, y, node.where)
     if (qmin, qmax) != qmath.qrange(y):
         b.emit(f"{o}.clamp_({b.number(qmin)}, {b.number(qmax)})")
 
@@ -159,7 +163,10 @@ def _q8_mean(node: Node, b: Builder, x, y, shape, count: int) -> None:
     zero = f32(f32(zo) - f32(f32(count * zx) * scale))
     lo, hi = qmath.qrange(y)
     qmin, qmax = qmath.output_bounds(node, y, node.where)
-    b.define(y.id, shape)
+    o = b.define(y.id, shape)
+    if native.enabled(b) and x.datatype == Datatype.QINT8:
+        return native.emit_qmean(b, b.ref(x.id), o, b.shape(x.id), shape, float(scale), float(zero), max(lo, qmin),
+                                 min(hi, qmax))
     n, c = shape[0], shape[-1]
     xf = b.scratch(b.shape(x.id))
     acc = b.scratch((n, 1, 1, c))

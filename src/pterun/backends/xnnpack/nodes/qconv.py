@@ -1,21 +1,56 @@
-"""Static 8-bit 2-d convolutions on the CPU as integer matrix products (``qlinear.emit_static``).
+"""Static 8-bit 2-d convolutions on the CPU: pterun's native kernels, or integer matrix products
+(``qlinear.emit_static``).
 
-Each output pixel is one row of the product: its window of the NHWC input,
-[kernel height, kernel width, channels] in the filter's own order. A 1x1
-convolution with unit strides and no padding reads the input's pixels as
-they are; any other gathers its windows (im2col) with one copy of a strided
-view. Padding holds the input's zero point, as XNNPACK pads, so it adds
-nothing once the zero point is folded into the bias: the int32 sums are
-XNNPACK's, and so, after its requantization, is every output. Where no
-integer product is exact on this CPU (``isa.py``), ``static_q8`` declines and
-the node takes the float convolution of ``conv.py``, exact too.
+Where the native kernels run (``native.enabled``) they take every signed 8-bit convolution but transposed
+ones, dense, grouped and depthwise, with the weights packed once at load (``native/qconv.c``: XNNPACK's integer
+sums and its requantization, bit for bit).
+
+Elsewhere (``native=False``, unsigned values), dense convolutions are integer products: each output pixel is
+one row of the product, its window of the NHWC input, [kernel height, kernel width, channels] in the filter's
+own order. A 1x1 convolution with unit strides and no padding reads the input's pixels as they are; any other
+gathers its windows (im2col) with one copy of a strided view. Padding holds the input's zero point, as XNNPACK
+pads, so it adds nothing once the zero point is folded into the bias: the int32 sums are XNNPACK's, and so,
+after its requantization, is every output. Where no integer product is exact on this CPU (``isa.py``),
+``static_q8`` declines and the node takes the float convolution of ``conv.py``, exact too.
 """
 
 from __future__ import annotations
 
-from pterun.backends.xnnpack.nodes import qlinear
+from pterun.backends.xnnpack.graph import Datatype
+from pterun.backends.xnnpack.nodes import native, qlinear, qmath
 
 MIN_RUN = 16  # bytes of a window row below which gathering windows costs more than the float convolution
+
+
+def native_q8(node, b, x, f, bias, y, xshape, shape) -> bool:
+    """Emits a signed 8-bit XNNConv2d or XNNDepthwiseConv2d with the native kernels; False (nothing emitted)
+    where they do not run or the values are not signed 8-bit ones."""
+    if not (native.enabled(b) and node.kind in ("XNNConv2d", "XNNDepthwiseConv2d") and qmath.is_q8(y)
+            and x.datatype == y.datatype == Datatype.QINT8):
+        return False
+    p = node.p
+    cout = shape[3]
+    depthwise = node.kind == "XNNDepthwiseConv2d"
+    cin_g = 1 if depthwise else p.group_input_channels
+    sx, zx = qmath.per_tensor(x, node.where)
+    so, zo = qmath.per_tensor(y, node.where)
+    qmin, qmax = qmath.output_bounds(node, y, node.where)
+
+    def prepare():
+        # XNNPACK's filters: [cout, kh, kw, cin / groups], a depthwise one [1, kh, kw, cout]
+        filt = f.data.permute(3, 1, 2, 0) if depthwise else f.data
+        scales = qmath.requant_scales(sx, qmath.weight_scales(f, cout, node.where), so, node.where)
+        return native.qconv_pack(
+            b, p.groups, cin_g, cout // p.groups, (p.kernel_height, p.kernel_width),
+            (p.subsampling_height, p.subsampling_width), (p.dilation_height, p.dilation_width),
+            (p.padding_top, p.padding_left), filt, scales, qlinear.int_bias(node, bias, cout), zx, zo, qmin, qmax)
+
+    layer = b.cached("q8conv", prepare)
+    kind = "depthwise" if depthwise else "grouped" if p.groups > 1 else "dense"
+    b.route(f"native int8 {kind} convolution ({native.qconv_isa(layer)})")
+    o = b.define(y.id, shape)
+    native.emit_qconv(b, layer, xshape, b.ref(x.id), shape, o)
+    return True
 
 
 def takes(node, b, cin: int) -> bool:

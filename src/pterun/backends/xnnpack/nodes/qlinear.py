@@ -150,9 +150,10 @@ def static_plan(node, b, x, w, bias, y, mkn: tuple[int, int, int], filter_nk) ->
         ints = int_bias(node, bias, n)
         scales = qmath.requant_scales(sx, qmath.weight_scales(w, n, node.where), so, node.where)
         if use_native:
+            # a pointwise convolution over the rows: the kernels of native/qconv.c
             qmin, qmax = qmath.output_bounds(node, y, node.where)
-            layer = native.q8_pack(b, False, w8, scales, None, ints, zx, out_zero_point=qmath.per_tensor(
-                y, node.where)[1], qmin=qmin, qmax=qmax)
+            layer = native.qconv_pack(b, 1, k, n, (1, 1), (1, 1), (1, 1), (0, 0), w8.view(n, 1, 1, k), scales,
+                                      ints, zx, qmath.per_tensor(y, node.where)[1], qmin, qmax)
             return "native", layer, None, None
         worst = abs_sums * max(hi - zx, zx - lo)
         if _onednn(rows, k, n) and _requantizes_exactly(worst, ints, scales):
@@ -163,7 +164,8 @@ def static_plan(node, b, x, w, bias, y, mkn: tuple[int, int, int], filter_nk) ->
 
     plan = b.cached(("q8i", use_native), prepare)
     if plan is not None:
-        b.route(f"native int8 product ({native.q8_isa(plan[1])})" if plan[0] == "native" else f"{plan[0]} int8 product")
+        b.route(f"native int8 product ({native.qconv_isa(plan[1])})" if plan[0] == "native"
+                else f"{plan[0]} int8 product")
     return plan
 
 
@@ -177,7 +179,7 @@ def emit_static(node, b, x, y, x2: str, o2: str, mkn: tuple[int, int, int], plan
     unsigned = x.datatype == Datatype.QUINT8
     how, wkn, bias_t, rq = plan
     if how == "native":
-        native.emit_q8(b, wkn, rows, n, x2, k, None, None, o2, torch.int8)
+        native.emit_qconv(b, wkn, (1, rows, 1, k), x2, (1, rows, 1, n), o2, (rows, n))
         return
     if how == "onednn":
         xu = x2 if unsigned else _unsigned(b, x2, (rows, k))
@@ -209,8 +211,8 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed
         w8, sums, abs_sums = int8_rows(unpack_4bit(data, k) if w.datatype in WEIGHTS_4BIT else data)
         scales = qmath.weight_scales(w, n, node.where)
         if use_native:
-            layer = native.q8_pack(b, True, w8, scales, None if bias is None else b.constant(bias), None,
-                                   out_min=node.output_min, out_max=node.output_max)
+            layer = native.q8_pack(b, w8, scales, None if bias is None else b.constant(bias), node.output_min,
+                                   node.output_max)
             return "native", layer, None, None
         if _onednn(rows, k, n) and float(abs_sums.max()) * 128 < qmath.EXACT_F32:  # |q|, |zp| <= 128
             packed = torch.ops.onednn.qlinear_prepack(w8, [rows, k])
@@ -228,8 +230,7 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed
         raise InvalidArgument(f"XNNPACK {node.where}: {q.rows} quantized rows for {rows} input rows")
     if how == "native":
         b.define(y.id, shape)
-        native.emit_q8(b, wkn, rows, n, q.int8_rows(b), k, q.zero_points, q.scales, b.view(y.id, (rows, n)),
-                       torch.float32)
+        native.emit_q8(b, wkn, rows, n, q.int8_rows(b), k, q.zero_points, q.scales, b.view(y.id, (rows, n)))
         return True
     ints, zero_points = q.ints(b)
     o = b.define(y.id, shape)
