@@ -64,7 +64,7 @@ print(why)
 # XNNPACK's dynamic quantization of rows, natively and in PyTorch's ops
 x = torch.randn(3, 64, generator=torch.Generator().manual_seed(0)) * 5
 q, zp, scale = torch.empty(3, 64, dtype=torch.int8), torch.empty(3), torch.empty(3)
-native._native.quantize_rows(x.data_ptr(), 3, 64, 64, q.data_ptr(), 64, zp.data_ptr(), scale.data_ptr())
+native._kernels().quantize_rows(x.data_ptr(), 3, 64, 64, q.data_ptr(), 64, zp.data_ptr(), scale.data_ptr())
 s = torch.div(torch.tensor(255.0), x.amax(1).clamp(min=0) - x.amin(1).clamp(max=0))  # (255.0 / t is 255 * (1 / t))
 assert torch.equal(scale, torch.reciprocal(s))
 assert torch.equal(q.float(), (torch.round(x * s[:, None]) + zp[:, None]).clamp(-128, 127))
@@ -74,21 +74,21 @@ xi = torch.randint(-128, 128, (1, 5, 5, 8), dtype=torch.int8, generator=torch.Ge
 layer = native.qconv_pack(None, 8, 1, 1, (3, 3), (1, 1), (1, 1), (1, 1), w, torch.full((8,), 2.0 ** -10), None,
                           0, 0, -128, 127)
 y = torch.empty(1, 5, 5, 8, dtype=torch.int8)
-native._native.qconv_run(layer, 1, 5, 5, xi.data_ptr(), 5, 5, y.data_ptr(), 1)
+native._kernels().qconv_run(layer, 1, 5, 5, xi.data_ptr(), 5, 5, y.data_ptr(), 1)
 sums = torch.nn.functional.conv2d(xi.permute(0, 3, 1, 2).double(), w.permute(0, 3, 1, 2).double(), padding=1,
                                   groups=8)
 assert torch.equal(y.permute(0, 3, 1, 2).double(), torch.round(sums * 2.0 ** -10).clamp(-128, 127))
 add = native.qbinary_make("add", (1, 5, 5, 8), (1, 5, 5, 8), (8,), 1 << 19, 1 << 19, 1 << 19, 20, 0.0, 0, -128, 127)
-native._native.qbinary_run(add, xi.data_ptr(), w.data_ptr(), y.data_ptr(), 1)
+native._kernels().qbinary_run(add, xi.data_ptr(), w.data_ptr(), y.data_ptr(), 1)
 assert torch.equal(y.int(), torch.div(xi.int() + w.view(-1)[:8].int() + 1, 2, rounding_mode="floor").clamp(-128, 127))
 # XNNPACK's float kernels, where this CPU runs a family of them: within float32 rounding of PyTorch's functions
 family = native.float_family()
 if family is not None:
     y = torch.empty_like(x)
-    native._native.vunary(native.VOPS["XNNSigmoid"], native.VFAMILIES[family], x.data_ptr(), y.data_ptr(),
+    native._kernels().vunary(native.VOPS["XNNSigmoid"], native.VFAMILIES[family], x.data_ptr(), y.data_ptr(),
                           x.numel(), 0.0, 1)
     torch.testing.assert_close(y, torch.sigmoid(x), rtol=1e-6, atol=1e-7)
-    native._native.softmax(native.VFAMILIES[family], x.data_ptr(), y.data_ptr(), 3, 64, 1)
+    native._kernels().softmax(native.VFAMILIES[family], x.data_ptr(), y.data_ptr(), 3, 64, 1)
     torch.testing.assert_close(y, torch.softmax(x, -1), rtol=1e-5, atol=1e-7)
 EOF
 "$bin/pterun" run --repeat 2 --warmup 0

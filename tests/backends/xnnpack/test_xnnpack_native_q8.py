@@ -94,7 +94,7 @@ def test_convolutions_are_xnnpacks_arithmetic(kernel, case, threads):
                                   scale, bias, izp, ozp, qmin, qmax)
         assert native.qconv_isa(layer) == kernel  # the premise: the instruction set under test
         y = torch.full((n, oh, ow, cout), 99, dtype=torch.int8)
-        native._native.qconv_run(layer, n, h, w, x.data_ptr(), oh, ow, y.data_ptr(), threads)
+        native._kernels().qconv_run(layer, n, h, w, x.data_ptr(), oh, ow, y.data_ptr(), threads)
         expected = _conv_reference(x.numpy(), weights.numpy(), bias.numpy().astype(np.int64), scale.numpy(), izp,
                                    ozp, qmin, qmax, groups, strides, dilations, (top, left), (oh, ow))
         assert np.array_equal(y.numpy(), expected), (
@@ -149,7 +149,7 @@ def test_adds_and_multiplies_are_xnnpacks_arithmetic(kernel, op, shapes, threads
         kernel_op = native.qbinary_make(op, out, a_shape, b_shape, *params, scale, ozp, qmin, qmax)
         assert native.qbinary_isa(kernel_op) == kernel
         y = torch.full(out, 99, dtype=torch.int8)
-        native._native.qbinary_run(kernel_op, a.data_ptr(), b.data_ptr(), y.data_ptr(), threads)
+        native._kernels().qbinary_run(kernel_op, a.data_ptr(), b.data_ptr(), y.data_ptr(), threads)
         aa, bb = np.broadcast_to(a.numpy(), out), np.broadcast_to(b.numpy(), out)
         if op == "add":
             expected = _add_reference(aa, bb, *params, ozp, qmin, qmax)
@@ -168,7 +168,7 @@ def test_large_elementwise_outputs_split_over_threads(kernel):
     results = []
     for threads in (1, 2):
         y = torch.empty(shape, dtype=torch.int8)
-        native._native.qbinary_run(op, a.data_ptr(), b.data_ptr(), y.data_ptr(), threads)
+        native._kernels().qbinary_run(op, a.data_ptr(), b.data_ptr(), y.data_ptr(), threads)
         results.append(y)
     expected = _add_reference(a.numpy(), np.broadcast_to(b.numpy(), shape), 1 << 20, 1 << 19, 1 << 14, 15, 1, -128,
                               127)
@@ -198,14 +198,14 @@ def test_converts_are_xnnpacks_arithmetic(kernel, threads):
         x[: min(n, len(EDGES))] = torch.tensor(EDGES[: min(n, len(EDGES))])
         for inverse, zp in ((1.0, 0), (f32(1) / f32(0.37), -7), (2.0, 127)):
             q = torch.empty(n, dtype=torch.int8)
-            native._native.quantize_s8(ISAS[kernel], x.data_ptr(), q.data_ptr(), n, float(inverse), zp, threads)
+            native._kernels().quantize_s8(ISAS[kernel], x.data_ptr(), q.data_ptr(), n, float(inverse), zp, threads)
             with np.errstate(over="ignore"):
                 v = np.minimum(x.numpy() * f32(inverse), f32(32767))
             v = np.where(np.isnan(v), f32(32767), v)
             expected = np.clip(np.maximum(np.rint(v), -32768).astype(np.int64) + zp, -128, 127).astype(np.int8)
             assert np.array_equal(q.numpy(), expected), f"{n} values on {kernel}: {(q.numpy() != expected).sum()}"
             back = torch.empty(n)
-            native._native.dequantize_s8(ISAS[kernel], q.data_ptr(), back.data_ptr(), n, 0.37, zp, threads)
+            native._kernels().dequantize_s8(ISAS[kernel], q.data_ptr(), back.data_ptr(), n, 0.37, zp, threads)
             assert np.array_equal(back.numpy(), (q.numpy().astype(np.int32) - zp).astype(f32) * f32(0.37))
 
 
@@ -216,7 +216,7 @@ def test_tables_of_8bit_values(kernel):
     for n in (1, 63, 64, 65, 1000, 70001):
         x = torch.arange(n).remainder(256).to(torch.uint8).view(torch.int8)
         y = torch.empty(n, dtype=torch.int8)
-        native._native.lookup_s8(ISAS[kernel], table.data_ptr(), x.data_ptr(), y.data_ptr(), n, 2)
+        native._kernels().lookup_s8(ISAS[kernel], table.data_ptr(), x.data_ptr(), y.data_ptr(), n, 2)
         assert torch.equal(y, table[x.view(torch.uint8).long()]), f"{n} values on {kernel}"
 
 
@@ -235,7 +235,8 @@ def test_max_pooling_takes_the_largest_value(window, size, threads):
     x = torch.randint(-128, 128, size, dtype=torch.int8, generator=torch.Generator().manual_seed(c))
     y = torch.empty(n, oh, ow, c, dtype=torch.int8)
     geometry = torch.tensor(window, dtype=torch.int64)  # alive through the call
-    native._native.qmaxpool_s8(x.data_ptr(), y.data_ptr(), n, h, w, c, oh, ow, geometry.data_ptr(), -100, 90, threads)
+    native._kernels().qmaxpool_s8(x.data_ptr(), y.data_ptr(), n, h, w, c, oh, ow, geometry.data_ptr(), -100, 90,
+                                  threads)
     padded = np.pad(x.numpy(), ((0, 0), (top, kh * dh), (left, kw * dw), (0, 0)), constant_values=-128)
     expected = np.full((n, oh, ow, c), -128, dtype=np.int8)
     for ky in range(kh):
@@ -256,7 +257,7 @@ def test_global_means_are_xnnpacks_arithmetic(size, threads):
     f32 = np.float32
     scale, zero = f32(0.37) * (f32(1) / f32(h * w)), f32(-3.25)
     y = torch.empty(n, c, dtype=torch.int8)
-    native._native.qmean_s8(x.data_ptr(), y.data_ptr(), n, h, w, c, float(scale), float(zero), -120, 127, threads)
+    native._kernels().qmean_s8(x.data_ptr(), y.data_ptr(), n, h, w, c, float(scale), float(zero), -120, 127, threads)
     sums = x.numpy().astype(np.int64).sum((1, 2)).astype(f32)
     expected = np.clip(np.rint(sums * scale + zero), -120, 127).astype(np.int8)
     assert np.array_equal(y.numpy(), expected)

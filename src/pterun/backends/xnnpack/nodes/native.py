@@ -17,19 +17,28 @@ from __future__ import annotations
 
 import functools
 import math
+from types import ModuleType
 
 import torch
 
 from pterun.backends.xnnpack.nodes import isa
-from pterun.errors import DelegateInvalidCompatibility
+from pterun.errors import DelegateInvalidCompatibility, Internal
 
+_built: ModuleType | None
 try:
-    import pterun.backends.xnnpack.native._kernels as _native
+    import pterun.backends.xnnpack.native._kernels as _built
 except ImportError as exc:  # not built: the PyTorch paths take every node
-    _native = None
+    _built = None
     _MISSING = f"pterun's native kernels are not built ({exc})"
 else:
     _MISSING = ""
+
+
+def _kernels() -> ModuleType:
+    """The native module, for a node that chose a native kernel (``enabled`` said it is built)."""
+    if _built is None:
+        raise Internal(f"a node chose a native kernel: {_MISSING}")
+    return _built
 
 FAMILIES = {"avx512vnni": 0, "avx2": 1}  # native.h's pn_family, by isa.block_kernels' names
 _ISAS = {"portable": 0, "avx2": 1, "avx512vnni": 2}
@@ -38,19 +47,19 @@ _ISAS = {"portable": 0, "avx2": 1, "avx512vnni": 2}
 @functools.cache
 def available() -> tuple[bool, str]:
     """Whether the native kernels run here, and a sentence saying which kernels and why."""
-    if _native is None:
+    if _built is None:
         return False, _MISSING + "; quantized layers and float elementwise nodes take their PyTorch path"
-    return True, f"pterun's native kernels ({_native.cpu_isa()})"
+    return True, f"pterun's native kernels ({_kernels().cpu_isa()})"
 
 
 def kernel_isa() -> str:
     """The instruction set the kernels use on this CPU ("avx512vnni", "avx2" or "portable")."""
-    return _native.cpu_isa()
+    return _kernels().cpu_isa()
 
 
 def enabled(b) -> bool:
     """Whether the current translation uses them: on the CPU, where built, unless the caller turned them off."""
-    return b.device.type == "cpu" and _native is not None and b.options.get("native", True) is not False
+    return b.device.type == "cpu" and _built is not None and b.options.get("native", True) is not False
 
 
 def _fixed(b, name: str) -> bool:
@@ -113,18 +122,18 @@ def qb4w_pack(b, family: str, n: int, k: int, block: int, weights: torch.Tensor,
     if tuple(scales.shape) != (n, k // block) or start.numel() != n or (bias is not None and bias.numel() != n):
         raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: block scales, start values or bias do not fit "
                                            f"{n} outputs of {k // block} blocks")
-    return _native.qb4w_pack(_ISAS[kernel_isa()], FAMILIES[family], n, k, block, weights.data_ptr(),
+    return _kernels().qb4w_pack(_ISAS[kernel_isa()], FAMILIES[family], n, k, block, weights.data_ptr(),
                              scales.data_ptr(), start.data_ptr(), 0 if bias is None else bias.data_ptr(),
                              float(out_min), float(out_max))
 
 
 def qb4w_isa(layer) -> str:
-    return _native.qb4w_isa(layer)
+    return _kernels().qb4w_isa(layer)
 
 
 def emit_qb4w(b, layer, rows: int, n: int, x: str, x_stride: int, zero_points: str, scales: str, out: str) -> None:
     """Lines computing ``out`` [rows, n] from int8 rows ``x`` with a packed layer."""
-    run = _function(b, "qb4w_run", _native.qb4w_run)
+    run = _function(b, "qb4w_run", _kernels().qb4w_run)
     into, copy = target(b, out, (rows, n))
     b.emit(f"{run}({b.bind(layer, 'layer')}, {rows}, {source(b, x)}, {x_stride}, {source(b, zero_points)}, "
            f"{source(b, scales)}, {into}, {n}, {threads(b)}())")
@@ -134,7 +143,7 @@ def emit_qb4w(b, layer, rows: int, n: int, x: str, x_stride: int, zero_points: s
 
 def emit_quantize_rows(b, x: str, rows: int, cols: int, q: str, zero_points: str, scales: str) -> None:
     """Lines quantizing float rows ``x`` [rows, cols] into fixed int8 rows ``q``, zero points and scales."""
-    run = _function(b, "quantize_rows", _native.quantize_rows)
+    run = _function(b, "quantize_rows", _kernels().quantize_rows)
     b.emit(f"{run}({source(b, x)}, {rows}, {cols}, {cols}, {_pointer(b, q)}, {cols}, {_pointer(b, zero_points)}, "
            f"{_pointer(b, scales)})")
 
@@ -149,17 +158,17 @@ def q8_pack(b, weights: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | 
     bias = None if bias is None else bias.float().contiguous()
     if scale.numel() != n or (bias is not None and bias.numel() != n):
         raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: scales or bias do not fit {n} outputs")
-    return _native.q8_pack(_ISAS[kernel_isa()], n, k, weights.data_ptr(), k, scale.data_ptr(),
+    return _kernels().q8_pack(_ISAS[kernel_isa()], n, k, weights.data_ptr(), k, scale.data_ptr(),
                            0 if bias is None else bias.data_ptr(), float(out_min), float(out_max))
 
 
 def q8_isa(layer) -> str:
-    return _native.q8_isa(layer)
+    return _kernels().q8_isa(layer)
 
 
 def emit_q8(b, layer, rows: int, n: int, x: str, x_stride: int, zero_points: str, scales: str, out: str) -> None:
     """Lines computing float32 ``out`` [rows, n] from int8 rows ``x`` with a packed 8-bit layer."""
-    run = _function(b, "q8_run", _native.q8_run)
+    run = _function(b, "q8_run", _kernels().q8_run)
     into, copy = target(b, out, (rows, n))
     b.emit(f"{run}({b.bind(layer, 'layer')}, {rows}, {source(b, x)}, {x_stride}, {source(b, zero_points)}, "
            f"{source(b, scales)}, {into}, {n}, {threads(b)}())")
@@ -171,7 +180,7 @@ def emit_convert_s8(b, quantize: bool, x: str, out: str, shape, scale: float, ze
     """Lines converting ``x`` into ``out`` (both of ``shape``) between float32 and signed 8-bit values:
     quantizing with XNNPACK's 1 / scale (``scale``), or dequantizing with the scale."""
     name = "quantize_s8" if quantize else "dequantize_s8"
-    run = _function(b, name, getattr(_native, name))
+    run = _function(b, name, getattr(_kernels(), name))
     into, copy = target(b, out, shape, torch.int8 if quantize else torch.float32)
     b.emit(f"{run}({_ISAS[kernel_isa()]}, {source(b, x)}, {into}, {math.prod(shape)}, {b.number(float(scale))}, "
            f"{int(zero_point)}, {threads(b)}())")
@@ -182,7 +191,7 @@ def emit_convert_s8(b, quantize: bool, x: str, out: str, shape, scale: float, ze
 
 def emit_lookup_s8(b, table: torch.Tensor, x: str, out: str, shape) -> None:
     """Lines setting signed 8-bit ``out`` to ``table`` [256] (int8, indexed by each value's byte) at ``x``."""
-    run = _function(b, "lookup_s8", _native.lookup_s8)
+    run = _function(b, "lookup_s8", _kernels().lookup_s8)
     into, copy = target(b, out, shape, torch.int8)
     b.emit(f"{run}({_ISAS[kernel_isa()]}, {_pointer(b, b.bind(table, 'table'))}, {source(b, x)}, {into}, "
            f"{math.prod(shape)}, {threads(b)}())")
@@ -205,20 +214,20 @@ def qconv_pack(b, groups: int, cin_g: int, cout_g: int, kernel: tuple[int, int],
             bias is not None and bias.numel() != cout):
         raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: filter {list(weights.shape)}, scales or bias do "
                                            f"not fit {groups} groups of {cin_g} -> {cout_g} channels")
-    return _native.qconv_pack(_ISAS[kernel_isa()], groups, cin_g, cout_g, kh, kw, *strides, *dilations, *top_left,
+    return _kernels().qconv_pack(_ISAS[kernel_isa()], groups, cin_g, cout_g, kh, kw, *strides, *dilations, *top_left,
                               weights.data_ptr(), scale.data_ptr(), 0 if bias is None else bias.data_ptr(),
                               int(input_zero_point), int(out_zero_point), int(qmin), int(qmax))
 
 
 def qconv_isa(layer) -> str:
-    return _native.qconv_isa(layer)
+    return _kernels().qconv_isa(layer)
 
 
 def emit_qconv(b, layer, xshape, x: str, shape, out: str, out_shape=None) -> None:
     """Lines computing int8 NHWC ``out`` of ``shape`` from int8 NHWC ``x`` of ``xshape`` with a packed
     convolution (whose channels the caller checked against both); ``out_shape``: ``out``'s own shape, of the
     same elements, where it is not ``shape``."""
-    run = _function(b, "qconv_run", _native.qconv_run)
+    run = _function(b, "qconv_run", _kernels().qconv_run)
     into, copy = target(b, out, shape if out_shape is None else out_shape, torch.int8)
     n, h, w, _ = xshape
     b.emit(f"{run}({b.bind(layer, 'layer')}, {n}, {h}, {w}, {source(b, x)}, {shape[1]}, {shape[2]}, {into}, "
@@ -237,7 +246,7 @@ def qbinary_make(op: str, shape, a_shape, b_shape, a_param: int, b_param: int, b
     ndim = len(shape)
     geometry = torch.tensor([*shape, *_broadcast_strides(a_shape, shape), *_broadcast_strides(b_shape, shape)],
                             dtype=torch.int64)
-    return _native.qbinary_make(_ISAS[kernel_isa()], QOPS[op], ndim, geometry.data_ptr(), int(a_param), int(b_param),
+    return _kernels().qbinary_make(_ISAS[kernel_isa()], QOPS[op], ndim, geometry.data_ptr(), int(a_param), int(b_param),
                                 int(bias), int(shift), float(scale), int(out_zero_point), int(qmin), int(qmax))
 
 
@@ -252,12 +261,12 @@ def _broadcast_strides(shape, out) -> list[int]:
 
 
 def qbinary_isa(op) -> str:
-    return _native.qbinary_isa(op)
+    return _kernels().qbinary_isa(op)
 
 
 def emit_qbinary(b, op, a: str, b_name: str, out: str, shape) -> None:
     """Lines computing int8 ``out`` of ``shape`` from int8 operands ``a`` and ``b_name`` with ``op``."""
-    run = _function(b, "qbinary_run", _native.qbinary_run)
+    run = _function(b, "qbinary_run", _kernels().qbinary_run)
     into, copy = target(b, out, shape, torch.int8)
     b.emit(f"{run}({b.bind(op, 'qop')}, {source(b, a)}, {source(b, b_name)}, {into}, {threads(b)}())")
     if copy is not None:
@@ -268,7 +277,7 @@ def emit_qmean(b, x: str, out: str, xshape, shape, scale: float, zero: float, qm
     """Lines setting signed 8-bit ``out`` of ``shape`` ([n, c] or [n, 1, 1, c]) to XNNPACK's global mean of NHWC
     ``x``."""
     n, h, w, c = xshape
-    run = _function(b, "qmean_s8", _native.qmean_s8)
+    run = _function(b, "qmean_s8", _kernels().qmean_s8)
     into, copy = target(b, out, shape, torch.int8)
     b.emit(f"{run}({source(b, x)}, {into}, {n}, {h}, {w}, {c}, {b.number(float(scale))}, {b.number(float(zero))}, "
            f"{int(qmin)}, {int(qmax)}, {threads(b)}())")
@@ -281,7 +290,7 @@ def emit_qmaxpool(b, x: str, out: str, xshape, shape, window: tuple[int, ...], q
     """Lines computing signed 8-bit NHWC ``out`` of ``shape``, the max pooling of ``x`` by ``window`` (kernel
     height and width, strides, dilations, top and left padding)."""
     n, h, w, c = xshape
-    run = _function(b, "qmaxpool_s8", _native.qmaxpool_s8)
+    run = _function(b, "qmaxpool_s8", _kernels().qmaxpool_s8)
     into, copy = target(b, out, shape, torch.int8)
     geometry = b.bind(torch.tensor(window, dtype=torch.int64), "window")
     b.emit(f"{run}({source(b, x)}, {into}, {n}, {h}, {w}, {c}, {shape[1]}, {shape[2]}, {_pointer(b, geometry)}, "
@@ -305,10 +314,10 @@ VOPS = {
 def float_family() -> str | None:
     """The family of XNNPACK's float elementwise kernels the native kernels repeat on this CPU, or None where
     they do not (not built, not x86-64, or a CPU without the family's instructions)."""
-    if _native is None:
+    if _built is None:
         return None
     family = isa.cpu().float_kernels
-    return family if family in VFAMILIES and _native.vfamily_runs(VFAMILIES[family]) else None
+    return family if family in VFAMILIES and _kernels().vfamily_runs(VFAMILIES[family]) else None
 
 
 def float_enabled(b) -> bool:
@@ -316,11 +325,19 @@ def float_enabled(b) -> bool:
     return enabled(b) and float_family() is not None
 
 
+def _chosen_family() -> str:
+    """float_family(), for a node that chose a native float kernel (``float_runs`` said there is one)."""
+    family = float_family()
+    if family is None:
+        raise Internal("a node chose a native float kernel, and this CPU runs none")
+    return family
+
+
 def emit_vunary(b, kind: str, x: str, out: str, shape, param: float = 0.0) -> None:
     """Lines computing float32 ``out`` = f(``x``) elementwise, f node type ``kind``'s kernel (``param``: ELU's
     alpha)."""
-    family = float_family()
-    run = _function(b, "vunary", _native.vunary)
+    family = _chosen_family()
+    run = _function(b, "vunary", _kernels().vunary)
     into, copy = target(b, out, shape)
     b.emit(f"{run}({VOPS[kind]}, {VFAMILIES[family]}, {source(b, x)}, {into}, {math.prod(shape)}, "
            f"{b.number(float(param))}, {threads(b)}())")
@@ -331,10 +348,10 @@ def emit_vunary(b, kind: str, x: str, out: str, shape, param: float = 0.0) -> No
 
 def emit_softmax(b, x: str, out: str, shape) -> None:
     """Lines computing float32 ``out``, the softmax of ``x`` along its last dimension."""
-    family = float_family()
+    family = _chosen_family()
     cols = shape[-1] if shape else 1
     rows = math.prod(shape) // cols if cols else 0
-    run = _function(b, "softmax", _native.softmax)
+    run = _function(b, "softmax", _kernels().softmax)
     into, copy = target(b, out, shape)
     if rows:
         b.emit(f"{run}({VFAMILIES[family]}, {source(b, x)}, {into}, {rows}, {cols}, {threads(b)}())")
