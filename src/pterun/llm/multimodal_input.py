@@ -15,7 +15,7 @@ otherwise one whose last is 3 or 4 is (H, W, C).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -63,22 +63,55 @@ def _check_size(data: torch.Tensor, sizes: dict[str, int], what: str) -> None:
         raise InvalidArgument(f"{what} data has {data.numel()} values; expected {spelled} = {expected}")
 
 
-class Image:
-    """An image as (C, H, W), uint8 or float32: ``Image(data, width, height, channels)`` as ExecuTorch's."""
+_H = TypeVar("_H", bound="_Held")
+
+
+class _Held:
+    """A (3-d) uint8 or float32 tensor an input holds, and the accessors ExecuTorch's Image and Audio share."""
 
     __slots__ = ("_tensor",)
+    _tensor: torch.Tensor
+    _noun = ""
+
+    @classmethod
+    def from_tensor(cls: type[_H], tensor: torch.Tensor) -> _H:
+        """An input of a tensor laid out as the class's is (copied, as ExecuTorch copies it)."""
+        held = cls.__new__(cls)
+        held._tensor = tensor.clone(memory_format=torch.contiguous_format)
+        return held
+
+    def is_uint8(self) -> bool:
+        return self._tensor.dtype == torch.uint8
+
+    def is_float(self) -> bool:
+        return self._tensor.dtype == torch.float32
+
+    @property
+    def uint8_data(self) -> list[int]:
+        if not self.is_uint8():
+            raise InvalidArgumentType(f"the {self._noun} holds float data, not uint8")
+        return self._tensor.reshape(-1).tolist()
+
+    @property
+    def float_data(self) -> list[float]:
+        if not self.is_float():
+            raise InvalidArgumentType(f"the {self._noun} holds uint8 data, not float")
+        return self._tensor.reshape(-1).tolist()
+
+    def _dtype(self) -> str:
+        return "uint8" if self.is_uint8() else "float32"
+
+
+class Image(_Held):
+    """An image as (C, H, W), uint8 or float32: ``Image(data, width, height, channels)`` as ExecuTorch's."""
+
+    __slots__ = ()
+    _noun = "image"
 
     def __init__(self, data: Any = (), width: int = 0, height: int = 0, channels: int = 0) -> None:
         flat = _flat(data, "Image")
         _check_size(flat, {"channels": channels, "height": height, "width": width}, "Image")
         self._tensor = flat.reshape(int(channels), int(height), int(width))
-
-    @classmethod
-    def from_tensor(cls, chw: torch.Tensor) -> Image:
-        """An image of a (C, H, W) uint8 or float32 tensor (copied, as ExecuTorch copies it)."""
-        image = cls.__new__(cls)
-        image._tensor = chw.clone(memory_format=torch.contiguous_format)
-        return image
 
     @property
     def tensor(self) -> torch.Tensor:
@@ -97,44 +130,20 @@ class Image:
     def width(self) -> int:
         return self._tensor.shape[2]
 
-    def is_uint8(self) -> bool:
-        return self._tensor.dtype == torch.uint8
-
-    def is_float(self) -> bool:
-        return self._tensor.dtype == torch.float32
-
-    @property
-    def uint8_data(self) -> list[int]:
-        if not self.is_uint8():
-            raise InvalidArgumentType("the image holds float data, not uint8")
-        return self._tensor.reshape(-1).tolist()
-
-    @property
-    def float_data(self) -> list[float]:
-        if not self.is_float():
-            raise InvalidArgumentType("the image holds uint8 data, not float")
-        return self._tensor.reshape(-1).tolist()
-
     def __repr__(self) -> str:
-        dtype = "uint8" if self.is_uint8() else "float32"
-        return f"<Image height={self.height} width={self.width} channels={self.channels} dtype={dtype}>"
+        return f"<Image height={self.height} width={self.width} channels={self.channels} dtype={self._dtype()}>"
 
 
-class Audio:
+class Audio(_Held):
     """Preprocessed audio (features) as (batch_size, n_bins, n_frames), uint8 or float32, as ExecuTorch's."""
 
-    __slots__ = ("_tensor",)
+    __slots__ = ()
+    _noun = "audio"
 
     def __init__(self, data: Any = (), batch_size: int = 0, n_bins: int = 0, n_frames: int = 0) -> None:
         flat = _flat(data, "Audio")
         _check_size(flat, {"batch_size": batch_size, "n_bins": n_bins, "n_frames": n_frames}, "Audio")
         self._tensor = flat.reshape(int(batch_size), int(n_bins), int(n_frames))
-
-    @classmethod
-    def from_tensor(cls, features: torch.Tensor) -> Audio:
-        audio = cls.__new__(cls)
-        audio._tensor = features.clone(memory_format=torch.contiguous_format)
-        return audio
 
     @property
     def tensor(self) -> torch.Tensor:
@@ -153,28 +162,9 @@ class Audio:
     def n_frames(self) -> int:
         return self._tensor.shape[2]
 
-    def is_uint8(self) -> bool:
-        return self._tensor.dtype == torch.uint8
-
-    def is_float(self) -> bool:
-        return self._tensor.dtype == torch.float32
-
-    @property
-    def uint8_data(self) -> list[int]:
-        if not self.is_uint8():
-            raise InvalidArgumentType("the audio holds float data, not uint8")
-        return self._tensor.reshape(-1).tolist()
-
-    @property
-    def float_data(self) -> list[float]:
-        if not self.is_float():
-            raise InvalidArgumentType("the audio holds uint8 data, not float")
-        return self._tensor.reshape(-1).tolist()
-
     def __repr__(self) -> str:
-        dtype = "uint8" if self.is_uint8() else "float32"
         return (f"<Audio batch_size={self.batch_size} n_bins={self.n_bins} n_frames={self.n_frames} "
-                f"dtype={dtype}>")
+                f"dtype={self._dtype()}>")
 
 
 class RawAudio:
