@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
 import pterun
 from pterun.cli.options import example_program
+from pterun.executor.call.graphs import CudaGraphRunner
 from tests.gpu.conftest import FIXTURES, load_fixture, on
 from tests.support.compare import assert_matches
 
@@ -78,3 +81,20 @@ def test_shapes_that_alternate_are_captured_again_every_time():
         assert_matches(logits.cpu(), reference.execute([tokens.cpu()])[0], rtol=2e-4)
     runner = method.cuda_graph
     assert runner.failure is None and runner.replaying
+
+
+def test_a_method_that_cannot_be_captured_leaves_the_random_generators_working():
+    # A failed capture used to leave PyTorch's CUDA generator marked as capturing: every later random op on
+    # the device raised, in the caller's code and in the next method's capture.
+    x = torch.ones(4, device="cuda")
+
+    def run(t):
+        return (t * float(t.sum()),)  # reads a value on the host: cannot be captured
+
+    runner = CudaGraphRunner(run, torch.device("cuda"))
+    for _ in range(3):
+        (out,) = runner.call([x], contextlib.nullcontext())
+        assert torch.equal(out, x * 4)
+    assert runner.failure is not None and not runner.replaying, "premise: the capture failed"
+    assert torch.randint(0, 10, (64,), device="cuda").max() < 10
+    test_replay_matches_kernel_by_kernel_and_the_graph_is_used()  # draws inputs, then captures and replays

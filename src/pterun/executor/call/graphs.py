@@ -128,6 +128,7 @@ class CudaGraphRunner:
         except Exception as exc:  # noqa: BLE001 - a method that cannot be captured runs eagerly
             self.failure = exc
             torch.cuda.synchronize(self.device)
+            _end_generators_capture(self.device)
             self.replaying = False
             return self.run(*args)
         self.graph, self.key, self.static, self.outputs = graph, key, static, outputs
@@ -137,3 +138,16 @@ class CudaGraphRunner:
         graph.replay()
         self.replaying = True
         return outputs
+
+
+def _end_generators_capture(device: torch.device) -> None:
+    """Clears what a failed capture leaves on PyTorch's CUDA random generators of ``device``.
+
+    A capture marks them as capturing and only a capture that ends well unmarks them (PyTorch ends the
+    generators' part after the stream's): after one that failed, every random op on the device raises
+    "Offset increment outside graph capture", in the caller's code as much as in the program's. A small
+    capture that ends well unmarks them."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.device(device), torch.cuda.graph(graph, pool=torch.cuda.graph_pool_handle()):
+        torch.zeros(1, device=device).add_(1)
+    graph.reset()
