@@ -11,6 +11,8 @@ which travels with the working tree to the GPU machine:
     fuzz/seed-<n>/    random programs of the fuzzer's GPU seeds (tests/fuzz/seeds.py), portable, with spec.json
     cache/            exported programs the delegate backends' GPU tests load (PTERUN_PROGRAM_CACHE)
     llm/<program>/    language models (program.pte, tokenizer.json) for pterun.llm on the GPU
+    multimodal/<model>/  the LLaVA and Voxtral programs of tests/llm (program.pte, tokenizer.json, spec.json)
+                      for pterun.llm's MultimodalRunner on the GPU
     asr/whisper/      the tiny Whisper of tests/asr (program.pte, tokenizer.json) for pterun.asr on the GPU
     wheels/           wheels of the packages pterun.llm needs (pytorch-tokenizers), for the GPU machine's
                       Python, which has no package index; scripts/gpu-tests.sh installs them
@@ -26,8 +28,9 @@ Run it with the test extras installed; set PTERUN_PROGRAM_CACHE to reuse exports
 
 ``--parts`` makes only those parts (all by default) and ``--models`` only what it names: models of the
 corpus and the half-precision set, the delegate tests' cases (``8da4w``, ``llama_dynamic``, ...) and fuzz
-seeds (``seed-100594``). The test suite makes a small subset this way (tests/test_gpu_tools.py), so that
-what the GPU machine needs cannot break unseen on a machine without one.
+seeds (``seed-100594``); what other parts made before stays (a full run starts from an empty OUT). The
+test suite makes a small subset this way (tests/test_gpu_tools.py), so that what the GPU machine needs
+cannot break unseen on a machine without one.
 """
 
 from __future__ import annotations
@@ -230,6 +233,26 @@ def asr_programs(out: Path) -> None:
     print("asr whisper")
 
 
+def multimodal_programs(out: Path) -> None:
+    """The vision and audio language models of tests/llm (LLaVA and Voxtral from small configs), for
+    pterun.llm's MultimodalRunner on the GPU: program.pte, tokenizer.json and spec.json (what
+    tests.support.multimodal_programs.MultimodalProgram holds but its paths)."""
+    import json
+
+    from tests.support.multimodal_programs import multimodal_program
+
+    for name in ("llava", "voxtral"):
+        program = multimodal_program(name)
+        directory = out / "multimodal" / name
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.copy(program.pte, directory / "program.pte")
+        shutil.copy(program.tokenizer, directory / "tokenizer.json")
+        spec = {"modality": program.modality, "media_tokens": program.media_tokens,
+                "uint8_images": program.uint8_images}
+        (directory / "spec.json").write_text(json.dumps(spec))
+        print("multimodal", name)
+
+
 # pterun.llm's tokenizers: built for the GPU machine's Python (3.12), which has no package index to install from.
 GPU_PYTHON = "3.12"
 GPU_WHEELS = ("pytorch-tokenizers==1.5.0",)
@@ -253,7 +276,8 @@ def wheels(out: Path) -> None:
 
 
 PARTS = {"cuda": cuda_cases, "corpus": corpus, "half": half, "swiglu": swiglu, "fuzz": fuzz_programs,
-         "delegates": delegate_programs, "llm": llm_programs, "asr": asr_programs, "wheels": wheels}
+         "delegates": delegate_programs, "llm": llm_programs, "asr": asr_programs, "multimodal": multimodal_programs,
+         "wheels": wheels}
 
 
 def main() -> None:
@@ -269,7 +293,8 @@ def main() -> None:
         parser.error(f"no part named {', '.join(unknown)}; parts: {', '.join(PARTS)}")
     models = None if args.models is None else set(args.models.split(","))
     out = args.out
-    if out.exists():
+    # Every part afresh clears what an older run left; fewer parts replace only their own files.
+    if out.exists() and set(parts) == set(PARTS) and models is None:
         shutil.rmtree(out)
     for part in parts:
         if part in ("corpus", "half", "fuzz", "delegates"):

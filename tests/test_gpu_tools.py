@@ -37,8 +37,8 @@ def _run(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
 
 def test_the_gpu_fixture_script_makes_every_part_of_a_subset(tmp_path):
     out = tmp_path / "gpu"
-    _run("scripts/make-gpu-fixtures.py", str(out), "--parts", "cuda,corpus,half,swiglu,fuzz,delegates,llm,asr",
-         "--models", "llama,8da4w,seed-100594")
+    _run("scripts/make-gpu-fixtures.py", str(out), "--parts",
+         "cuda,corpus,half,swiglu,fuzz,delegates,llm,asr,multimodal", "--models", "llama,8da4w,seed-100594")
     expected = ["cuda/resident", "cuda/copies", "corpus/llama", "half/llama-float16",
                 "half/llama-bfloat16", "half/swiglu-bfloat16", "half/swiglu-bfloat16-dynamic", "fuzz/seed-100594"]
     for name in expected:
@@ -49,6 +49,9 @@ def test_the_gpu_fixture_script_makes_every_part_of_a_subset(tmp_path):
     for name in ("transformers-static-cache", "llama-dynamic"):
         assert (out / "llm" / name / "program.pte").is_file() and (out / "llm" / name / "tokenizer.json").is_file()
     assert all((out / "asr" / "whisper" / name).is_file() for name in ("program.pte", "tokenizer.json"))
+    for name in ("llava", "voxtral"):
+        assert all((out / "multimodal" / name / file).is_file() for file in ("program.pte", "tokenizer.json",
+                                                                            "spec.json"))
     assert any((out / "cache").iterdir()), "the delegate tests' program cache"
     # The fixture the SwiGLU kernel's dynamic test needs: rows really dynamic (an example of one row was
     # specialized to one by torch.export).

@@ -18,14 +18,7 @@ from tests.support.exporting import ExportSpec, export_program
 from tests.support.llm_programs import MAX_CONTEXT_LEN, llama_program
 from tests.support.llm_tokenizers import VOCAB
 from tests.support.models.examples import KVStep, llama_transformer
-from tests.support.multimodal_programs import (
-    CHUNK_FRAMES,
-    IMAGE_SIZE,
-    MEL_BINS,
-    MODELS,
-    MultimodalProgram,
-    multimodal_program,
-)
+from tests.support.multimodal_programs import MODELS, MultimodalProgram, multimodal_program
 from tests.support.premises import assert_calls
 
 # The static program stops at any of these tokens, so that EOS handling is compared as well.
@@ -150,17 +143,6 @@ def llava_example() -> MultimodalProgram:
 @pytest.fixture(scope="session")
 def voxtral() -> MultimodalProgram:
     return multimodal_program("voxtral")
-
-
-def media(program: MultimodalProgram, seed: int = 0, *, chunks: int = 2):
-    """A float32 image (C, H, W) in [0, 1) for a vision program (uint8 pixels, a little smaller than the bound, for
-    one that takes them), else audio features (chunks, n_bins, n_frames)."""
-    generator = torch.Generator().manual_seed(seed)
-    if program.uint8_images:
-        return torch.randint(0, 256, (3, IMAGE_SIZE - 4, IMAGE_SIZE), generator=generator, dtype=torch.uint8)
-    if program.modality == "vision":
-        return torch.rand(3, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
-    return torch.randn(chunks, MEL_BINS, CHUNK_FRAMES, generator=generator)
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,7 @@ from pterun.llm import (
     make_raw_audio_input,
     make_text_input,
 )
-from tests.llm.conftest import media
-from tests.support.multimodal_programs import IMAGE_SIZE, MAX_LENGTH, MEL_BINS
+from tests.support.multimodal_programs import IMAGE_SIZE, MAX_LENGTH, MEL_BINS, media
 
 CONFIG = GenerationConfig(temperature=0.0, max_new_tokens=8, echo=False)
 

@@ -18,7 +18,7 @@ from pterun.llm import (
     make_token_input,
 )
 from pterun.llm.hf import hf_to_multimodal_inputs
-from tests.llm.conftest import media
+from tests.support.multimodal_programs import media
 
 CONFIG = GenerationConfig(temperature=0.0, max_new_tokens=8, echo=False)
 

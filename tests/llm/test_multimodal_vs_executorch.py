@@ -13,8 +13,9 @@ import torch
 
 from pterun import llm
 from pterun.llm import GenerationConfig, MultimodalRunner
-from tests.llm.conftest import Run, media
+from tests.llm.conftest import Run
 from tests.support.llm_tokenizers import BOS_ID
+from tests.support.multimodal_programs import media
 
 pytestmark = pytest.mark.slow  # tens of seconds: such files run first (tests/conftest.py)
 

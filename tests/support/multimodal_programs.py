@@ -281,6 +281,17 @@ def _cached(key: str, export) -> Path:
         return directory
 
 
+def media(program: MultimodalProgram, seed: int = 0, *, chunks: int = 2):
+    """A float32 image (C, H, W) in [0, 1) for a vision program (uint8 pixels, a little smaller than the bound, for
+    one that takes them), else audio features (chunks, n_bins, n_frames)."""
+    generator = torch.Generator().manual_seed(seed)
+    if program.uint8_images:
+        return torch.randint(0, 256, (3, IMAGE_SIZE - 4, IMAGE_SIZE), generator=generator, dtype=torch.uint8)
+    if program.modality == "vision":
+        return torch.rand(3, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
+    return torch.randn(chunks, MEL_BINS, CHUNK_FRAMES, generator=generator)
+
+
 def multimodal_program(name: str) -> MultimodalProgram:
     """The exported ``name`` (one of MODELS), with the test tokenizer."""
     export = export_llava_example if name == "llava-executorch" else (lambda d: export_multimodal(d, name))
