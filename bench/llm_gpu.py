@@ -181,7 +181,11 @@ def _transformers(params: dict, tokenizer: Path, prompt: str, new_tokens: int, r
              "ttft_ms": statistics.median(r[1] for r in measured)}, weights)
 
 
-def run(directory: Path, sizes: list[str], new_tokens: int, rounds: int, out: Path | None) -> None:
+WAYS = {"pterun": {}, "pterun_compile": {"compile": True}}
+
+
+def run(directory: Path, sizes: list[str], new_tokens: int, rounds: int, out: Path | None,
+        ways: list[str]) -> None:
     bandwidth = copy_bandwidth()
     table: dict = {"copy_bandwidth_gb_s": bandwidth / 1e9, "new_tokens": new_tokens}
 
@@ -206,8 +210,8 @@ def run(directory: Path, sizes: list[str], new_tokens: int, rounds: int, out: Pa
         record(size, "weights_mib", weights / 2**20)
         record(size, "floor_ms_per_token", floor * 1000)
         record(size, "transformers", theirs)
-        for way, options in (("pterun", {}), ("pterun_compile", {"compile": True})):
-            ours = _pterun(pte, tokenizer, prompt, new_tokens, rounds, **options)
+        for way in ways:
+            ours = _pterun(pte, tokenizer, prompt, new_tokens, rounds, **WAYS[way])
             ours["over_floor"] = (1 / ours["decode_tok_s"]) / floor
             ours["over_transformers"] = ours["decode_tok_s"] / theirs["decode_tok_s"]
             record(size, way, ours)
@@ -225,12 +229,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="run: write the figures here")
     parser.add_argument("--no-xz", action="store_true", help="export: the .pte as it is (to run where exported)")
+    parser.add_argument("--ways", default=",".join(WAYS), help=f"run: which of pterun's ways ({', '.join(WAYS)})")
     args = parser.parse_args()
+    ways = args.ways.split(",")
+    if set(ways) - set(WAYS):
+        parser.error(f"--ways: one of {', '.join(WAYS)}")
     if args.what == "export":
         path = export(args.out, args.size, compress=not args.no_xz)
         print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
     else:
-        run(args.dir, args.sizes.split(","), args.new_tokens, args.rounds, args.json)
+        run(args.dir, args.sizes.split(","), args.new_tokens, args.rounds, args.json, ways)
 
 
 if __name__ == "__main__":
