@@ -82,6 +82,33 @@ def test_custom_sdpa_reduced_precision_matches_executorch(dtype, case):
         assert_close_to_scale(actual, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("q_len", [1, 5, 33])
+@pytest.mark.parametrize("how", ["causal", "mask", "none", "position tensor"])
+def test_attention_over_one_key_block_is_the_block_loops(dtype, q_len, how):
+    """Keys that fit one block take a shorter path than ExecuTorch's loop over blocks: the same numbers,
+    NaN, infinities and rows with nothing to attend included."""
+    from pterun.kernels.llm import attention
+
+    heads, head_dim, keys = 4, 16, 200
+    q = random((1, heads, q_len, head_dim), 50).to(dtype).float()
+    k, v = random((1, heads, keys, head_dim), 51).to(dtype).float(), random((1, heads, keys, head_dim), 52)
+    q[0, 0, 0, 0], k[0, 1, 3, :] = math.inf, math.nan
+    mask = None
+    if how == "mask":
+        mask = random((q_len, keys), 53)
+        mask[-1, :] = -math.inf if q_len > 1 else 0.0  # a row that attends to nothing
+    start = 150
+    start_pos = torch.tensor(start) if how == "position tensor" else start
+    num_keys = keys if how in ("mask", "position tensor") else start + q_len
+    args = (q, k, v, start_pos, mask, how == "causal", attention.f32(0.25), num_keys, dtype,
+            dtype == torch.bfloat16 and q_len % 32 == 1)
+    assert num_keys <= attention._KV_BLOCK, "premise: one block"
+    loop, short = attention._blocks(*args), attention._one_block(*args)
+    assert loop.isnan().any() and (~loop.isnan()).any(), "premise: NaN rows and numbers both"
+    assert torch.equal(short.nan_to_num(7.0), loop.nan_to_num(7.0))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_sdpa_with_kv_cache_matches_executorch(dtype):
     batch, q_len, heads, kv_heads, head_dim, cache_len = 1, 3, 4, 2, 8, 24

@@ -62,6 +62,7 @@ class XnnpackDelegate:
         self._compile_code = compile_code
         self._cache: dict = {}
         self._inputs = [(v.argument, v.id) for v in graph.inputs]
+        self._input_args = [k for k, _ in self._inputs]
         # Arguments that may come channels-last: those of 4-d values.
         self._four_d_inputs = [v.argument for v in graph.inputs if len(v.dims) == 4]
         self._four_d_outputs = [(v.argument, v.id) for v in graph.outputs if len(v.dims) == 4]
@@ -75,8 +76,8 @@ class XnnpackDelegate:
         self._translations: OrderedDict[tuple, Translation] = OrderedDict()
         first = self._translate(shapes)
         self._key = tuple(shapes[vid] for _, vid in self._inputs)
-        self._first = first
         self._translations[self._key] = first
+        self._last_key, self._last = self._key, first
 
     def profiled(self, tracer: DelegateTracer) -> XnnpackDelegate:
         """A delegate running the same graph, which reports each node to ``tracer`` (``profile.py``).
@@ -128,8 +129,9 @@ class XnnpackDelegate:
             args = list(args)
             for k in nhwc:
                 args[k] = args[k].permute(CHANNELS_LAST_4D)
-        key = tuple(args[k].shape for k, _ in self._inputs)
-        translation = self._first if key == self._key else self._for_shapes(key)
+        key = tuple([args[k].shape for k in self._input_args])
+        # A decode loop calls with one set of shapes after another: the last translation first.
+        translation = self._last if key == self._last_key else self._for_shapes(key)
         outputs = [(k, vid) for k, vid in self._four_d_outputs if _channels_last(args[k])]
         try:
             if outputs:
@@ -157,6 +159,7 @@ class XnnpackDelegate:
                 self._translations.popitem(last=False)
         else:
             self._translations.move_to_end(key)
+        self._last_key, self._last = key, translation
         return translation
 
     @property

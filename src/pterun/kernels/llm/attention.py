@@ -48,7 +48,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos: int
     ``start_pos`` is an int, or a 0-d tensor on the device (``num_keys`` is then the whole cache): keys past
     the last query's position are hidden by the mask instead of left out, which adds only exact zeros.
     """
-    batch, heads, q_len, head_dim = q.shape
+    heads, q_len, head_dim = q.shape[1:]
     kv_heads = k.shape[1]
     if kv_heads > heads or heads % kv_heads:
         raise InvalidArgument(f"attention: {heads} query heads cannot share {kv_heads} key/value heads")
@@ -57,10 +57,19 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos: int
         k = k[:, :, :num_keys].repeat_interleave(reps, dim=1)
         v = v[:, :, :num_keys].repeat_interleave(reps, dim=1)
     softmax_scale = f32(scale if scale is not None else 1.0 / math.sqrt(head_dim))
-    reduced = value_dtype in (torch.float16, torch.bfloat16)
-    exact = value_dtype == torch.float16
     keep_last_row = value_dtype == torch.bfloat16 and q_len % _query_block(q_len) == 1
 
+    steps = _one_block if num_keys <= _KV_BLOCK else _blocks
+    return steps(q, k, v, start_pos, attn_mask, is_causal, softmax_scale, num_keys, value_dtype, keep_last_row)
+
+
+def _blocks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos: int | torch.Tensor, attn_mask,
+            is_causal: bool, softmax_scale: float, num_keys: int, value_dtype: torch.dtype,
+            keep_last_row: bool) -> torch.Tensor:
+    """ExecuTorch's loop over key blocks of 512, an online softmax carried from one to the next."""
+    batch, heads, q_len = q.shape[:3]
+    reduced = value_dtype in (torch.float16, torch.bfloat16)
+    exact = value_dtype == torch.float16
     run_max = torch.full((batch, heads, q_len), -math.inf, dtype=F32, device=q.device)
     run_sum = torch.zeros_like(run_max)
     dst = torch.zeros((batch, heads, q_len, v.shape[-1]), dtype=F32, device=q.device)
@@ -93,6 +102,42 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos: int
             p = rounded
         dst = dst + _matmul(p, v[:, :, n0:n1], exact)
     return dst * (1.0 / run_sum).unsqueeze(-1)
+
+
+def _one_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos: int | torch.Tensor, attn_mask,
+               is_causal: bool, softmax_scale: float, num_keys: int, value_dtype: torch.dtype,
+               keep_last_row: bool) -> torch.Tensor:
+    """``_blocks`` where every key falls in its first block (every decode step of a cache of up to 512
+    positions), in a third of its torch calls and with its results: from a running maximum of -inf and
+    sums of zero the loop's first step leaves the block's own maximum, sums and products (adding 0
+    changes no value but -0.0, which compares equal)."""
+    reduced = value_dtype in (torch.float16, torch.bfloat16)
+    exact = value_dtype == torch.float16
+    qk = _matmul(q, k[:, :, :num_keys].transpose(-1, -2), exact)
+    q_len = q.shape[2]
+    # A decode step's one query at start_pos sees every key up to it: a causal mask hides nothing.
+    hides_nothing = isinstance(start_pos, int) and q_len == 1 and num_keys <= start_pos + 1
+    if is_causal and not hides_nothing:
+        positions = torch.arange(q_len, device=q.device).unsqueeze(1) + start_pos
+        qk.masked_fill_(torch.arange(num_keys, device=q.device).unsqueeze(0) > positions, -math.inf)
+    elif not is_causal and attn_mask is None and isinstance(start_pos, torch.Tensor):
+        # Without a causal mask, a position in a tensor still bounds the keys every query attends to.
+        last = start_pos + (q_len - 1)
+        qk.masked_fill_(torch.arange(num_keys, device=q.device) > last, -math.inf)
+    if attn_mask is not None:
+        qk = qk * softmax_scale + attn_mask[:, :num_keys]
+    else:
+        qk.mul_(softmax_scale)
+    top = qk.amax(-1, keepdim=True)
+    dead = top == -math.inf  # nothing attended: the row's weights are zeros
+    p = qk.sub_(top).exp_().masked_fill_(dead, 0.0)
+    total = p.sum(-1, keepdim=True)
+    if reduced:
+        rounded = p.to(value_dtype).to(F32)
+        if keep_last_row:
+            rounded[..., -1, :] = p[..., -1, :]
+        p = rounded
+    return _matmul(p, v[:, :, :num_keys], exact).mul_(total.reciprocal_())
 
 
 def _check_attention(q, k, v, attn_mask, is_causal, what):
