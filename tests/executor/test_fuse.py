@@ -141,3 +141,25 @@ def test_attention_over_a_dynamic_query_length_is_fused():
     for seed, n in enumerate([6, 1, 12, 3]):
         out = check(exported, inputs(seed, n), program=program)
         assert out[0].shape == (1, 2, n, 8) and torch.equal(out[0][0, :, n // 2], torch.zeros(2, 8))
+
+
+@pytest.mark.parametrize("variant", ["dynamic", "xnnpack-8da4w"])
+def test_rotary_embeddings_of_executorchs_llama_are_fused_bit_for_bit(variant):
+    """ExecuTorch's Llama (export_llama) embeds positions in the queries and keys of every layer, each a chain of
+    thirteen steps, the two interleaved; fused, they compute the same bits as the chain."""
+    from pterun.kernels import fused as kernels
+    from tests.support.llm_programs import llama_args, llama_program
+
+    program = llama_program(variant)
+    fused = pterun.Runtime.get().load_program(program.pte).load_method("forward")
+    plain = pterun.Runtime.get().load_program(program.pte, fuse=False).load_method("forward")
+    # The premise: one chain for the queries and one for the keys of each layer, all fused.
+    assert _fused(fused).count("pterun::rotary") == 2 * llama_args()["n_layers"]
+    assert "pterun::rotary (aten::slice_copy.Tensor_out x2, aten::squeeze_copy.dims_out x2" in fused.source
+    tokens = torch.tensor([[3, 17, 25, 9, 41, 7]])
+    calls = [(tokens, torch.tensor([0]))] + [(tokens[:, i:i + 1] + 1, torch.tensor([6 + i])) for i in range(4)]
+    for call in calls:
+        assert torch.equal(fused.execute(list(call))[0], plain.execute(list(call))[0])
+    x, cos, sin = seeded(0, 1, 3, 4, 8, 2), seeded(1, 1, 3, 1, 8), seeded(2, 1, 3, 1, 8)
+    out = torch.empty(0)
+    assert torch.equal(kernels.RotaryInto()(x, cos, sin, out=out), kernels.rotary(x, cos, sin))

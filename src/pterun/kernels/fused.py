@@ -46,3 +46,40 @@ def rms_norm_cast(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
 
 def rms_norm_cast_out(x, weight, eps, *, out: torch.Tensor) -> torch.Tensor:
     return torch.mul(weight, torch.rms_norm(x, (x.shape[-1],), None, eps).to(weight.dtype), out=out)
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of interleaved pairs (x [..., n, 2]): (x0 * cos - x1 * sin, x0 * sin + x1 * cos) [..., n, 2],
+    each product and sum rounded on its own as the exported chain rounds them."""
+    x0, x1 = x[..., 0], x[..., 1]
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
+
+
+class RotaryInto:
+    """``rotary`` written into ``out``: computed whole in buffers of its own (one per chain: the calls of a method
+    take turns), then copied, so ``out`` may share bytes with ``x`` (the exporter's memory plan may give it x's
+    once x is read); the buffers grow to the largest call and are reused, no allocation per call once they are."""
+
+    def __init__(self) -> None:
+        self._pairs: torch.Tensor | None = None
+        self._product: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+        x0, x1 = x[..., 0], x[..., 1]
+        n = x0.numel()
+        pairs, product = self._pairs, self._product
+        if pairs is None or product is None or product.numel() < n or product.dtype != out.dtype \
+                or product.device != out.device:
+            pairs = self._pairs = torch.empty(2 * n, dtype=out.dtype, device=out.device)
+            product = self._product = torch.empty(n, dtype=out.dtype, device=out.device)
+        both = pairs[:2 * n].view(x.shape)
+        first, second, other = both[..., 0], both[..., 1], product[:n].view(x0.shape)
+        torch.mul(x0, cos, out=first)
+        torch.mul(x1, sin, out=other)
+        first.sub_(other)
+        torch.mul(x0, sin, out=second)
+        torch.mul(x1, cos, out=other)
+        second.add_(other)
+        if out.shape != x.shape:
+            out.resize_(x.shape)
+        return out.copy_(both)

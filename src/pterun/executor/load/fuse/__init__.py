@@ -3,6 +3,7 @@
 One module per chain finds it, ending at a step (common.py: which step made
 each value a step reads): attention.py (about twenty kernels, run as
 PyTorch's fused attention), rms_norm.py (six, run as ``torch.rms_norm``),
+rotary.py (a rotary embedding's thirteen, as one call of the same arithmetic),
 swiglu.py (a SwiGLU MLP's two products and SiLU-product, only where the
 kernel registry holds a kernel for the method's device). Each chain found
 whole is replaced by one call, placed where its last step was; the other
@@ -17,6 +18,12 @@ on the same bytes), written and bound by no other step (its shape may be
 dynamic: the patterns check the dimensions they rely on); and
 what the fused call reads is written by no other step between the chain's
 first read of it and the fused call. Methods with jumps are left as they are.
+
+Chains are found in rounds, each over the steps with the chains found before
+fused: two chains interleaved (a rotary embedding of the queries and one of the
+keys) may each write, on the way, bytes the exporter's plan lets them share
+with the other's inputs once those are read, so the second is safe to fuse only
+once the first's steps are gone.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from collections import Counter
 from pterun.core.device import DeviceType
 from pterun.executor.load.effects import MethodEffects
 from pterun.executor.load.fold import Rewriter, overlaps
-from pterun.executor.load.fuse import attention, rms_norm, swiglu
+from pterun.executor.load.fuse import attention, rms_norm, rotary, swiglu
 from pterun.executor.load.fuse.common import Chain, Graph
 from pterun.executor.load.steps import KernelStep
 from pterun.format import JumpFalseCall, Plan, TensorSpec
@@ -37,14 +44,23 @@ def patterns(kernels: KernelRegistry, device_type: DeviceType) -> tuple:
     """The chain patterns for a method run on ``device_type``: each takes the graph and a step, and gives the
     chain ending there or None."""
     found = swiglu.matcher(kernels, device_type)
-    return (attention.match, rms_norm.match) + ((found,) if found is not None else ())
+    return (attention.match, rms_norm.match, rotary.match) + ((found,) if found is not None else ())
 
 
 def find_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects, matchers: tuple) -> list[Chain]:
     """Every chain of ``steps`` that can be replaced by one fused call. ``effects`` are those of the method's
-    steps before any were folded."""
+    steps before any were folded.
+
+    Found in rounds (see the module's docstring)."""
     if any(isinstance(s, JumpFalseCall) for s in steps):
         return []
+    chains: list[Chain] = []
+    while found := _round(plan, fused(steps, chains), objects, effects, matchers):
+        chains += found
+    return chains
+
+
+def _round(plan: Plan, steps: list, objects: list, effects: MethodEffects, matchers: tuple) -> list[Chain]:
     g = Graph(plan, steps, objects)
     current = effects.after(steps)
     rw = Rewriter(plan, steps, objects, set(), current, effects)
