@@ -149,13 +149,13 @@ def test_float_reports_every_node_with_its_debug_handle():
     assert {"XNNConv2d", "XNNDepthwiseConv2d", "XNNAdd", "XNNMaxPooling2d"} <= {n.kind for n in blob.nodes}
     handle = _delegate(exported.pte)
     assert len(handle.graph.inputs) == 1 and handle.graph.inputs[0].dims == (2, 3, 16, 16)
-    before = handle._first
+    before = handle._translations[handle._key]
     x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
     _, reports = _profile(handle, [x], logs_values=False)
     _check_reports(handle, blob, reports, logs_values=False)
     assert reports[1].name == "XNNConv2d #1" and reports[0].debug_handle == -1  # the inserted transpose
     # The plain translation is left as it was.
-    assert handle._first is before and "_node(" not in handle.source and handle._hooks is None
+    assert handle._translations[handle._key] is before and "_node(" not in handle.source and handle._hooks is None
 
 
 def test_float_logged_values_match_eager():
