@@ -149,13 +149,13 @@ def test_float_reports_every_node_with_its_debug_handle():
     assert {"XNNConv2d", "XNNDepthwiseConv2d", "XNNAdd", "XNNMaxPooling2d"} <= {n.kind for n in blob.nodes}
     handle = _delegate(exported.pte)
     assert len(handle.graph.inputs) == 1 and handle.graph.inputs[0].dims == (2, 3, 16, 16)
-    before = handle._translations[handle._key]
+    before = handle._last
     x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
     _, reports = _profile(handle, [x], logs_values=False)
     _check_reports(handle, blob, reports, logs_values=False)
     assert reports[1].name == "XNNConv2d #1" and reports[0].debug_handle == -1  # the inserted transpose
     # The plain translation is left as it was.
-    assert handle._translations[handle._key] is before and "_node(" not in handle.source and handle._hooks is None
+    assert handle._last is before and "_node(" not in handle.source and handle._hooks is None
 
 
 def test_float_logged_values_match_eager():
@@ -334,3 +334,29 @@ def test_round_trips_are_tables_of_xnnpacks_two_converts(a, b, expected):
 
     q = np.arange(-128, 128)
     assert np.array_equal(_requantized(PerTensor(*a), PerTensor(*b), -128, 127), expected(q))
+
+
+# -- row quantizations shared (optimize.share_row_quantizations) ------------------------------------------------
+
+
+def test_rows_quantized_alike_once_are_quantized_once_and_still_reported():
+    """ExecuTorch's 8da4w Llama quantizes one normalized row three times for the query, key and value
+    projections (one blob): one convert stands for all three, with the same outputs, and every node of the blob
+    still reports once."""
+    from tests.support.llm_programs import llama_program
+
+    pte = llama_program("xnnpack-8da4w").pte
+    blobs = graphs(pte)
+    index = next(i for i, blob in enumerate(blobs) if sum(n.kind == "XNNConvert" for n in blob.nodes) == 3)
+    blob, handle = blobs[index], _delegate(pte, index)
+    converts = [n for n in blob.nodes if n.kind == "XNNConvert"]
+    assert len({n.p.input_id for n in converts}) == 1, "premise: three converts of one value"
+    assert [n.kind for n in handle.graph.nodes].count("XNNConvert") == 1
+    x = torch.randn(handle.graph.inputs[0].dims, generator=torch.Generator().manual_seed(0))
+    _, reports = _profile(handle, [x], logs_values=True)
+    _check_reports(handle, blob, reports, logs_values=True)
+    # The blob as read, every convert kept (it has nothing else optimize.py rewrites): the same outputs.
+    assert {n.kind for n in blob.nodes} == {"XNNConvert", "XNNFullyConnected"}
+    unshared = XnnpackDelegate(blob, torch.device("cpu"))
+    for a, e in zip(_call(handle, handle.graph, [x]), _call(unshared, blob, [x]), strict=True):
+        assert torch.equal(a, e)

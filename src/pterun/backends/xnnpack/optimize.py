@@ -23,6 +23,9 @@ Empty pads: a constant pad of nothing on every side (transformers' "same" paddin
 before stride-1 convolutions) is a copy; its readers read its input instead
 (only faster).
 
+Row quantizations: converts quantizing the same value's rows at run time alike become one (only faster:
+the same bits).
+
 Pointwise convolutions: XNNPACK runs a 1x1, stride 1, unpadded, ungrouped
 convolution as a fully connected node, and when its input is quantized at run
 time it quantizes that input per pixel (as fully connected inputs are) rather
@@ -310,5 +313,33 @@ def _empty(graph: Graph, pad: Node) -> bool:
             and len(pre) == len(post) == len(x.dims) and not any(pre) and not any(post))
 
 
+def share_row_quantizations(graph: Graph) -> Graph:
+    """One convert where several quantize the same value's rows at run time alike (the query, key and value
+    projections of a layer, each a delegate of their own in the exporter's graph, then one blob): the first's
+    result stands for the others', which computed the same bits."""
+    outputs = {v.id for v in graph.outputs}
+    first: dict[tuple, Node] = {}  # (input, what the result is) -> the convert that computes it
+    source: dict[int, int] = {}  # a dropped convert's output -> the one its readers read instead
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        read = {k: v for k in vars(n.p) if k.endswith("_id") and not k.startswith("output")
+                and (v := getattr(n.p, k)) in source}
+        n = copy.copy(n)
+        if read:
+            n.p = copy.copy(n.p)
+            vars(n.p).update({k: source[v] for k, v in read.items()})
+        y = graph.values.get(n.p.output_id) if n.kind == "XNNConvert" else None
+        if y is not None and isinstance(y.quant, DynamicRows) and y.id not in outputs:
+            key = (n.p.input_id, y.datatype, y.dims, y.quant.num_nonbatch_dims, n.output_min, n.output_max)
+            kept = first.setdefault(key, n)
+            if kept is not n:
+                source[y.id] = kept.p.output_id
+                kept.fused = (*kept.fused, n, *n.fused)
+                continue
+        nodes.append(n)
+    return Graph(graph.values, nodes, graph.num_externs, graph.inputs, graph.outputs)
+
+
 def optimize(graph: Graph) -> Graph:
-    return merge_clamps(fuse_pads(pointwise_rows(drop_empty_pads(drop_round_trips(graph)))))
+    return share_row_quantizations(
+        merge_clamps(fuse_pads(pointwise_rows(drop_empty_pads(drop_round_trips(graph))))))
