@@ -6,8 +6,10 @@ programs here also run against ExecuTorch directly."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import platform
 
+import numpy as np
 import pytest
 import torch
 
@@ -65,6 +67,50 @@ def test_4bit_block_layers_match_the_pytorch_path_bit_for_bit(kernel, family, mo
             a, b = fast.execute([x])[0], plain.execute([x])[0]
             assert torch.equal(a, b), (
                 f"{exported.key} {shape} on {kernel} in the {family} order: {(a != b).sum()} differ")
+
+
+def _qd8_row(row: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """XNNPACK's qd8 quantization of one float32 row as its x86 kernels compute it, the range taken in the row's
+    order (which decides where a NaN is): the int8 row, its zero point and its dequantization scale."""
+    f = np.float32
+    lo = hi = row[0] if len(row) else f(0)
+    for v in row[1:]:
+        lo, hi = (v if v < lo else lo), (v if v > hi else hi)
+    rmin, rmax = (lo if lo < 0 else f(0)), (f(0) if hi < 0 else hi)  # x86's minss / maxss against 0
+    s = f(1) if rmin == rmax else f(255) / (rmax - rmin)
+    low, high = rmin * s, rmax * s
+    zp = (f(-128) - low) if (f(-128) + low) + (f(127) + high) > 0 else (f(127) - high)
+    zp = zp if f(-128) < zp else f(-128)
+    z = int(np.rint(zp if zp < f(127) else f(127)))
+    v = row * s
+    v = np.where(v < f(32767), v, f(32767))  # a NaN gives 32767
+    n = np.where(v >= f(-32768), np.rint(np.nan_to_num(v)), f(-32768)).astype(np.int64) + z
+    return np.clip(n, -128, 127).astype(np.int8), float(z), float(f(1) / s)
+
+
+@pytest.mark.parametrize("kernel", _isas())
+def test_rows_are_quantized_as_xnnpack_does_it_on_every_instruction_set(kernel):
+    """Every width's remainder after the vector lanes, NaN anywhere in a row (the scalar loop decides those),
+    infinities, zeros of both signs, ranges so small that the scale is infinite and so wide that it is tiny."""
+    generator = torch.Generator().manual_seed(7)
+    rows = []
+    for width in (1, 7, 8, 15, 16, 17, 33, 100, 768):
+        base = torch.randn(width, generator=generator) * 3
+        rows += [base, base * 1e-39, base * 1e37, torch.zeros(width), -torch.zeros(width), base.abs(), -base.abs()]
+        for at in {0, width // 2, width - 1}:
+            for special in (math.nan, math.inf, -math.inf, -0.0):
+                row = base.clone()
+                row[at] = special
+                rows.append(row)
+    for row in rows:
+        x = row.reshape(1, -1).contiguous()
+        q, zp, scale = torch.empty(x.shape, dtype=torch.int8), torch.empty(1), torch.empty(1)
+        native._kernels().quantize_rows(native._ISAS[kernel], x.data_ptr(), 1, x.shape[1], x.shape[1], q.data_ptr(),
+                                        x.shape[1], zp.data_ptr(), scale.data_ptr())
+        with np.errstate(all="ignore"):
+            q_expected, zp_expected, scale_expected = _qd8_row(row.numpy())
+        assert np.array_equal(q.numpy()[0], q_expected), (kernel, row)
+        assert zp.item() == zp_expected and scale.numpy()[0].tobytes() == np.float32(scale_expected).tobytes()
 
 
 def test_native_layers_match_executorch_at_every_row_count():

@@ -100,6 +100,15 @@ static AVX2_TARGET void dequantize_avx2(const int8_t* x, float* y, int64_t n, in
 
 #endif
 
+void pn_quantize_s8_row(int isa, const float* x, int8_t* y, int64_t n, float inverse_scale, int32_t zero_point) {
+#if defined(__x86_64__)
+  if (isa == PN_AVX512VNNI) return quantize_avx512(x, y, n, inverse_scale, zero_point);
+  if (isa == PN_AVX2) return quantize_avx2(x, y, n, inverse_scale, zero_point);
+#endif
+  (void)isa;
+  quantize_portable(x, y, n, inverse_scale, zero_point);
+}
+
 static void lookup_portable(const int8_t* table, const int8_t* x, int8_t* y, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] = table[(uint8_t)x[i]];
 }

@@ -32,14 +32,14 @@ static PyObject* py_cpu_isa(PyObject* self, PyObject* unused) {
   return PyUnicode_FromString(pn_isa_name(pn_cpu_isa()));
 }
 
-/* quantize_rows(x, rows, cols, x_stride, q, q_stride, zero_point, scale) */
+/* quantize_rows(isa, x, rows, cols, x_stride, q, q_stride, zero_point, scale) */
 static PyObject* py_quantize_rows(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
-  long long a[8];
-  if (!arity(nargs, 8, "quantize_rows") || !ints(args, 8, a)) return NULL;
+  long long a[9];
+  if (!arity(nargs, 9, "quantize_rows") || !ints(args, 9, a)) return NULL;
   Py_BEGIN_ALLOW_THREADS
-  pn_quantize_rows((const float*)(intptr_t)a[0], a[1], a[2], a[3], (int8_t*)(intptr_t)a[4], a[5],
-                   (float*)(intptr_t)a[6], (float*)(intptr_t)a[7]);
+  pn_quantize_rows((int)a[0], (const float*)(intptr_t)a[1], a[2], a[3], a[4], (int8_t*)(intptr_t)a[5], a[6],
+                   (float*)(intptr_t)a[7], (float*)(intptr_t)a[8]);
   Py_END_ALLOW_THREADS
   Py_RETURN_NONE;
 }

@@ -33,11 +33,13 @@ void pn_parallel(pn_task task, void* ctx, int64_t count, int threads);
  * scale 255 / range, the nudged zero point; each value min(x * scale, 32767) rounded half to even, plus the zero
  * point, saturated to int8. Writes the int8 rows, each row's zero point and its dequantization scale (1 / scale),
  * both as floats. */
-void pn_quantize_rows(const float* x, int64_t rows, int64_t cols, int64_t x_stride, int8_t* q, int64_t q_stride,
-                      float* zero_point, float* scale);
+void pn_quantize_rows(int isa, const float* x, int64_t rows, int64_t cols, int64_t x_stride, int8_t* q,
+                      int64_t q_stride, float* zero_point, float* scale);
 
 /* XNNPACK's converts of n values between float32 and signed 8-bit ones of one scale and zero point (convert.c):
  * quantize takes 1 / scale (as XNNPACK computes it in float32), dequantize the scale. */
+/* pn_quantize_s8 on the calling thread alone. */
+void pn_quantize_s8_row(int isa, const float* x, int8_t* y, int64_t n, float inverse_scale, int32_t zero_point);
 void pn_quantize_s8(int isa, const float* x, int8_t* y, int64_t n, float inverse_scale, int32_t zero_point,
                     int threads);
 void pn_dequantize_s8(int isa, const int8_t* x, float* y, int64_t n, int32_t zero_point, float scale, int threads);

@@ -144,8 +144,8 @@ def emit_qb4w(b, layer, rows: int, n: int, x: str, x_stride: int, zero_points: s
 def emit_quantize_rows(b, x: str, rows: int, cols: int, q: str, zero_points: str, scales: str) -> None:
     """Lines quantizing float rows ``x`` [rows, cols] into fixed int8 rows ``q``, zero points and scales."""
     run = _function(b, "quantize_rows", _kernels().quantize_rows)
-    b.emit(f"{run}({source(b, x)}, {rows}, {cols}, {cols}, {_pointer(b, q)}, {cols}, {_pointer(b, zero_points)}, "
-           f"{_pointer(b, scales)})")
+    b.emit(f"{run}({_ISAS[kernel_isa()]}, {source(b, x)}, {rows}, {cols}, {cols}, {_pointer(b, q)}, {cols}, "
+           f"{_pointer(b, zero_points)}, {_pointer(b, scales)})")
 
 
 def q8_pack(b, weights: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, out_min: float,
