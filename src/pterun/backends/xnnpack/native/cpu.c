@@ -38,8 +38,8 @@ static pn_task pool_task;
 static void* pool_ctx;
 static int64_t pool_count;
 static _Atomic int64_t pool_next;
-static int pool_wanted = 0;  /* workers taking part in the current call */
-static int pool_busy = 0;    /* of those, still working */
+static int pool_wanted = 0;  /* workers that may join the current call (none once the caller's tasks are taken) */
+static int pool_busy = 0;    /* workers that joined it and are still working */
 
 static void run_tasks(void) {
   for (;;) {
@@ -59,6 +59,7 @@ static void* worker(void* arg) {
       pthread_cond_wait(&pool_wake, &pool_lock);
     }
     seen = pool_generation;
+    pool_busy++;
     pthread_mutex_unlock(&pool_lock);
     run_tasks();
     pthread_mutex_lock(&pool_lock);
@@ -106,14 +107,16 @@ void pn_parallel(pn_task task, void* ctx, int64_t count, int threads) {
   pool_count = count;
   atomic_store(&pool_next, 0);
   pool_wanted = helpers;
-  pool_busy = helpers;
+  pool_busy = 0;
   pool_generation++;
   pthread_cond_broadcast(&pool_wake);
   pthread_mutex_unlock(&pool_lock);
   run_tasks();
+  /* Every task is taken: workers still asleep sit this call out (waiting for them to wake would cost a small
+   * call more than its work), and those that joined finish theirs. */
   pthread_mutex_lock(&pool_lock);
-  while (pool_busy > 0) pthread_cond_wait(&pool_done, &pool_lock);
   pool_wanted = 0;
+  while (pool_busy > 0) pthread_cond_wait(&pool_done, &pool_lock);
   pthread_mutex_unlock(&pool_lock);
   pthread_mutex_unlock(&pool_call);
 }
