@@ -226,7 +226,8 @@ void pn_q8_run(const pn_q8* L, int64_t rows, const int8_t* x, int64_t x_stride, 
   int64_t per = L->tiles;
   if (threads > 1) {
     per = (L->tiles + 4 * threads - 1) / (4 * threads);
-    const int64_t outputs = (INT64_C(1) << 16) / (rows * (L->k ? L->k : 1)) + 1;
+    /* each task 2^20 multiply-adds at least, as qb4w.c says why */
+    const int64_t outputs = (INT64_C(1) << 20) / (rows * (L->k ? L->k : 1)) + 1;
     const int64_t least = (outputs + 15) / 16;
     if (per < least) per = least;
   }

@@ -425,12 +425,13 @@ static void run_task(void* ctx, int64_t task) {
 void pn_qb4w_run(const pn_qb4w* L, int64_t rows, const int8_t* x, int64_t x_stride, const float* zero_point,
                  const float* scale, float* out, int64_t out_stride, int threads) {
   if (rows <= 0) return;
-  /* tiles per task: enough tasks to balance `threads`, each of 2^16 multiply-adds at least (a few microseconds,
-   * against a worker's wake-up) */
+  /* tiles per task: enough tasks to balance `threads`, each of 2^20 multiply-adds at least: at one row (a decode
+   * step) that is tens of microseconds of reading weights, about what waking a worker costs on a loaded or
+   * virtual machine, so a layer smaller than that runs on the calling thread alone */
   int64_t per = L->tiles;
   if (threads > 1) {
     per = (L->tiles + 4 * threads - 1) / (4 * threads);
-    const int64_t outputs = (INT64_C(1) << 16) / (rows * L->k) + 1;
+    const int64_t outputs = (INT64_C(1) << 20) / (rows * L->k) + 1;
     const int64_t least = (outputs + L->tile - 1) / L->tile;
     if (per < least) per = least;
   }
