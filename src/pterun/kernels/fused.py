@@ -61,25 +61,20 @@ class RotaryInto:
     once x is read); the buffers grow to the largest call and are reused, no allocation per call once they are."""
 
     def __init__(self) -> None:
-        self._pairs: torch.Tensor | None = None
-        self._product: torch.Tensor | None = None
+        self._buffer: torch.Tensor | None = None  # the pairs (2n values), then one product (n)
 
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
         x0, x1 = x[..., 0], x[..., 1]
         n = x0.numel()
-        pairs, product = self._pairs, self._product
-        if pairs is None or product is None or product.numel() < n or product.dtype != out.dtype \
-                or product.device != out.device:
-            pairs = self._pairs = torch.empty(2 * n, dtype=out.dtype, device=out.device)
-            product = self._product = torch.empty(n, dtype=out.dtype, device=out.device)
-        both = pairs[:2 * n].view(x.shape)
-        first, second, other = both[..., 0], both[..., 1], product[:n].view(x0.shape)
+        buffer = self._buffer
+        if buffer is None or buffer.numel() < 3 * n or buffer.dtype != out.dtype or buffer.device != out.device:
+            buffer = self._buffer = torch.empty(3 * n, dtype=out.dtype, device=out.device)
+        both = buffer[:2 * n].view(x.shape)
+        first, second, other = both[..., 0], both[..., 1], buffer[2 * n:3 * n].view(x0.shape)
         torch.mul(x0, cos, out=first)
         torch.mul(x1, sin, out=other)
         first.sub_(other)
         torch.mul(x0, sin, out=second)
         torch.mul(x1, cos, out=other)
         second.add_(other)
-        if out.shape != x.shape:
-            out.resize_(x.shape)
-        return out.copy_(both)
+        return _into(out, both)

@@ -152,13 +152,7 @@ static void lookup_task(void* ctx, int64_t task) {
 static void quantize_task(void* ctx, int64_t task) {
   const convert_args* a = ctx;
   const int64_t i = task * a->per, n = a->n - i < a->per ? a->n - i : a->per;
-  const float* x = (const float*)a->x + i;
-  int8_t* y = (int8_t*)a->y + i;
-#if defined(__x86_64__)
-  if (a->isa == PN_AVX512VNNI) return quantize_avx512(x, y, n, a->scale, a->zp);
-  if (a->isa == PN_AVX2) return quantize_avx2(x, y, n, a->scale, a->zp);
-#endif
-  quantize_portable(x, y, n, a->scale, a->zp);
+  pn_quantize_s8_row(a->isa, (const float*)a->x + i, (int8_t*)a->y + i, n, a->scale, a->zp);
 }
 
 static void dequantize_task(void* ctx, int64_t task) {

@@ -9,7 +9,7 @@ as the chain rounds it, reading the halves where they are, and copies the pairs 
 
 from __future__ import annotations
 
-from pterun.executor.load.fuse.common import Chain, Graph, scalar
+from pterun.executor.load.fuse.common import Chain, Graph, last_dim, scalar
 from pterun.format import TensorSpec
 from pterun.kernels import Binding, Functional
 from pterun.kernels import fused as kernels
@@ -26,10 +26,10 @@ def match(g: Graph, n: int) -> Chain | None:
     items = getattr(g.plan.values[g.arg(n, 0)], "items", None)
     out = g.made_value(n)
     ospec = g.tensor(out)
-    if items is None or len(items) != 2 or ospec is None or not _last(ospec, g.value(g.arg(n, 1))):
+    if items is None or len(items) != 2 or ospec is None or not last_dim(g, out, g.value(g.arg(n, 1))):
         return None
     unsqueezes = [g.maker.get(v, n) for v in items]
-    if not all(u < n and g.runs(u, "aten::unsqueeze_copy.out") and _last(ospec, g.value(g.arg(u, 1)))
+    if not all(u < n and g.runs(u, "aten::unsqueeze_copy.out") and last_dim(g, out, g.value(g.arg(u, 1)))
                for u in unsqueezes):
         return None
     sub, add = (g.maker_of(u, 0) for u in unsqueezes)
@@ -75,10 +75,6 @@ def _specs_fit(xspec: TensorSpec, ospec: TensorSpec, specs: list, tables: list) 
             and all(t.scalar_type == dtype and len(t.sizes) <= len(pairs) for t in tables))
 
 
-def _last(spec, dim) -> bool:
-    return isinstance(dim, int) and not isinstance(dim, bool) and dim in (-1, len(spec.sizes) - 1)
-
-
 def _half_and_table(g: Graph, n: int) -> tuple[int, int] | None:
     """Of a product at step ``n``: the step that made the half it multiplies (a squeeze) and the table's value."""
     for pos in (0, 1):
@@ -95,8 +91,7 @@ def _half(g: Graph, squeeze: int) -> tuple[int, int, int] | None:
     if not g.runs(sliced, "aten::slice_copy.Tensor_out") or not isinstance(dims, (list, tuple)) or len(dims) != 1:
         return None
     x = g.arg(sliced, 0)
-    spec = g.tensor(x)
-    if spec is None or not _last(spec, dims[0]) or not _last(spec, g.value(g.arg(sliced, 1))):
+    if not last_dim(g, x, dims[0]) or not last_dim(g, x, g.value(g.arg(sliced, 1))):
         return None
     start, end, step = (g.value(g.arg(sliced, p)) for p in (2, 3, 4))
     if step != 1 or start not in (0, 1) or end != start + 1:
