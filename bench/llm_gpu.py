@@ -1,6 +1,6 @@
 """LLM decode on a GPU: pterun.llm against Hugging Face transformers' generate (static cache, torch.compile).
 
-    python bench/llm_gpu.py export [--size 100m|1b] [--out .cache/bench/llm]  # with ExecuTorch: the .pte, xz'd
+    python bench/llm_gpu.py export [--size 100m|1b] [--quant 8da4w] [--out .cache/bench/llm]  # with ExecuTorch
     python bench/llm_gpu.py run --dir DIR [--sizes 100m,1b] [--json OUT]     # on the GPU machine
 
 ``export --size tiny`` writes the same program at a size of a few thousand weights (2 layers, width 64, a
@@ -14,10 +14,13 @@ weights are two values of either sign (so the file compresses to travel; speed d
 values); exported from transformers' LlamaForCausalLM with its static cache
 (``TorchExportableModuleWithStaticCache``), the program optimum-executorch writes, with the metadata methods
 the runner reads. Its positions are tensors, so pterun replays each decode step as one CUDA graph.
+``--quant 8da4w`` writes the same model in float32 with its linear layers quantized as optimum-executorch
+quantizes them (8-bit dynamic activations, 4-bit weights in groups of 32) and lowered to XNNPACK.
 
 ``run`` times, for each size whose file is there, prompt 128 and 128 new tokens (greedy, EOS never chosen):
 - pterun.llm's TextLLMRunner on the .pte (device="cuda"), plain and with ``compile=True`` (its load and first
-  generation timed as the compile's cost), from the runner's own Stats;
+  generation timed as the compile's cost), from the runner's own Stats; and its 8da4w form where that file
+  is there (``pterun_8da4w``, against the bf16 program's rate);
 - transformers' ``generate`` on the same model (the same weights, made the same way) with
   ``cache_implementation="static"``, which transformers compiles (``mode="reduce-overhead"``: CUDA graphs);
 - the floor: the weights' bytes over the device-to-device copy bandwidth measured here, per token.
@@ -43,6 +46,7 @@ from llm import prompt_of  # noqa: E402
 from llm_export import CONTEXT, PARAMS, write_tokenizer  # noqa: E402  (puts the repository on the path)
 from models import codebook  # noqa: E402
 
+from tests.support.llm_programs import quantize_8da4w_linears  # noqa: E402
 from tests.support.llm_tokenizers import BOS_ID, EOS_ID  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,8 +58,8 @@ SIZES = {
 }
 
 
-def program_name(size: str) -> str:
-    return f"hf_llama{size}.bf16.pte"
+def program_name(size: str, quant: str | None = None) -> str:
+    return f"hf_llama{size}.{quant or 'bf16'}.pte"
 
 
 def tokenizer_name(size: str) -> str:
@@ -83,7 +87,7 @@ def hf_model(params: dict = PARAMS):
     return model.to(torch.bfloat16)
 
 
-def export(out: Path, size: str = "100m", compress: bool = True) -> Path:
+def export(out: Path, size: str = "100m", compress: bool = True, quant: str | None = None) -> Path:
     from executorch.exir import to_edge_transform_and_lower
     from transformers import GenerationConfig
     from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
@@ -98,6 +102,13 @@ def export(out: Path, size: str = "100m", compress: bool = True) -> Path:
 
     params = SIZES[size]
     model = hf_model(params)
+    partitioner = []
+    if quant == "8da4w":
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        model = model.float()
+        quantize_8da4w_linears(model)
+        partitioner = [XnnpackPartitioner()]
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
                                                cache_config={"batch_size": 1, "max_cache_len": CONTEXT})
     seq = torch.export.Dim("seq_length", min=1, max=CONTEXT - 1)
@@ -107,15 +118,15 @@ def export(out: Path, size: str = "100m", compress: bool = True) -> Path:
     metadata = {"get_max_seq_len": CONTEXT, "get_max_context_len": CONTEXT, "get_vocab_size": params["vocab_size"],
                 "get_bos_id": BOS_ID, "get_eos_ids": [EOS_ID], "use_kv_cache": True,
                 "use_sdpa_with_kv_cache": False, "enable_dynamic_shape": True}
-    program = to_edge_transform_and_lower(exported, constant_methods=metadata).to_executorch()
+    program = to_edge_transform_and_lower(exported, partitioner=partitioner, constant_methods=metadata).to_executorch()
     out.mkdir(parents=True, exist_ok=True)
     del model, exported
     if compress:
-        written = out / (program_name(size) + ".xz")
+        written = out / (program_name(size, quant) + ".xz")
         with lzma.open(written, "wb", preset=6) as f:
             f.write(program.buffer)
     else:
-        written = out / program_name(size)
+        written = out / program_name(size, quant)
         with open(written, "wb") as f:
             program.write_to_file(f)
     write_tokenizer(out / tokenizer_name(size), params["vocab_size"])
@@ -196,14 +207,10 @@ def run(directory: Path, sizes: list[str], new_tokens: int, rounds: int, out: Pa
             out.write_text(json.dumps(table, indent=1))
 
     for size in sizes:
-        pte, tokenizer = directory / program_name(size), directory / tokenizer_name(size)
-        if not pte.exists():
-            packed = directory / (program_name(size) + ".xz")
-            if not packed.exists():
-                print(f"{size}: no {packed.name}: skipped", flush=True)
-                continue
-            with lzma.open(packed) as src, open(pte, "wb") as dst:
-                shutil.copyfileobj(src, dst)
+        pte, tokenizer = _program(directory, size), directory / tokenizer_name(size)
+        if pte is None:
+            print(f"{size}: no {program_name(size)}(.xz): skipped", flush=True)
+            continue
         prompt = prompt_of(tokenizer, 128)
         theirs, weights = _transformers(SIZES[size], tokenizer, prompt, new_tokens, rounds)
         floor = weights / bandwidth
@@ -216,6 +223,26 @@ def run(directory: Path, sizes: list[str], new_tokens: int, rounds: int, out: Pa
             ours["over_transformers"] = ours["decode_tok_s"] / theirs["decode_tok_s"]
             record(size, way, ours)
             torch.cuda.empty_cache()
+        quantized = _program(directory, size, "8da4w")
+        if quantized is not None:
+            ours = _pterun(quantized, tokenizer, prompt, new_tokens, rounds)
+            ours["over_transformers"] = ours["decode_tok_s"] / theirs["decode_tok_s"]
+            if "pterun" in table[size]:
+                ours["over_bf16"] = ours["decode_tok_s"] / table[size]["pterun"]["decode_tok_s"]
+            record(size, "pterun_8da4w", ours)
+            torch.cuda.empty_cache()
+
+
+def _program(directory: Path, size: str, quant: str | None = None) -> Path | None:
+    """The program's file, unpacked from its .xz where only that is there; None where neither is."""
+    pte = directory / program_name(size, quant)
+    if not pte.exists():
+        packed = directory / (program_name(size, quant) + ".xz")
+        if not packed.exists():
+            return None
+        with lzma.open(packed) as src, open(pte, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return pte
 
 
 def main() -> None:
@@ -228,6 +255,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="run: write the figures here")
+    parser.add_argument("--quant", choices=["8da4w"], default=None, help="export: the 8da4w form (XNNPACK)")
     parser.add_argument("--no-xz", action="store_true", help="export: the .pte as it is (to run where exported)")
     parser.add_argument("--ways", default=",".join(WAYS), help=f"run: which of pterun's ways ({', '.join(WAYS)})")
     args = parser.parse_args()
@@ -235,7 +263,7 @@ def main() -> None:
     if set(ways) - set(WAYS):
         parser.error(f"--ways: one of {', '.join(WAYS)}")
     if args.what == "export":
-        path = export(args.out, args.size, compress=not args.no_xz)
+        path = export(args.out, args.size, compress=not args.no_xz, quant=args.quant)
         print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
     else:
         run(args.dir, args.sizes.split(","), args.new_tokens, args.rounds, args.json, ways)

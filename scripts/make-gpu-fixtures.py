@@ -204,6 +204,8 @@ def delegate_programs(out: Path, names: set[str] | None = None) -> None:
                 print("xnnpack", name)
         if names is None or "llama_dynamic" in names:
             test_xnnpack_gpu.export_model("llama_dynamic")  # test_dynamic_lengths_on_cuda
+        if names is None or "8da4w" in names:
+            test_xnnpack_gpu.export_8da4w_wide()  # test_4bit_layers_on_cuda_are_the_cpus_in_each_order
     finally:
         exporting._ROOT = saved
 
@@ -212,8 +214,17 @@ def llm_programs(out: Path) -> None:
     """Language models from the LLM exporters, each with its tokenizer, for pterun.llm's GPU tests."""
     from tests.support import llm_programs as programs
 
-    for name, program in (("transformers-static-cache", programs.transformers_program()),
-                          ("llama-dynamic", programs.llama_program("dynamic"))):
+    made = {
+        "transformers-static-cache": programs.transformers_program,
+        "llama-dynamic": lambda: programs.llama_program("dynamic"),
+        # 8da4w programs, for the 4-bit products on CUDA (tests/gpu/test_8da4w_on_cuda.py)
+        "transformers-qwen2-8da4w": lambda: programs.transformers_program("qwen2-8da4w"),
+        "transformers-smollm3-8da4w": lambda: programs.transformers_program("smollm3-8da4w"),
+        "llama-xnnpack-8da4w": lambda: programs.llama_program("xnnpack-8da4w"),
+        "llama-xnnpack-8da4w-quantized-kv": lambda: programs.llama_program("xnnpack-8da4w-quantized-kv"),
+    }
+    for name, make in made.items():
+        program = make()
         directory = out / "llm" / name
         directory.mkdir(parents=True, exist_ok=True)
         shutil.copy(program.pte, directory / "program.pte")

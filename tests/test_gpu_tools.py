@@ -46,7 +46,8 @@ def test_the_gpu_fixture_script_makes_every_part_of_a_subset(tmp_path):
         for file in ("program.pte", "calls.pt", "expected.pt"):
             assert (directory / file).is_file(), f"{name}/{file}"
         ProgramFile(directory / "program.pte").plan("forward")
-    for name in ("transformers-static-cache", "llama-dynamic"):
+    for name in ("transformers-static-cache", "llama-dynamic", "transformers-qwen2-8da4w", "transformers-smollm3-8da4w",
+                 "llama-xnnpack-8da4w", "llama-xnnpack-8da4w-quantized-kv"):
         assert (out / "llm" / name / "program.pte").is_file() and (out / "llm" / name / "tokenizer.json").is_file()
     assert all((out / "asr" / "whisper" / name).is_file() for name in ("program.pte", "tokenizer.json"))
     for name in ("llava", "voxtral"):
@@ -68,12 +69,15 @@ def test_bench_gpus_programs_are_exported_as_it_reads_them(tmp_path):
     assert outputs and all(torch.isfinite(o).all() for o in outputs)
 
 
-def test_bench_llm_gpus_export_step_writes_a_program_the_runner_generates_from(tmp_path):
+@pytest.mark.parametrize("quant", ["bf16", "8da4w"])
+def test_bench_llm_gpus_export_step_writes_a_program_the_runner_generates_from(tmp_path, quant):
     from pterun.llm import GenerationConfig, TextLLMRunner
 
-    _run("bench/llm_gpu.py", "export", "--out", str(tmp_path), "--size", "tiny")
+    _run("bench/llm_gpu.py", "export", "--out", str(tmp_path), "--size", "tiny",
+         *(["--quant", quant] if quant != "bf16" else []))
     pte = tmp_path / "program.pte"
-    pte.write_bytes(lzma.decompress((tmp_path / "hf_llamatiny.bf16.pte.xz").read_bytes()))
+    pte.write_bytes(lzma.decompress((tmp_path / f"hf_llamatiny.{quant}.pte.xz").read_bytes()))
+    assert bool(ProgramFile(pte).plan("forward").delegates) == (quant == "8da4w")
     runner = TextLLMRunner(str(pte), str(tmp_path / "tokenizer.tiny.json"))
     pieces: list[str] = []
     runner.generate("Hello", GenerationConfig(max_new_tokens=4, temperature=0.0, echo=False),

@@ -35,7 +35,8 @@ pytestmark = pytest.mark.slow  # tens of seconds: such files run first (tests/co
 # ExecuTorch's pip runtime has no VulkanBackend, so the WebGPU recipe's program has its own oracle
 # (eager PyTorch, tests/backends/webgpu/test_webgpu_llm.py).
 ON_EXECUTORCH = tuple(v for v in programs.LLAMA_VARIANTS if not v.startswith("vulkan-"))
-PROGRAMS = (*ON_EXECUTORCH, "transformers-static-cache", "transformers-qwen2-8da4w", "bundled-example")
+PROGRAMS = (*ON_EXECUTORCH, "transformers-static-cache", "transformers-qwen2-8da4w", "transformers-smollm3-8da4w",
+            "bundled-example")
 PROMPT = "The river runs past the mill and"
 NEW_TOKENS = 10
 
@@ -45,8 +46,8 @@ def _program(name: str) -> programs.LlmProgram:
         return programs.example_program()
     if name == "transformers-static-cache":
         return programs.transformers_program()
-    if name == "transformers-qwen2-8da4w":
-        return programs.transformers_program("qwen2-8da4w")
+    if name.startswith("transformers-"):
+        return programs.transformers_program(name.removeprefix("transformers-"))
     return programs.llama_program(name)
 
 
@@ -66,13 +67,18 @@ def _assert_premises(name: str, program: programs.LlmProgram) -> None:
         assert plan.delegates and "llama::custom_quantized_sdpa.out" in operators, operators
     elif name.startswith("xnnpack-8da4w"):
         assert plan.delegates and "llama::custom_sdpa.out" in operators
-    elif name == "transformers-qwen2-8da4w":
+    elif name.endswith("-8da4w"):  # transformers' decoders, quantized as optimum-executorch quantizes them
         from pterun.backends.xnnpack.graph import Datatype
         from tests.backends.xnnpack.programs import graphs
 
-        biased = [n for g in graphs(program.pte) for n in g.nodes if n.kind == "XNNFullyConnected"
-                  and g.values[n.p.filter_id].datatype == Datatype.QBINT4 and n.p.bias_id != 0xFFFFFFFF]
-        assert len(biased) >= 6, "the q, k and v projections of both layers are 8da4w layers with a bias"
+        layers = [n for g in graphs(program.pte) for n in g.nodes if n.kind == "XNNFullyConnected"
+                  and g.values[n.p.filter_id].datatype == Datatype.QBINT4]
+        biased = [n for n in layers if n.p.bias_id != 0xFFFFFFFF]
+        assert len(layers) >= 14, "every linear layer of both layers and the head is an 8da4w layer"
+        if name == "transformers-qwen2-8da4w":
+            assert len(biased) >= 6, "the q, k and v projections of both layers are 8da4w layers with a bias"
+        else:
+            assert not biased, "SmolLM3's layers have no biases"
     elif name == "no-kv-cache":
         assert not plan.delegates and len(plan.inputs) == 1 and not any("llama::" in op for op in operators)
     elif name in (*ON_EXECUTORCH, "bundled-example"):

@@ -35,7 +35,8 @@ tests/support/exporting.py keeps it) and reused after.
   Qwen2 decoder (q, k and v projections with biases) whose linear layers are
   quantized as optimum-executorch quantizes them (torchao's
   ``Int8DynamicActivationIntxWeightConfig``, 4-bit weights in groups of 32),
-  lowered to XNNPACK.
+  lowered to XNNPACK; ``"smollm3-8da4w"`` is SmolLM3 (no biases, rotary
+  embeddings left out of every fourth layer) quantized and lowered alike.
 
 ``export_llama`` runs in a subprocess. It changes no torch setting (threads,
 default dtype, grad mode, dynamo, inductor and export configs stay as they
@@ -275,7 +276,15 @@ class _StaticCacheDecoder(torch.nn.Module):
 def export_transformers_program(directory: Path, *, seed: int = 0, max_cache_len: int = MAX_CONTEXT_LEN,
                                 model_type: str = "llama") -> Path:
     from executorch.exir import to_edge_transform_and_lower
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (
+        GenerationConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        SmolLM3Config,
+        SmolLM3ForCausalLM,
+    )
 
     torch.manual_seed(seed)
     shape = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -283,7 +292,10 @@ def export_transformers_program(directory: Path, *, seed: int = 0, max_cache_len
                  bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=0, tie_word_embeddings=False)
     if model_type == "qwen2-8da4w":
         model = Qwen2ForCausalLM(Qwen2Config(**shape)).eval().requires_grad_(False)
-        _quantize_8da4w_linears(model)
+        quantize_8da4w_linears(model)
+    elif model_type == "smollm3-8da4w":
+        model = SmolLM3ForCausalLM(SmolLM3Config(**shape)).eval().requires_grad_(False)
+        quantize_8da4w_linears(model)
     else:
         model = LlamaForCausalLM(LlamaConfig(**shape)).eval().requires_grad_(False)
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
@@ -321,7 +333,7 @@ def example_program() -> LlmProgram:
     return LlmProgram(pte, examples / "llm_tiny.tokenizer.json", _metadata(pte), "input_pos")
 
 
-def _quantize_8da4w_linears(model: torch.nn.Module) -> None:
+def quantize_8da4w_linears(model: torch.nn.Module) -> None:
     """optimum-executorch's 8da4w recipe: 8-bit dynamic activations, 4-bit weights in groups of 32, linear
     layers only."""
     from torchao.quantization import quantize_
@@ -333,8 +345,8 @@ def _quantize_8da4w_linears(model: torch.nn.Module) -> None:
 
 
 def transformers_program(model_type: str = "llama") -> LlmProgram:
-    """transformers' LlamaForCausalLM ("llama"), or its Qwen2 quantized as optimum-executorch does
-    ("qwen2-8da4w"), with a static cache."""
+    """transformers' LlamaForCausalLM ("llama"), or its Qwen2 or SmolLM3 quantized as optimum-executorch does
+    ("qwen2-8da4w", "smollm3-8da4w"), with a static cache."""
     key = "llm-transformers-static-cache" if model_type == "llama" else f"llm-transformers-{model_type}"
     pte = _cached(f"{key}-{_VERSION}", lambda d: export_transformers_program(d, model_type=model_type))
     return LlmProgram(pte, tokenizer_path(), _metadata(pte), "cache_position")

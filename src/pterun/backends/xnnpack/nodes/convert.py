@@ -7,7 +7,8 @@ quantized rows and one dequantization scale per row, from which a consumer
 asks for int8 rows and zero points (integer products) or float32 rows of
 ``q - zero_point`` (exact integers, for float products). Each form is computed
 once, by the first consumer that asks for it. Where pterun's native kernels
-run, they quantize the rows (one call, int8 rows first), and convert between
+run, they quantize the rows (one call, int8 rows first; on a CUDA device a
+Triton kernel does, qd8_triton.py), and convert between
 float32 and signed 8-bit values of one scale as XNNPACK's kernels do (a NaN
 quantizes to 127); elsewhere PyTorch's ops do, in the same arithmetic (NaN
 apart).
@@ -154,9 +155,12 @@ def _dynamic_quantize(node: Node, b: Builder, x, y, shape) -> None:
     b.shapes[y.id] = tuple(shape)  # no buffer: consumers read the rows registered below
     x2 = b.view(x.id, (rows, length))
     col = (rows, 1)
-    if native.enabled(b):
+    if native.enabled(b) or (kernel := _triton_rows(b, x)) is not None:
         q8, zp, inv = b.scratch((rows, length), torch.int8), b.scratch(col), b.scratch(col)
-        native.emit_quantize_rows(b, x2, rows, length, q8, zp, inv)
+        if native.enabled(b):
+            native.emit_quantize_rows(b, x2, rows, length, q8, zp, inv)
+        else:
+            b.emit(f"{b.bind(kernel, 'quantize_rows')}({x2}, {q8}, {zp}, {inv})")
         b.dynamic[y.id] = DynamicQuant(None, zp, inv, rows, (rows, length), _rows8=q8)
         return
     d, s, zp, inv = (b.scratch(col) for _ in range(4))
@@ -206,6 +210,18 @@ def _dynamic_quantize(node: Node, b: Builder, x, y, shape) -> None:
     ):
         b.emit(line)
     b.dynamic[y.id] = DynamicQuant(q, zp, inv, rows, (rows, length))
+
+
+def _triton_rows(b: Builder, x):
+    """On a CUDA device, the one-kernel row quantization of float32 rows (qd8_triton.py); None where it does not
+    run (no Triton, ``native=False``, half-precision rows), and PyTorch's ops below do the same arithmetic."""
+    if b.device.type != "cuda" or b.options.get("native", True) is False or x.datatype != Datatype.FP32:
+        return None
+    try:
+        from pterun.backends.xnnpack.nodes.qd8_triton import quantize_rows
+    except ImportError:
+        return None
+    return quantize_rows
 
 
 TRANSLATORS = {"XNNConvert": convert}

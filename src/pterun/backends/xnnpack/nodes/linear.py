@@ -139,7 +139,7 @@ def _dynamic(node, b, x, w, bias, y, rows, k, n, shape, transposed) -> None:
     if cpu and not isinstance(w.quant, Blockwise) and qlinear.dynamic(node, b, q, w, bias, y, rows, k, n, shape,
                                                                        transposed):
         return
-    if cpu and not transposed and isinstance(w.quant, Blockwise) and qblock.applies(w, k, n):
+    if not transposed and isinstance(w.quant, Blockwise) and qblock.applies(w, k, n):
         if q.rows != rows:
             raise InvalidArgument(f"XNNPACK {node.where}: {q.rows} quantized rows for {rows} input rows")
         qblock.dynamic(node, b, q, w, bias, y, rows, k, n, shape)

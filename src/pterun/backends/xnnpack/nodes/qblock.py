@@ -34,6 +34,11 @@ For ``avx2``, where PyTorch's integer products are a scalar loop, the lanes' blo
 float32 product (exact: integers far below 2**24), scaled and added block after block with ``index_add_``;
 the weights are held as float32.
 
+On a CUDA device the product follows the CPU's family too, so that a GPU run gives the bits ExecuTorch gives
+on the machine's CPU: one Triton kernel walks the blocks in order (``qblock_triton.py``), the weights as the
+file packs them. Without Triton (or with ``native=False``), PyTorch's float32 lane sums as for ``avx2`` above,
+one running sum for ``avx512vnni``, each block added on its own (``index_add_`` adds with atomics there).
+
 Against ExecuTorch 1.5.1 the outputs are equal bit for bit on an x86-64 CPU with AVX-512 VNNI and on one
 with AVX2 only (tested, the latter under an emulated AVX2 CPU). What can differ elsewhere, by float32
 rounding only: XNNPACK's SSE and AVX kernels (x86 CPUs without AVX2) and its Arm kernels pack the start
@@ -89,7 +94,13 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape) -> None:
     if native.enabled(b):
         _native(node, b, q, w, bias, y, rows, k, n, shape, "avx2" if family == "other" else family)
         return
-    o = (_vnni if family == "avx512vnni" else _avx2)(b, q, w, bias, y, rows, k, n, shape)
+    if b.device.type == "cuda" and _triton(node, b, q, w, bias, y, rows, k, n, shape,
+                                           "avx512vnni" if family == "avx512vnni" else "avx2"):
+        return
+    if family == "avx512vnni" and b.device.type == "cpu":
+        o = _vnni(b, q, w, bias, y, rows, k, n, shape)
+    else:
+        o = _float_lanes(b, q, w, bias, y, rows, k, n, shape, 1 if family == "avx512vnni" else LANES)
     emit_float_clamp(node, b, o)
 
 
@@ -107,6 +118,35 @@ def _native(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, family: st
     b.define(y.id, shape)
     o2 = b.view(y.id, (rows, n))
     native.emit_qb4w(b, layer, rows, n, q.int8_rows(b), k, q.zero_points, q.scales, o2)
+
+
+def _triton(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, family: str) -> bool:
+    """The product in one Triton kernel on a CUDA device (qblock_triton.py); False where Triton is missing."""
+    if b.options.get("native", True) is False:
+        return False
+    try:
+        from pterun.backends.xnnpack.nodes import qblock_triton
+    except ImportError:
+        return False
+    size = w.quant.block_size
+    if size % 8:
+        return False  # the PyTorch path says why
+
+    def prepare():
+        scales = w.quant.scales.float()
+        start = _start_sums(qlinear.unpack_4bit(w.data, k), scales, size)
+        return (w.data.contiguous().to(b.device), scales.t().contiguous().to(b.device), start.to(b.device),
+                None if bias is None else b.constant(bias).contiguous())
+
+    packed, scales, start, bias_t = b.cached(("qb4", "triton"), prepare)
+    b.route(f"4-bit block product in the order of XNNPACK's {family} kernels (Triton)")
+    o = b.define(y.id, shape)
+    o2 = b.view(y.id, (rows, n))
+    kernel = b.bind(qblock_triton.qb4w, "qb4w")
+    b.emit(f"{kernel}({family!r}, {q.int8_rows(b)}, {b.bind(packed, 'w')}, {b.bind(scales, 'scales')}, "
+           f"{b.bind(start, 'start')}, {q.zero_points}, {q.scales}, {b.bind(bias_t, 'bias')}, {o2}, {size})")
+    emit_float_clamp(node, b, o)
+    return True
 
 
 def _vnni(b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
@@ -158,42 +198,52 @@ def _vnni(b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
     return o
 
 
-def _avx2(b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
+def _float_lanes(b, q, w, bias, y, rows: int, k: int, n: int, shape, lanes: int) -> str:
+    """The product with float32 block sums (exact: integers far below 2**24): the ``avx2`` kernels' order with
+    ``lanes`` 4, the ``avx512vnni`` kernels' with 1 (where integer products do not run: a GPU without Triton)."""
     size = w.quant.block_size
     blocks = k // size
     if size % 8:
         raise DelegateInvalidCompatibility(
             f"XNNPACK {b.where}: blocks of {size} inputs; the avx2 kernels' order needs a multiple of 8 "
             "(XNNPACK's own 4-bit kernels take multiples of 32)")
-    part = size // LANES  # each lane's inputs of a block
+    part = size // lanes  # each lane's inputs of a block
 
     def prepare():
         ints = qlinear.unpack_4bit(w.data, k)  # int16 [N, K]
         scales = w.quant.scales.float()
         start = _start_sums(ints, scales, size)
-        # [block, lane, input of the lane, output]: input k = block * size + 8 c + 2 lane + t is lane input 2 c + t
-        weights = (ints.float().view(n, blocks, size // 8, LANES, 2).permute(1, 3, 2, 4, 0)
-                   .reshape(blocks * LANES, part, n).contiguous())
-        return weights, scales.t().contiguous().view(blocks, 1, 1, n), start
+        # [block, lane, input of the lane, output]: input k = block * size + 2 lanes c + 2 lane + t is lane
+        # input 2 c + t
+        weights = (ints.float().view(n, blocks, size // (2 * lanes), lanes, 2).permute(1, 3, 2, 4, 0)
+                   .reshape(blocks * lanes, part, n).contiguous())
+        return (weights.to(b.device), scales.t().contiguous().view(blocks, 1, 1, n).to(b.device),
+                start.to(b.device))
 
-    weights, scales, start = b.cached(("qb4", "avx2"), prepare)
-    b.route("4-bit block product in the order of XNNPACK's avx2 kernels (float32 lane sums)")
+    weights, scales, start = b.cached(("qb4", "lanes", lanes), prepare)
+    family = "avx2" if lanes == LANES else "avx512vnni"
+    b.route(f"4-bit block product in the order of XNNPACK's {family} kernels (float32 lane sums)")
     o = b.define(y.id, shape)
     o2 = b.view(y.id, (rows, n))
-    lanes_x = b.scratch((blocks * LANES, rows, part))
-    source = b.env[q.float_rows(b)].view(rows, blocks, size // 8, LANES, 2).permute(1, 3, 0, 2, 4)
-    b.emit(f"{b.bind(b.env[lanes_x].view(blocks, LANES, rows, size // 8, 2), 'lx')}.copy_({b.bind(source, 'rows')})")
-    sums = b.scratch((blocks * LANES, rows, n))
+    lanes_x = b.scratch((blocks * lanes, rows, part))
+    source = b.env[q.float_rows(b)].view(rows, blocks, size // (2 * lanes), lanes, 2).permute(1, 3, 0, 2, 4)
+    b.emit(f"{b.bind(b.env[lanes_x].view(blocks, lanes, rows, size // (2 * lanes), 2), 'lx')}"
+           f".copy_({b.bind(source, 'rows')})")
+    sums = b.scratch((blocks * lanes, rows, n))
     b.emit(f"torch.bmm({lanes_x}, {b.bind(weights, 'w')}, out={sums})")
-    products = b.bind(b.env[sums].view(blocks, LANES, rows, n), "p")
+    products = b.bind(b.env[sums].view(blocks, lanes, rows, n), "p")
     b.emit(f"{products}.mul_({b.bind(scales, 'scales')})")  # exact: a block sum times a bf16
-    acc = b.scratch((LANES, rows, n))
+    acc = b.scratch((lanes, rows, n))
     b.emit(f"torch.mul({q.zero_points}, {b.bind(start, 'start')}, out={b.bind(b.env[acc][0], 'lane0')})")
-    b.emit(f"{b.bind(b.env[acc][1:], 'lanes_rest')}.zero_()")
-    index = b.bind(torch.zeros(blocks, dtype=torch.int64), "first")
-    b.emit(f"{b.bind(b.env[acc].view(1, -1), 'lanes')}.index_add_(0, {index}, "
-           f"{b.bind(b.env[sums].view(blocks, -1), 'p_flat')})")
-    lane = [b.bind(b.env[acc][j], f"l{j}") for j in range(LANES)]
+    if lanes > 1:
+        b.emit(f"{b.bind(b.env[acc][1:], 'lanes_rest')}.zero_()")
+    _add_in_order(b, b.env[acc].view(1, -1), b.env[sums].view(blocks, -1))
+    if lanes == 1:
+        b.emit(f"torch.mul({b.bind(b.env[acc][0], 'sum')}, {q.scales}, out={o2})")
+        if bias is not None:
+            b.emit(f"{o2}.add_({b.ref(bias.id)})")
+        return o
+    lane = [b.bind(b.env[acc][j], f"l{j}") for j in range(lanes)]
     pair = b.scratch((rows, n))
     b.emit(f"torch.add({lane[0]}, {lane[1]}, out={o2})")
     b.emit(f"torch.add({lane[2]}, {lane[3]}, out={pair})")
@@ -204,6 +254,18 @@ def _avx2(b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
         addend = b.cached("bias64", lambda: b.constant(bias).double())
         qmath.emit_fma(b, o2, o2, q.scales, b.bind(addend, "bias64"), (rows, n))
     return o
+
+
+def _add_in_order(b, acc: torch.Tensor, products: torch.Tensor) -> None:
+    """Lines adding the rows of ``products`` [blocks, m] onto ``acc`` [1, m] one after the other, each addition
+    rounded: ``index_add_`` on the CPU (it adds the slices of its source in index order); on a GPU it adds
+    them with atomics, in no set order, so there each block is an addition of its own."""
+    if acc.device.type == "cpu":
+        index = b.bind(torch.zeros(products.shape[0], dtype=torch.int64), "first")
+        b.emit(f"{b.bind(acc, 'acc')}.index_add_(0, {index}, {b.bind(products, 'p_flat')})")
+        return
+    b.emit(f"for _p in {b.bind(list(products.unsqueeze(1).unbind(0)), 'blocks')}:")
+    b.emit(f"    {b.bind(acc, 'acc')}.add_(_p)")
 
 
 def _grouped(b, q, ops, scales, rows: int, n: int, size: int, group: int, o2: str) -> None:

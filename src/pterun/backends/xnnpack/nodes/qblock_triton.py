@@ -1,0 +1,93 @@
+"""XNNPACK's qd8 x qb4w product on a CUDA device, in one Triton kernel and in the order of the CPU's kernels.
+
+``qblock.py`` says what the order is; this kernel repeats it on the GPU, so a CUDA run of an 8da4w program
+gives the bits ExecuTorch gives on the machine's CPU. Each program takes one row and ``BLOCK_N`` outputs
+and walks the blocks in order: a block's sum is exact in int32, its product with the block's scale is
+exact in float32, and each addition onto the running sum (one sum, or the ``avx2`` kernels' four lanes)
+rounds once. The weights stay as the file packs them, two 4-bit values to a byte plus 8, read once per
+row.
+
+The kernel is compiled with ``enable_fp_fusion=False``: Triton would otherwise contract a product and a
+sum into one fused multiply-add, which rounds once where XNNPACK rounds twice (the row's scale times the
+sum, then the bias). The one fused multiply-add XNNPACK's ``avx2`` kernels do make is ``tl.fma``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# Triton's interpreter (TRITON_INTERPRET=1) rounds every operation anyway and takes no compile options.
+NO_FUSION = {} if os.environ.get("TRITON_INTERPRET") == "1" else {"enable_fp_fusion": False}
+FAMILIES = {"avx512vnni": 1, "avx2": 4}  # the running sums each output keeps
+
+
+@triton.jit
+def _qb4w(x_ptr, w_ptr, scale_ptr, start_ptr, zp_ptr, rs_ptr, bias_ptr, y_ptr, N, K, blocks, stride_w,
+          SIZE: tl.constexpr, HALF: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr,
+          HAS_BIAS: tl.constexpr):
+    row = tl.program_id(1)
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    t = tl.arange(0, HALF)  # the bytes of a block: inputs 2t (low nibble) and 2t + 1 (high)
+    t_ok = t < SIZE // 2
+    lane = t % 4  # the avx2 kernels' lane of inputs 2t and 2t + 1: (k % 8) // 2
+    x_row = x_ptr + row.to(tl.int64) * K
+    w_rows = w_ptr + cols[:, None].to(tl.int64) * stride_w
+    w_ok = col_ok[:, None] & t_ok[None, :]
+    zp = tl.load(zp_ptr + row)
+    first = zp * tl.load(start_ptr + cols, mask=col_ok, other=0.0)
+    zero = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    s0, s1, s2, s3 = first, zero, zero, zero
+    for i in range(0, blocks):
+        base = i * SIZE
+        xe = tl.load(x_row + base + 2 * t, mask=t_ok, other=0).to(tl.int32)
+        xo = tl.load(x_row + base + 2 * t + 1, mask=t_ok, other=0).to(tl.int32)
+        wb = tl.load(w_rows + i * (SIZE // 2) + t[None, :], mask=w_ok, other=0x88).to(tl.int32)
+        products = ((wb & 15) - 8) * xe[None, :] + ((wb >> 4) - 8) * xo[None, :]
+        scale = tl.load(scale_ptr + i * N + cols, mask=col_ok, other=0.0)
+        if LANES == 1:
+            s0 = s0 + tl.sum(products, axis=1).to(tl.float32) * scale
+        else:
+            s0 = s0 + tl.sum(tl.where(lane[None, :] == 0, products, 0), axis=1).to(tl.float32) * scale
+            s1 = s1 + tl.sum(tl.where(lane[None, :] == 1, products, 0), axis=1).to(tl.float32) * scale
+            s2 = s2 + tl.sum(tl.where(lane[None, :] == 2, products, 0), axis=1).to(tl.float32) * scale
+            s3 = s3 + tl.sum(tl.where(lane[None, :] == 3, products, 0), axis=1).to(tl.float32) * scale
+    rs = tl.load(rs_ptr + row)
+    if LANES == 1:
+        y = s0 * rs
+        if HAS_BIAS:
+            y = y + tl.load(bias_ptr + cols, mask=col_ok, other=0.0)
+    else:
+        total = (s0 + s1) + (s2 + s3)
+        if HAS_BIAS:
+            y = tl.fma(total, rs, tl.load(bias_ptr + cols, mask=col_ok, other=0.0))
+        else:
+            y = total * rs
+    tl.store(y_ptr + row.to(tl.int64) * N + cols, y, mask=col_ok)
+
+
+def block_n(rows: int, n: int) -> int:
+    """Outputs per program: enough programs to fill a large GPU at one row, wide tiles for many rows."""
+    want = max(8, min(128, triton.next_power_of_2(max(1, rows * n // 512))))
+    return min(want, max(8, triton.next_power_of_2(n)))
+
+
+def qb4w(family: str, x8: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, start: torch.Tensor,
+         zero_points: torch.Tensor, row_scales: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor,
+         size: int) -> torch.Tensor:
+    """out [rows, N] = the product of int8 rows ``x8`` [rows, K] and ``packed`` [N, K/2] 4-bit weights with
+    float32 ``scales`` [K/size, N], the start sums [N], the rows' zero points and scales [rows] (or [rows, 1])
+    and ``bias`` [N], in ``family``'s order; every tensor contiguous and on one GPU."""
+    rows, k = x8.shape
+    n = out.shape[1]
+    tile = block_n(rows, n)
+    _qb4w[(triton.cdiv(n, tile), rows)](
+        x8, packed, scales, start, zero_points, row_scales, bias if bias is not None else start, out, n, k,
+        k // size, packed.stride(0), SIZE=size, HALF=triton.next_power_of_2(size // 2), BLOCK_N=tile,
+        LANES=FAMILIES[family], HAS_BIAS=bias is not None, num_warps=4 if tile >= 64 else 1,
+        **NO_FUSION)
+    return out
