@@ -2,7 +2,8 @@
 
     PYTHONPATH=src python bench/llm.py [--dir .cache/bench/llm] [--threads 1,2] [--rounds 5]
 
-The programs are bench/llm_export.py's (a 100M Llama, portable and XNNPACK 8da4w). Each
+The programs are bench/llm_export.py's (a 100M Llama, portable and XNNPACK 8da4w, and the 1B-shaped one in
+8da4w where ``llm_export.py --size 1b`` wrote it). Each
 generation feeds a prompt of 128 tokens and makes 128 greedily (the programs' EOS is never
 picked, so every run makes them all). Both runners live in this process and run alternately,
 round by round, with the same number of threads (torch's intra-op threads and the program's
@@ -24,7 +25,11 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-PROGRAMS = {"portable": "llama100m.pte", "xnnpack 8da4w": "llama100m.xnnpack-8da4w.pte"}
+PROGRAMS = {  # label: (program, its tokenizer)
+    "portable": ("llama100m.pte", "tokenizer.json"),
+    "xnnpack 8da4w": ("llama100m.xnnpack-8da4w.pte", "tokenizer.json"),
+    "1b xnnpack 8da4w": ("llama1b.xnnpack-8da4w.pte", "tokenizer.1b.json"),
+}
 _TEXT = ("The quick brown fox jumps over the lazy dog while the small program counts every token it "
          "reads, and the runner keeps its cache warm for the next word. ")
 
@@ -91,7 +96,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens")
     parser.add_argument("--new", type=int, default=128, help="tokens to generate")
-    parser.add_argument("--only", default="", help="comma-separated program names (portable, xnnpack 8da4w)")
+    parser.add_argument("--only", default="", help=f"comma-separated program names ({', '.join(PROGRAMS)})")
     args = parser.parse_args()
     # ExecuTorch's runner finds the LLM export's custom and quantized kernels once these are imported.
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
@@ -101,17 +106,19 @@ def main() -> None:
 
     import pterun.llm
 
-    tokenizer = args.dir / "tokenizer.json"
-    prompt = prompt_of(tokenizer, args.prompt)
     only = [s for s in args.only.split(",") if s]
     rows = []
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
         portable_lib._unsafe_reset_threadpool(threads)
-        for label, name in PROGRAMS.items():
+        for label, (name, tokenizer_name) in PROGRAMS.items():
+            pte, tokenizer = args.dir / name, args.dir / tokenizer_name
             if only and label not in only:
                 continue
-            pte = args.dir / name
+            if not pte.exists():
+                print(f"{label}: no {pte.name} (bench/llm_export.py writes it): skipped", flush=True)
+                continue
+            prompt = prompt_of(tokenizer, args.prompt)
             ways = {
                 "pterun": (pterun.llm.TextLLMRunner(pte, tokenizer, num_threads=threads), pterun.llm, False),
                 "ExecuTorch": (et.TextLLMRunner(str(pte), str(tokenizer)), et, True),

@@ -1,11 +1,13 @@
 """Exports the LLM benchmark programs through ExecuTorch's LLM export, and a tokenizer for them.
 
-    python bench/llm_export.py [--out .cache/bench/llm]
+    python bench/llm_export.py [--out .cache/bench/llm] [--size 100m|1b]
 
 Writes OUT/llama100m.pte (portable), OUT/llama100m.xnnpack-8da4w.pte (XNNPACK, 8-bit dynamic
 activations and 4-bit weights in groups of 32) and OUT/tokenizer.json. The model is ExecuTorch's
 example Llama at about 100M parameters (bench/models.py's llama100m shape) with weights drawn from a
-small codebook, exported by ``export_llama`` as a user exports a checkpoint: KV cache, custom SDPA,
+small codebook; ``--size 1b`` writes OUT/llama1b.xnnpack-8da4w.pte and OUT/tokenizer.1b.json instead,
+Llama-3.2-1B's layers (``SIZES``) with a 32000-token vocabulary (only 8da4w: the float32 program would be
+4.4 GB), exported by ``export_llama`` as a user exports a checkpoint: KV cache, custom SDPA,
 metadata methods, prompts of 1 to 511 tokens per call. Its EOS token's output row is zero, so greedy
 decoding never picks it (its logit is 0, the largest of the others is positive) and every run makes
 exactly the tokens asked for. Files that exist are kept (delete them to export again).
@@ -30,9 +32,20 @@ from tests.support.llm_tokenizers import EOS_ID, SPECIAL_TOKENS  # noqa: E402  (
 
 PARAMS = {"dim": 768, "n_layers": 12, "n_heads": 12, "n_kv_heads": 4, "vocab_size": 16384, "hidden_dim": 2048,
           "norm_eps": 1e-5}
+SIZES = {  # the benchmarks' model sizes (this file's and bench/llm_gpu.py's)
+    "100m": PARAMS,
+    "1b": {**PARAMS, "dim": 2048, "n_layers": 16, "n_heads": 32, "n_kv_heads": 8, "hidden_dim": 8192,
+           "vocab_size": 32000},
+    "tiny": {**PARAMS, "dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "hidden_dim": 128, "vocab_size": 512},
+}
 CONTEXT = 512
-# llm_programs' variants
-VARIANTS = {"llama100m.pte": "dynamic", "llama100m.xnnpack-8da4w.pte": "xnnpack-8da4w"}
+# llm_programs' variants, by size
+VARIANTS = {"100m": {"llama100m.pte": "dynamic", "llama100m.xnnpack-8da4w.pte": "xnnpack-8da4w"},
+            "1b": {"llama1b.xnnpack-8da4w.pte": "xnnpack-8da4w"}}
+
+
+def tokenizer_name(size: str) -> str:
+    return "tokenizer.json" if size == "100m" else f"tokenizer.{size}.json"
 
 
 def _byte_chars() -> dict[int, str]:
@@ -78,21 +91,21 @@ def write_tokenizer(path: Path, vocab_size: int = PARAMS["vocab_size"]) -> Path:
     return path
 
 
-def _checkpoint() -> dict:
+def _checkpoint(params: dict) -> dict:
     from executorch.examples.models.llama.llama_transformer import construct_transformer
     from executorch.examples.models.llama.model_args import ModelArgs
 
     torch.manual_seed(0)
-    model = codebook(construct_transformer(ModelArgs(max_seq_len=CONTEXT, max_context_len=CONTEXT, **PARAMS)))
+    model = codebook(construct_transformer(ModelArgs(max_seq_len=CONTEXT, max_context_len=CONTEXT, **params)))
     state = model.state_dict()
     state["output.weight"][EOS_ID] = 0.0
     return state
 
 
-def export(path: Path, variant: str, state: dict, scratch: Path) -> None:
+def export(path: Path, variant: str, params: dict, state: dict, scratch: Path) -> None:
     started = time.perf_counter()
     # Not a directory named for the variant: llama_config says why a checkpoint's path must not name it.
-    written = export_llama_program(scratch / "llama", variant, PARAMS, max_seq_len=CONTEXT,
+    written = export_llama_program(scratch / "llama", variant, params, max_seq_len=CONTEXT,
                                    max_context_len=CONTEXT, state_dict=state)
     written.replace(path)
     print(f"{path.name}: {path.stat().st_size / 2**20:.1f} MiB in {time.perf_counter() - started:.0f} s", flush=True)
@@ -101,15 +114,17 @@ def export(path: Path, variant: str, state: dict, scratch: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "llm")
+    parser.add_argument("--size", choices=sorted(VARIANTS), default="100m")
     args = parser.parse_args()
+    params = SIZES[args.size]
     args.out.mkdir(parents=True, exist_ok=True)
-    if not (args.out / "tokenizer.json").exists():
-        write_tokenizer(args.out / "tokenizer.json")
-    missing = {name: variant for name, variant in VARIANTS.items() if not (args.out / name).exists()}
-    state = _checkpoint() if missing else None
+    if not (args.out / tokenizer_name(args.size)).exists():
+        write_tokenizer(args.out / tokenizer_name(args.size), params["vocab_size"])
+    missing = {name: variant for name, variant in VARIANTS[args.size].items() if not (args.out / name).exists()}
+    state = _checkpoint(params) if missing else None
     with tempfile.TemporaryDirectory() as scratch:
         for name, variant in missing.items():
-            export(args.out / name, variant, state, Path(scratch))
+            export(args.out / name, variant, params, state, Path(scratch))
 
 
 if __name__ == "__main__":

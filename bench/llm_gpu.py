@@ -43,19 +43,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import copy_bandwidth  # noqa: E402
 from llm import prompt_of  # noqa: E402
-from llm_export import CONTEXT, PARAMS, write_tokenizer  # noqa: E402  (puts the repository on the path)
+from llm_export import CONTEXT, PARAMS, SIZES, write_tokenizer  # noqa: E402  (puts the repository on the path)
 from models import codebook  # noqa: E402
 
 from tests.support.llm_programs import quantize_8da4w_linears  # noqa: E402
 from tests.support.llm_tokenizers import BOS_ID, EOS_ID  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-SIZES = {
-    "100m": PARAMS,
-    "1b": {**PARAMS, "dim": 2048, "n_layers": 16, "n_heads": 32, "n_kv_heads": 8, "hidden_dim": 8192,
-           "vocab_size": 32000},
-    "tiny": {**PARAMS, "dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "hidden_dim": 128, "vocab_size": 512},
-}
 
 
 def program_name(size: str, quant: str | None = None) -> str:

@@ -163,3 +163,43 @@ def test_rotary_embeddings_of_executorchs_llama_are_fused_bit_for_bit(variant):
     x, cos, sin = seeded(0, 1, 3, 4, 8, 2), seeded(1, 1, 3, 1, 8), seeded(2, 1, 3, 1, 8)
     out = torch.empty(0)
     assert torch.equal(kernels.RotaryInto()(x, cos, sin, out=out), kernels.rotary(x, cos, sin))
+
+
+class _RotateHalf(torch.nn.Module):
+    """transformers' apply_rotary_pos_emb: q * cos + rotate_half(q) * sin, the same for k."""
+
+    def forward(self, q, k, cos, sin):
+        def rotate_half(x):
+            half = x.shape[-1] // 2
+            return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_rotate_half_embeddings_are_fused_bit_for_bit(dtype):
+    """transformers' rotary embedding, seven steps each for the queries and the keys over a dynamic length, runs as
+    one call each with the chain's bits (ExecuTorch's, and pterun's with fuse=False); so does the fused kernel
+    on a tensor read through strides (the queries as a projection's permuted view leaves them)."""
+    from pterun.kernels import fused as kernels
+
+    length = torch.export.Dim("length", max=12)
+    example = (seeded(0, 1, 4, 6, 16), seeded(1, 1, 2, 6, 16), seeded(2, 1, 6, 16), seeded(3, 1, 6, 16))
+    exported = export_program(f"fuse-rotate-half-{dtype}".replace("torch.", ""), lambda: ExportSpec(
+        _RotateHalf(), tuple(t.to(dtype) for t in example),
+        dynamic_shapes=({2: length}, {2: length}, {1: length}, {1: length})))
+    program = load(exported)
+    fused = program.load_method("forward")
+    plain = pterun.Runtime.get().load_program(exported.pte, fuse=False).load_method("forward")
+    assert _fused(fused) == ["pterun::rotate_half"] * 2, _fused(fused)
+    assert "pterun::rotate_half (aten::mul.out x2, aten::slice_copy.Tensor_out x2, aten::neg.out" in fused.source
+    for seed, length in enumerate((6, 1, 12)):
+        args = [seeded(10 * seed + i, *shape).to(dtype) * 4 for i, shape in
+                enumerate([(1, 4, length, 16), (1, 2, length, 16), (1, length, 16), (1, length, 16)])]
+        ours = check(exported, args, program=program, rtol=0.0)
+        assert all(torch.equal(a, b) for a, b in zip(ours, plain.execute(args)))
+    x = seeded(5, 1, 6, 4, 16).to(dtype).transpose(1, 2)  # [1, 4, 6, 16] through strides
+    cos, sin = seeded(6, 1, 1, 6, 16).to(dtype), seeded(7, 1, 1, 6, 16).to(dtype)
+    assert torch.equal(kernels.RotateHalfInto()(x, cos, sin, out=torch.empty(0, dtype=dtype)),
+                       kernels.rotate_half(x, cos, sin))

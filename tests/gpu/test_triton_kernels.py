@@ -56,3 +56,27 @@ def test_gemv_inside_a_captured_graph(n, k):
         assert torch.equal(out, eager)
         reference = x.double() @ weight.double().t()
         assert ((out.double() - reference).norm() / reference.norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_rotate_half_kernel_rounds_as_the_exported_steps(dtype):
+    """The rotate-half rotary kernel against the seven steps it replaces run as PyTorch's CUDA kernels, bit for
+    bit: queries read through strides, tables broadcast over heads, a 3-d tensor, outputs poisoned first."""
+    from pterun.kernels.triton.rotary import rotate_half_out
+
+    def steps(x, cos, sin):
+        half = x.shape[-1] // 2
+        return torch.add(torch.mul(x, cos), torch.mul(torch.cat((torch.neg(x[..., half:]), x[..., :half]), -1), sin))
+
+    generator = torch.Generator(device="cuda").manual_seed(3)
+
+    def randn(*shape):
+        return torch.randn(*shape, device="cuda", generator=generator)
+
+    cases = [(randn(1, 9, 8, 64).transpose(1, 2), randn(1, 1, 9, 64), randn(9, 64)),
+             (randn(5, 7, 16), randn(7, 16), randn(1, 7, 16))]
+    for x, cos, sin in cases:
+        x, cos, sin = (t.mul(4).to(dtype) for t in (x, cos, sin))
+        out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
+        rotate_half_out(x, cos, sin, out)
+        assert torch.equal(out, steps(x, cos, sin)), (dtype, x.shape)

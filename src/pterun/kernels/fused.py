@@ -7,6 +7,8 @@ differ from the decomposed chain's only by rounding (docs/precision.md).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
@@ -78,3 +80,46 @@ class RotaryInto:
         torch.mul(x1, cos, out=other)
         second.add_(other)
         return _into(out, both)
+
+
+def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding in the rotate-half form: x * cos + cat(-x2, x1) * sin, x = cat(x1, x2) along the last
+    dimension; each product and the sum rounded on their own, as the exported chain rounds them."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class RotateHalfInto:
+    """``rotate_half`` written into ``out``, computed in buffers of its own and summed into ``out`` last (``out``
+    may share bytes with ``x``, as ``RotaryInto``'s may); on CUDA one Triton kernel where Triton is
+    installed. No allocation per call once the buffers fit the largest call."""
+
+    def __init__(self) -> None:
+        self._buffer: torch.Tensor | None = None  # x * cos, then the rotated x times sin
+
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+        if out.shape != x.shape:
+            out.resize_(x.shape)
+        if x.is_cuda and (kernel := _cuda_rotate_half()) is not None:
+            return kernel(x, cos, sin, out)
+        n = x.numel()
+        buffer = self._buffer
+        if buffer is None or buffer.numel() < 2 * n or buffer.dtype != out.dtype or buffer.device != out.device:
+            buffer = self._buffer = torch.empty(2 * n, dtype=out.dtype, device=out.device)
+        by_cos, rotated = buffer[:n].view(x.shape), buffer[n:2 * n].view(x.shape)
+        half = x.shape[-1] // 2
+        torch.mul(x, cos, out=by_cos)
+        torch.neg(x[..., half:], out=rotated[..., :half])
+        rotated[..., half:].copy_(x[..., :half])
+        rotated.mul_(sin)
+        return torch.add(by_cos, rotated, out=out)
+
+
+@functools.cache
+def _cuda_rotate_half():
+    try:
+        from pterun.kernels.triton.rotary import rotate_half_out
+    except ImportError:  # no Triton: PyTorch's kernels, the same arithmetic
+        return None
+    return rotate_half_out
+

@@ -14,14 +14,12 @@ sum, then the bias). The one fused multiply-add XNNPACK's ``avx2`` kernels do ma
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-# Triton's interpreter (TRITON_INTERPRET=1) rounds every operation anyway and takes no compile options.
-NO_FUSION = {} if os.environ.get("TRITON_INTERPRET") == "1" else {"enable_fp_fusion": False}
+from pterun.core.triton_options import NO_FUSION
+
 FAMILIES = {"avx512vnni": 1, "avx2": 4}  # the running sums each output keeps
 
 

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pterun.backends.xnnpack.nodes.qblock_triton import NO_FUSION
+from pterun.core.triton_options import NO_FUSION
 
 _ROUNDER = 12582912.0  # 1.5 * 2**23
 _BLOCK = 1024

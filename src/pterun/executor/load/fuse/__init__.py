@@ -4,6 +4,7 @@ One module per chain finds it, ending at a step (common.py: which step made
 each value a step reads): attention.py (about twenty kernels, run as
 PyTorch's fused attention), rms_norm.py (six, run as ``torch.rms_norm``),
 rotary.py (a rotary embedding's thirteen, as one call of the same arithmetic),
+rotate_half.py (transformers' form of it, seven steps, the same way),
 swiglu.py (a SwiGLU MLP's two products and SiLU-product, only where the
 kernel registry holds a kernel for the method's device). Each chain found
 whole is replaced by one call, placed where its last step was; the other
@@ -33,7 +34,7 @@ from collections import Counter
 from pterun.core.device import DeviceType
 from pterun.executor.load.effects import MethodEffects
 from pterun.executor.load.fold import Rewriter, overlaps
-from pterun.executor.load.fuse import attention, rms_norm, rotary, swiglu
+from pterun.executor.load.fuse import attention, rms_norm, rotary, rotate_half, swiglu
 from pterun.executor.load.fuse.common import Chain, Graph
 from pterun.executor.load.steps import KernelStep
 from pterun.format import JumpFalseCall, Plan, TensorSpec
@@ -44,7 +45,7 @@ def patterns(kernels: KernelRegistry, device_type: DeviceType) -> tuple:
     """The chain patterns for a method run on ``device_type``: each takes the graph and a step, and gives the
     chain ending there or None."""
     found = swiglu.matcher(kernels, device_type)
-    return (attention.match, rms_norm.match, rotary.match) + ((found,) if found is not None else ())
+    return (attention.match, rms_norm.match, rotary.match, rotate_half.match) + ((found,) if found is not None else ())
 
 
 def find_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects, matchers: tuple) -> list[Chain]:
