@@ -201,9 +201,10 @@ def run(directory: Path, sizes: list[str], new_tokens: int, rounds: int, out: Pa
             out.write_text(json.dumps(table, indent=1))
 
     for size in sizes:
-        pte, tokenizer = _program(directory, size), directory / tokenizer_name(size)
-        if pte is None:
-            print(f"{size}: no {program_name(size)}(.xz): skipped", flush=True)
+        pte, quantized = _program(directory, size), _program(directory, size, "8da4w")
+        tokenizer = directory / tokenizer_name(size)
+        if pte is None and quantized is None:
+            print(f"{size}: no {program_name(size)}(.xz) nor {program_name(size, '8da4w')}(.xz): skipped", flush=True)
             continue
         prompt = prompt_of(tokenizer, 128)
         theirs, weights = _transformers(SIZES[size], tokenizer, prompt, new_tokens, rounds)
@@ -211,13 +212,12 @@ def run(directory: Path, sizes: list[str], new_tokens: int, rounds: int, out: Pa
         record(size, "weights_mib", weights / 2**20)
         record(size, "floor_ms_per_token", floor * 1000)
         record(size, "transformers", theirs)
-        for way in ways:
+        for way in ways if pte is not None else ():
             ours = _pterun(pte, tokenizer, prompt, new_tokens, rounds, **WAYS[way])
             ours["over_floor"] = (1 / ours["decode_tok_s"]) / floor
             ours["over_transformers"] = ours["decode_tok_s"] / theirs["decode_tok_s"]
             record(size, way, ours)
             torch.cuda.empty_cache()
-        quantized = _program(directory, size, "8da4w")
         if quantized is not None:
             ours = _pterun(quantized, tokenizer, prompt, new_tokens, rounds)
             ours["over_transformers"] = ours["decode_tok_s"] / theirs["decode_tok_s"]
@@ -253,7 +253,7 @@ def main() -> None:
     parser.add_argument("--no-xz", action="store_true", help="export: the .pte as it is (to run where exported)")
     parser.add_argument("--ways", default=",".join(WAYS), help=f"run: which of pterun's ways ({', '.join(WAYS)})")
     args = parser.parse_args()
-    ways = args.ways.split(",")
+    ways = [w for w in args.ways.split(",") if w]  # none: only the 8da4w program, where it is there
     if set(ways) - set(WAYS):
         parser.error(f"--ways: one of {', '.join(WAYS)}")
     if args.what == "export":

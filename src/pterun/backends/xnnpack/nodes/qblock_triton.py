@@ -2,9 +2,10 @@
 
 ``qblock.py`` says what the order is; this kernel repeats it on the GPU, so a CUDA run of an 8da4w program
 gives the bits ExecuTorch gives on the machine's CPU. Each program takes one row and ``BLOCK_N`` outputs
-and walks the blocks in order: a block's sum is exact in int32, its product with the block's scale is
-exact in float32, and each addition onto the running sum (one sum, or the ``avx2`` kernels' four lanes)
-rounds once. The weights stay as the file packs them, two 4-bit values to a byte plus 8, read once per
+and walks the blocks in order, ``CHUNK`` at a time: their sums are computed together (exact in int32),
+then each block's, taken out of the tile exactly (a sum of one integer and zeros), is multiplied by its
+scale (exact in float32) and added onto the running sum (one sum, or the ``avx2`` kernels' four lanes),
+one rounding per block, in the blocks' order. The weights stay as the file packs them, two 4-bit values to a byte plus 8, read once per
 row.
 
 The kernel is compiled with ``enable_fp_fusion=False``: Triton would otherwise contract a product and a
@@ -21,11 +22,12 @@ import triton.language as tl
 from pterun.core.triton_options import NO_FUSION
 
 FAMILIES = {"avx512vnni": 1, "avx2": 4}  # the running sums each output keeps
+_TILE = 4096  # weight bytes a program holds at once (outputs x blocks x bytes of a block)
 
 
 @triton.jit
 def _qb4w(x_ptr, w_ptr, scale_ptr, start_ptr, zp_ptr, rs_ptr, bias_ptr, y_ptr, N, K, blocks, stride_w,
-          SIZE: tl.constexpr, HALF: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr,
+          SIZE: tl.constexpr, HALF: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, LANES: tl.constexpr,
           HAS_BIAS: tl.constexpr):
     row = tl.program_id(1)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -33,27 +35,42 @@ def _qb4w(x_ptr, w_ptr, scale_ptr, start_ptr, zp_ptr, rs_ptr, bias_ptr, y_ptr, N
     t = tl.arange(0, HALF)  # the bytes of a block: inputs 2t (low nibble) and 2t + 1 (high)
     t_ok = t < SIZE // 2
     lane = t % 4  # the avx2 kernels' lane of inputs 2t and 2t + 1: (k % 8) // 2
+    chunk = tl.arange(0, CHUNK)  # the blocks read at once: their sums in parallel, added in order after
     x_row = x_ptr + row.to(tl.int64) * K
-    w_rows = w_ptr + cols[:, None].to(tl.int64) * stride_w
-    w_ok = col_ok[:, None] & t_ok[None, :]
+    w_rows = w_ptr + cols[:, None, None].to(tl.int64) * stride_w
     zp = tl.load(zp_ptr + row)
     first = zp * tl.load(start_ptr + cols, mask=col_ok, other=0.0)
     zero = tl.zeros((BLOCK_N,), dtype=tl.float32)
     s0, s1, s2, s3 = first, zero, zero, zero
-    for i in range(0, blocks):
-        base = i * SIZE
-        xe = tl.load(x_row + base + 2 * t, mask=t_ok, other=0).to(tl.int32)
-        xo = tl.load(x_row + base + 2 * t + 1, mask=t_ok, other=0).to(tl.int32)
-        wb = tl.load(w_rows + i * (SIZE // 2) + t[None, :], mask=w_ok, other=0x88).to(tl.int32)
-        products = ((wb & 15) - 8) * xe[None, :] + ((wb >> 4) - 8) * xo[None, :]
-        scale = tl.load(scale_ptr + i * N + cols, mask=col_ok, other=0.0)
+    for c0 in range(0, blocks, CHUNK):
+        block = c0 + chunk
+        ok = (block < blocks)[:, None] & t_ok[None, :]
+        x_at = x_row + block[:, None] * SIZE + 2 * t[None, :]
+        xe = tl.load(x_at, mask=ok, other=0).to(tl.int32)
+        xo = tl.load(x_at + 1, mask=ok, other=0).to(tl.int32)
+        wb = tl.load(w_rows + (block[:, None] * (SIZE // 2) + t[None, :])[None, :, :],
+                     mask=col_ok[:, None, None] & ok[None, :, :], other=0x88).to(tl.int32)
+        products = ((wb & 15) - 8) * xe[None, :, :] + ((wb >> 4) - 8) * xo[None, :, :]  # [outputs, blocks, bytes]
         if LANES == 1:
-            s0 = s0 + tl.sum(products, axis=1).to(tl.float32) * scale
+            sums = tl.sum(products, axis=2)
+            for j in tl.static_range(CHUNK):
+                there = c0 + j < blocks
+                scale = tl.load(scale_ptr + (c0 + j) * N + cols, mask=col_ok & there, other=0.0)
+                s = tl.sum(tl.where(chunk[None, :] == j, sums, 0), axis=1)  # block j's sums, exact
+                s0 = tl.where(there, s0 + s.to(tl.float32) * scale, s0)
         else:
-            s0 = s0 + tl.sum(tl.where(lane[None, :] == 0, products, 0), axis=1).to(tl.float32) * scale
-            s1 = s1 + tl.sum(tl.where(lane[None, :] == 1, products, 0), axis=1).to(tl.float32) * scale
-            s2 = s2 + tl.sum(tl.where(lane[None, :] == 2, products, 0), axis=1).to(tl.float32) * scale
-            s3 = s3 + tl.sum(tl.where(lane[None, :] == 3, products, 0), axis=1).to(tl.float32) * scale
+            sums0 = tl.sum(tl.where(lane[None, None, :] == 0, products, 0), axis=2)
+            sums1 = tl.sum(tl.where(lane[None, None, :] == 1, products, 0), axis=2)
+            sums2 = tl.sum(tl.where(lane[None, None, :] == 2, products, 0), axis=2)
+            sums3 = tl.sum(tl.where(lane[None, None, :] == 3, products, 0), axis=2)
+            for j in tl.static_range(CHUNK):
+                there = c0 + j < blocks
+                scale = tl.load(scale_ptr + (c0 + j) * N + cols, mask=col_ok & there, other=0.0)
+                pick = chunk[None, :] == j
+                s0 = tl.where(there, s0 + tl.sum(tl.where(pick, sums0, 0), axis=1).to(tl.float32) * scale, s0)
+                s1 = tl.where(there, s1 + tl.sum(tl.where(pick, sums1, 0), axis=1).to(tl.float32) * scale, s1)
+                s2 = tl.where(there, s2 + tl.sum(tl.where(pick, sums2, 0), axis=1).to(tl.float32) * scale, s2)
+                s3 = tl.where(there, s3 + tl.sum(tl.where(pick, sums3, 0), axis=1).to(tl.float32) * scale, s3)
     rs = tl.load(rs_ptr + row)
     if LANES == 1:
         y = s0 * rs
@@ -83,9 +100,12 @@ def qb4w(family: str, x8: torch.Tensor, packed: torch.Tensor, scales: torch.Tens
     rows, k = x8.shape
     n = out.shape[1]
     tile = block_n(rows, n)
+    half = triton.next_power_of_2(size // 2)
+    chunk = 1  # blocks a program reads at once, a power of two
+    while chunk < 8 and 2 * chunk * tile * half <= _TILE:
+        chunk *= 2
     _qb4w[(triton.cdiv(n, tile), rows)](
         x8, packed, scales, start, zero_points, row_scales, bias if bias is not None else start, out, n, k,
-        k // size, packed.stride(0), SIZE=size, HALF=triton.next_power_of_2(size // 2), BLOCK_N=tile,
-        LANES=FAMILIES[family], HAS_BIAS=bias is not None, num_warps=4 if tile >= 64 else 1,
-        **NO_FUSION)
+        k // size, packed.stride(0), SIZE=size, HALF=half, CHUNK=chunk, BLOCK_N=tile, LANES=FAMILIES[family],
+        HAS_BIAS=bias is not None, num_warps=4, **NO_FUSION)
     return out
