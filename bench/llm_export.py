@@ -99,6 +99,10 @@ def _checkpoint(params: dict) -> dict:
     model = codebook(construct_transformer(ModelArgs(max_seq_len=CONTEXT, max_context_len=CONTEXT, **params)))
     state = model.state_dict()
     state["output.weight"][EOS_ID] = 0.0
+    if params["dim"] > PARAMS["dim"]:
+        # bf16, as checkpoints ship: half the memory while export_llama loads it into its float32 model (the
+        # 1B size's float32 weights twice over would not fit a 24 GB machine)
+        state = {k: v.bfloat16() if v.is_floating_point() else v for k, v in state.items()}
     return state
 
 
