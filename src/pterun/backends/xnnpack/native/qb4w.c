@@ -12,12 +12,14 @@
  * Then both clamp as x86's maxps/minps do: max(v, lo) is lo for a NaN v, and min(v, hi) is hi.
  *
  * Weights are kept as 4 bits. The SIMD kernels use XNNPACK's trick: a nibble shifted into the high half of a
- * byte is 16 times the weight as an int8, so products are 16 times too, and scales are stored divided by 16
- * (exact: a power of two). Block sums are integers below 2^24 in magnitude, so float32(sum) is exact, and its
+ * byte is 16 times the weight as an int8, so products are 16 times too, and scales are divided by 16
+ * (exact: a power of two); the avx512vnni layout keeps them as the bfloat16 values they are, and each block's
+ * weight sum as int16 (what a decode step reads besides the weights: 4 bytes per block and output, not 8). Block sums are integers below 2^24 in magnitude, so float32(sum) is exact, and its
  * product with a scale (8 significant bits) is exact for blocks of up to 256 inputs: the fused multiply-add
  * rounds once, as XNNPACK's does.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,8 +35,9 @@ struct pn_qb4w {
   int64_t tile;      /* outputs per tile of the packed layout (16, 8, or 1 for the portable one) */
   int64_t tiles;     /* ceil(n / tile) */
   uint8_t* weights;  /* layout per ISA (see the packers) */
-  float* scales;     /* [tiles][blocks][tile] block scales (divided by 16 for the SIMD kernels) */
-  int32_t* corrections; /* avx512vnni ISA: [tiles][blocks][tile] 2048 * (sum of the block's weights) */
+  float* scales;     /* [tiles][blocks][tile] block scales (divided by 16 for the avx2 kernels) */
+  uint16_t* scales16; /* avx512vnni ISA: [tiles][blocks][tile] block scales as bfloat16 (their bits: exact) */
+  int16_t* sums;     /* avx512vnni ISA: [tiles][blocks][tile] sum of the block's weights */
   float* start;      /* [tiles * tile] */
   float* bias;       /* [tiles * tile], zeros without one */
   float out_min, out_max;
@@ -123,8 +126,9 @@ static inline void vnni_rows(const pn_qb4w* L, int64_t t, const int NR, const in
   const __m512i flip = _mm512_set1_epi8((char)0x80);
   const int64_t chunks = L->block / 16;
   const uint8_t* wp = L->weights + t * L->blocks * chunks * 128;
-  const float* tile_s = L->scales + t * L->blocks * 16;
-  const int32_t* tile_c = L->corrections + t * L->blocks * 16;
+  const uint16_t* tile_s = L->scales16 + t * L->blocks * 16;
+  const int16_t* tile_c = L->sums + t * L->blocks * 16;
+  const __m512 sixteenth = _mm512_set1_ps(0.0625f);
   const int64_t o0 = t * 16;
   const int64_t valid = L->n - o0 < 16 ? L->n - o0 : 16;
   __m512 acc[VNNI_ROWS];
@@ -150,8 +154,12 @@ static inline void vnni_rows(const pn_qb4w* L, int64_t t, const int NR, const in
         c[r] = _mm512_dpbusd_epi32(c[r], x8, w8hi);
       }
     }
-    const __m512i correction = _mm512_loadu_si512(tile_c + b * 16);
-    const __m512 scale = _mm512_loadu_ps(tile_s + b * 16);
+    /* 2048 * the block's weight sum (128 for the flipped top bit, 16 for the high nibble), and the scale / 16:
+     * a bfloat16 widened exactly, times a power of two (the one rounding of scale / 16) */
+    const __m512i correction =
+        _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)(tile_c + b * 16))), 11);
+    const __m512 scale = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(tile_s + b * 16))), 16)), sixteenth);
     for (int r = 0; r < NR; r++) {
       const __m512i sum = _mm512_sub_epi32(vnni_pairs(a[r], c[r]), correction);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[r]);
@@ -186,12 +194,25 @@ static void vnni_tile(const pn_qb4w* L, int64_t t, int64_t rows, const int8_t* x
   }
 }
 
+/* Whether the avx512vnni layout holds the layer exactly: every scale a bfloat16 (as ExecuTorch writes them;
+ * kept as 16 bits) and every block's weight sum within int16 (blocks of up to 4095 inputs); the portable code
+ * takes any other layer. */
+static int vnni_fits(int64_t n, int64_t k, int64_t block, const float* scales) {
+  if (8 * block > INT16_MAX) return 0;
+  for (int64_t i = 0; i < n * (k / block); i++) {
+    uint32_t bits;
+    memcpy(&bits, &scales[i], 4);
+    if (bits & 0xFFFF) return 0;
+  }
+  return 1;
+}
+
 static int pack_vnni(pn_qb4w* L, const uint8_t* w, const float* scales) {
   const int64_t row_bytes = (L->k + 1) / 2, chunks = L->block / 16;
   uint8_t* packed = calloc((size_t)(L->tiles * L->blocks * chunks * 128), 1);
-  L->scales = calloc((size_t)(L->tiles * L->blocks * 16), sizeof(float));
-  L->corrections = calloc((size_t)(L->tiles * L->blocks * 16), sizeof(int32_t));
-  if (!packed || !L->scales || !L->corrections) {
+  L->scales16 = calloc((size_t)(L->tiles * L->blocks * 16), sizeof(uint16_t));
+  L->sums = calloc((size_t)(L->tiles * L->blocks * 16), sizeof(int16_t));
+  if (!packed || !L->scales16 || !L->sums) {
     free(packed);
     return 0;
   }
@@ -202,8 +223,10 @@ static int pack_vnni(pn_qb4w* L, const uint8_t* w, const float* scales) {
         if (o >= L->n) continue;
         int32_t total = 0;
         for (int64_t i = b * L->block; i < (b + 1) * L->block; i++) total += weight_at(w, row_bytes, o, i);
-        L->corrections[(t * L->blocks + b) * 16 + c] = 2048 * total;
-        L->scales[(t * L->blocks + b) * 16 + c] = scales[o * L->blocks + b] / 16.0f;
+        L->sums[(t * L->blocks + b) * 16 + c] = (int16_t)total; /* |total| <= 8 * block: vnni_fits */
+        uint32_t bits;
+        memcpy(&bits, &scales[o * L->blocks + b], 4);
+        L->scales16[(t * L->blocks + b) * 16 + c] = (uint16_t)(bits >> 16); /* a bfloat16: vnni_fits */
       }
       for (int64_t ch = 0; ch < chunks; ch++) {
         uint8_t* dst = packed + ((t * L->blocks + b) * chunks + ch) * 128;
@@ -356,7 +379,8 @@ pn_qb4w* pn_qb4w_pack(int isa, int family, int64_t n, int64_t k, int64_t block, 
   L->out_max = out_max;
   /* an ISA runs the family XNNPACK runs on CPUs that have it; any other pairing is the portable code's */
 #if defined(__x86_64__)
-  if (isa == PN_AVX512VNNI && family == PN_FAMILY_AVX512VNNI) L->isa = PN_AVX512VNNI, L->tile = 16;
+  if (isa == PN_AVX512VNNI && family == PN_FAMILY_AVX512VNNI && vnni_fits(n, k, block, scales))
+    L->isa = PN_AVX512VNNI, L->tile = 16;
   else if (isa >= PN_AVX2 && family == PN_FAMILY_AVX2) L->isa = PN_AVX2, L->tile = 8;
   else
 #endif
@@ -387,7 +411,8 @@ void pn_qb4w_free(pn_qb4w* L) {
   if (!L) return;
   free(L->weights);
   free(L->scales);
-  free(L->corrections);
+  free(L->scales16);
+  free(L->sums);
   free(L->start);
   free(L->bias);
   free(L);
