@@ -241,3 +241,34 @@ def test_convolutions_split_over_threads_change_no_bit():
         results.append(method.execute(x)[0])
     assert torch.equal(results[0], results[1])
     assert torch.equal(results[0], run_reference(exported.pte, x)[0])
+
+
+def test_a_4bit_layer_the_avx512vnni_layout_cannot_hold_exactly_takes_the_portable_code():
+    """The avx512vnni layout keeps block scales as bfloat16 (as ExecuTorch writes them): a layer with a scale
+    that is no bfloat16 (a file's float32 scales) is packed for the portable code, which keeps them whole, and
+    gives the portable code's results."""
+    if "avx512vnni" not in _isas():
+        pytest.skip("needs a CPU with AVX-512 VNNI (the layout under test)")
+    kernels, family = native._kernels(), native.FAMILIES["avx512vnni"]
+    n, k, block = 48, 128, 32
+    generator = torch.Generator().manual_seed(11)
+    weights = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=generator)
+    start, x = torch.randn(n, generator=generator), torch.randint(-128, 128, (3, k), dtype=torch.int8,
+                                                                     generator=generator)
+    zp, xs = torch.tensor([3.0, -7.0, 0.0]), torch.tensor([0.02, 0.5, 1.0])
+
+    def run(scales: torch.Tensor, isa_name: str) -> tuple[str, torch.Tensor]:
+        layer = kernels.qb4w_pack(native._ISAS[isa_name], family, n, k, block, weights.data_ptr(), scales.data_ptr(),
+                                  start.data_ptr(), 0, -math.inf, math.inf)
+        out = torch.empty(3, n)
+        kernels.qb4w_run(layer, 3, x.data_ptr(), k, zp.data_ptr(), xs.data_ptr(), out.data_ptr(), n, 1)
+        return kernels.qb4w_isa(layer), out
+
+    bf16 = torch.rand(n, k // block, generator=generator).bfloat16().float()
+    assert run(bf16, "avx512vnni")[0] == "avx512vnni", "premise: bfloat16 scales take the vnni layout"
+    assert torch.equal(run(bf16, "avx512vnni")[1], run(bf16, "portable")[1])
+    wide = bf16.clone()
+    wide[5, 2] = 0.1  # not a bfloat16
+    isa_taken, out = run(wide, "avx512vnni")
+    assert isa_taken == "portable"
+    assert torch.equal(out, run(wide, "portable")[1])
