@@ -78,5 +78,5 @@ def test_rotate_half_kernel_rounds_as_the_exported_steps(dtype):
     for x, cos, sin in cases:
         x, cos, sin = (t.mul(4).to(dtype) for t in (x, cos, sin))
         out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
-        rotate_half_out(x, cos, sin, out)
+        assert rotate_half_out(x, cos, sin, out), "premise: the kernel takes these tensors"
         assert torch.equal(out, steps(x, cos, sin)), (dtype, x.shape)

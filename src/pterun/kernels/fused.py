@@ -100,8 +100,8 @@ class RotateHalfInto:
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
         if out.shape != x.shape:
             out.resize_(x.shape)
-        if x.is_cuda and (kernel := _cuda_rotate_half()) is not None:
-            return kernel(x, cos, sin, out)
+        if x.is_cuda and (kernel := _cuda_rotate_half()) is not None and kernel(x, cos, sin, out):
+            return out
         n = x.numel()
         buffer = self._buffer
         if buffer is None or buffer.numel() < 2 * n or buffer.dtype != out.dtype or buffer.device != out.device:

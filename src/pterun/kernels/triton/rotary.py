@@ -15,7 +15,6 @@ import triton
 import triton.language as tl
 
 from pterun.core.triton_options import NO_FUSION
-from pterun.kernels.fused import rotate_half
 
 _BLOCK = 1024
 
@@ -49,12 +48,14 @@ def _four(t: torch.Tensor, shape: torch.Size) -> tuple[int, ...]:
     return t.expand(shape).stride()
 
 
-def rotate_half_out(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """out = x * cos + cat(-x2, x1) * sin on one GPU; out contiguous, of x's shape."""
-    if x.dim() > 4 or not out.is_contiguous() or out.shape != x.shape or x.shape[-1] % 2:
-        return _torch(x, cos, sin, out)
+def rotate_half_out(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> bool:
+    """out = x * cos + cat(-x2, x1) * sin on one GPU, where this kernel takes the tensors (up to four dimensions,
+    an even last one, out contiguous and of x's shape, one dtype): True if it wrote out."""
+    if (x.dim() > 4 or not out.is_contiguous() or out.shape != x.shape or x.shape[-1] % 2 or cos.dim() > 4
+            or sin.dim() > 4 or not x.dtype == cos.dtype == sin.dtype == out.dtype):
+        return False
     if x.numel() == 0:
-        return out
+        return True
     x4 = x
     while x4.dim() < 4:
         x4 = x4.unsqueeze(0)
@@ -62,8 +63,4 @@ def rotate_half_out(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: 
     _rotate_half[(triton.cdiv(x.numel(), _BLOCK),)](
         x4, cos, sin, out, x.numel(), shape[1], shape[2], shape[3], shape[3] // 2, *x4.stride(),
         *_four(cos, shape), *_four(sin, shape), BLOCK=_BLOCK, num_warps=4, **NO_FUSION)
-    return out
-
-
-def _torch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    return out.copy_(rotate_half(x, cos, sin))
+    return True

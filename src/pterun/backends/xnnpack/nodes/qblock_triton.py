@@ -5,8 +5,8 @@ gives the bits ExecuTorch gives on the machine's CPU. Each program takes one row
 and walks the blocks in order, ``CHUNK`` at a time: their sums are computed together (exact in int32),
 then each block's, taken out of the tile exactly (a sum of one integer and zeros), is multiplied by its
 scale (exact in float32) and added onto the running sum (one sum, or the ``avx2`` kernels' four lanes),
-one rounding per block, in the blocks' order. The weights stay as the file packs them, two 4-bit values to a byte plus 8, read once per
-row.
+one rounding per block, in the blocks' order. The weights stay as the file packs them, two 4-bit values to
+a byte plus 8, read once per row.
 
 The kernel is compiled with ``enable_fp_fusion=False``: Triton would otherwise contract a product and a
 sum into one fused multiply-add, which rounds once where XNNPACK rounds twice (the row's scale times the
