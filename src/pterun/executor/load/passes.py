@@ -6,8 +6,9 @@ one; none changes its argument, so every form starts from the same folded stage.
 * every form first runs ``FOLDS``: copies of constants become views computed now, copies of activations
   views made in their place (fold.py);
 * **own code**, the method's generated function (codegen/generate.py): every chain found fused into one
-  call (fuse/, unless ``fuse=False``), then start positions read to the host kept on the device
-  (fuse/positions.py, on CUDA or wherever ``device_positions=True``);
+  call (fuse/, unless ``fuse=False``), then either start positions read to the host kept on the device
+  (fuse/positions.py, on CUDA or wherever ``device_positions=True``) or, elsewhere and unless
+  ``fuse=False``, repeated reads made once (repeats.py);
 * **functional**, the pure function for ``torch.compile`` (``compile=True``, codegen/functional.py): only
   the chains whose fused kernel has a functional form (torch.compile fuses the others itself); host reads
   stay (torch.compile traces them);
@@ -27,6 +28,7 @@ from pterun.executor.load.fold import elide_view_copies, fold_constant_views, wi
 from pterun.executor.load.fuse import find_chains, fused, patterns
 from pterun.executor.load.fuse.common import Chain
 from pterun.executor.load.fuse.positions import keep_positions_on_device
+from pterun.executor.load.repeats import share_repeated_reads
 from pterun.executor.load.steps import Step
 from pterun.format import Plan
 
@@ -98,6 +100,10 @@ def fuse_functional_chains(load: Load, stage: Stage) -> Stage:
     return replace(stage, steps=fused(stage.steps, chains)) if chains else stage
 
 
+def share_reads(load: Load, stage: Stage) -> Stage:
+    return replace(stage, steps=share_repeated_reads(load.plan, stage.steps, stage.effects))
+
+
 def positions_on_device(load: Load, stage: Stage) -> Stage:
     kernels, device_type = load.context.registries.kernels, load.context.run_device.type
     return replace(stage, steps=keep_positions_on_device(load.plan, stage.steps, stage.effects, kernels, device_type))
@@ -110,7 +116,9 @@ def passes(form: Form, context: LoadContext) -> tuple[Pass, ...]:
     """The passes ``form`` runs after ``FOLDS``, in order."""
     fuse = context.options.fuse
     if form is Form.OWN_CODE:
-        return ((fuse_every_chain,) if fuse else ()) + ((positions_on_device,) if context.positions_on_device else ())
+        if context.positions_on_device:  # which reads the position pass keeps on the device: it sees them all
+            return ((fuse_every_chain,) if fuse else ()) + (positions_on_device,)
+        return (fuse_every_chain, share_reads) if fuse else ()
     if form is Form.FUNCTIONAL:
         return (fuse_functional_chains,) if fuse else ()
     return ()
