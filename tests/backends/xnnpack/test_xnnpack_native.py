@@ -243,13 +243,14 @@ def test_convolutions_split_over_threads_change_no_bit():
     assert torch.equal(results[0], run_reference(exported.pte, x)[0])
 
 
-def test_a_4bit_layer_the_avx512vnni_layout_cannot_hold_exactly_takes_the_portable_code():
-    """The avx512vnni layout keeps block scales as bfloat16 (as ExecuTorch writes them): a layer with a scale
-    that is no bfloat16 (a file's float32 scales) is packed for the portable code, which keeps them whole, and
-    gives the portable code's results."""
-    if "avx512vnni" not in _isas():
-        pytest.skip("needs a CPU with AVX-512 VNNI (the layout under test)")
-    kernels, family = native._kernels(), native.FAMILIES["avx512vnni"]
+@pytest.mark.parametrize("layout", ["avx512vnni", "avx2"])
+def test_a_4bit_layer_a_simd_layout_cannot_hold_exactly_takes_the_portable_code(layout):
+    """The SIMD layouts keep block scales as bfloat16 (as ExecuTorch writes them): a layer with a scale that is
+    no bfloat16 (a file's float32 scales) is packed for the portable code, which keeps them whole, and gives
+    the portable code's results."""
+    if layout not in _isas():
+        pytest.skip(f"needs a CPU with {layout} (the layout under test)")
+    kernels, family = native._kernels(), native.FAMILIES[layout]
     n, k, block = 48, 128, 32
     generator = torch.Generator().manual_seed(11)
     weights = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=generator)
@@ -265,10 +266,10 @@ def test_a_4bit_layer_the_avx512vnni_layout_cannot_hold_exactly_takes_the_portab
         return kernels.qb4w_isa(layer), out
 
     bf16 = torch.rand(n, k // block, generator=generator).bfloat16().float()
-    assert run(bf16, "avx512vnni")[0] == "avx512vnni", "premise: bfloat16 scales take the vnni layout"
-    assert torch.equal(run(bf16, "avx512vnni")[1], run(bf16, "portable")[1])
+    assert run(bf16, layout)[0] == layout, "premise: bfloat16 scales take the SIMD layout"
+    assert torch.equal(run(bf16, layout)[1], run(bf16, "portable")[1])
     wide = bf16.clone()
     wide[5, 2] = 0.1  # not a bfloat16
-    isa_taken, out = run(wide, "avx512vnni")
+    isa_taken, out = run(wide, layout)
     assert isa_taken == "portable"
     assert torch.equal(out, run(wide, "portable")[1])

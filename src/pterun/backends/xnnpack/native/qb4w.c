@@ -13,8 +13,9 @@
  *
  * Weights are kept as 4 bits. The SIMD kernels use XNNPACK's trick: a nibble shifted into the high half of a
  * byte is 16 times the weight as an int8, so products are 16 times too, and scales are divided by 16
- * (exact: a power of two); the avx512vnni layout keeps them as the bfloat16 values they are, and each block's
- * weight sum as int16 (what a decode step reads besides the weights: 4 bytes per block and output, not 8). Block sums are integers below 2^24 in magnitude, so float32(sum) is exact, and its
+ * (exact: a power of two). The SIMD layouts keep them as the bfloat16 values they are (and avx512vnni's each
+ * block's weight sum as int16): what a decode step reads besides the weights is 2 or 4 bytes per block and
+ * output, not 4 or 8. Block sums are integers below 2^24 in magnitude, so float32(sum) is exact, and its
  * product with a scale (8 significant bits) is exact for blocks of up to 256 inputs: the fused multiply-add
  * rounds once, as XNNPACK's does.
  */
@@ -35,8 +36,8 @@ struct pn_qb4w {
   int64_t tile;      /* outputs per tile of the packed layout (16, 8, or 1 for the portable one) */
   int64_t tiles;     /* ceil(n / tile) */
   uint8_t* weights;  /* layout per ISA (see the packers) */
-  float* scales;     /* [tiles][blocks][tile] block scales (divided by 16 for the avx2 kernels) */
-  uint16_t* scales16; /* avx512vnni ISA: [tiles][blocks][tile] block scales as bfloat16 (their bits: exact) */
+  float* scales;     /* portable: [n][blocks] block scales */
+  uint16_t* scales16; /* SIMD ISAs: [tiles][blocks][tile] block scales as bfloat16 (their bits: exact) */
   int16_t* sums;     /* avx512vnni ISA: [tiles][blocks][tile] sum of the block's weights */
   float* start;      /* [tiles * tile] */
   float* bias;       /* [tiles * tile], zeros without one */
@@ -194,17 +195,21 @@ static void vnni_tile(const pn_qb4w* L, int64_t t, int64_t rows, const int8_t* x
   }
 }
 
-/* Whether the avx512vnni layout holds the layer exactly: every scale a bfloat16 (as ExecuTorch writes them;
- * kept as 16 bits) and every block's weight sum within int16 (blocks of up to 4095 inputs); the portable code
- * takes any other layer. */
-static int vnni_fits(int64_t n, int64_t k, int64_t block, const float* scales) {
-  if (8 * block > INT16_MAX) return 0;
+/* Whether every block scale is a bfloat16, as ExecuTorch writes them: the SIMD layouts keep them as 16 bits (a
+ * file's float32 scales take the portable code, which keeps them whole). */
+static int bf16_scales(int64_t n, int64_t k, int64_t block, const float* scales) {
   for (int64_t i = 0; i < n * (k / block); i++) {
     uint32_t bits;
     memcpy(&bits, &scales[i], 4);
     if (bits & 0xFFFF) return 0;
   }
   return 1;
+}
+
+static uint16_t bf16_bits(float scale) {
+  uint32_t bits;
+  memcpy(&bits, &scale, 4);
+  return (uint16_t)(bits >> 16); /* exact: bf16_scales */
 }
 
 static int pack_vnni(pn_qb4w* L, const uint8_t* w, const float* scales) {
@@ -223,10 +228,8 @@ static int pack_vnni(pn_qb4w* L, const uint8_t* w, const float* scales) {
         if (o >= L->n) continue;
         int32_t total = 0;
         for (int64_t i = b * L->block; i < (b + 1) * L->block; i++) total += weight_at(w, row_bytes, o, i);
-        L->sums[(t * L->blocks + b) * 16 + c] = (int16_t)total; /* |total| <= 8 * block: vnni_fits */
-        uint32_t bits;
-        memcpy(&bits, &scales[o * L->blocks + b], 4);
-        L->scales16[(t * L->blocks + b) * 16 + c] = (uint16_t)(bits >> 16); /* a bfloat16: vnni_fits */
+        L->sums[(t * L->blocks + b) * 16 + c] = (int16_t)total; /* |total| <= 8 * block <= INT16_MAX */
+        L->scales16[(t * L->blocks + b) * 16 + c] = bf16_bits(scales[o * L->blocks + b]);
       }
       for (int64_t ch = 0; ch < chunks; ch++) {
         uint8_t* dst = packed + ((t * L->blocks + b) * chunks + ch) * 128;
@@ -258,7 +261,7 @@ static inline void avx2_rows(const pn_qb4w* L, int64_t t, const int NR, const in
   const __m128i mask = _mm_set1_epi8((char)0xF0);
   const int64_t chunks = L->block / 16;
   const uint8_t* wp = L->weights + t * L->blocks * chunks * 64;
-  const float* tile_s = L->scales + t * L->blocks * 8;
+  const uint16_t* tile_s = L->scales16 + t * L->blocks * 8;
   const int64_t o0 = t * 8;
   const int64_t valid = L->n - o0 < 8 ? L->n - o0 : 8;
   __m256 acc[AVX2_ROWS][4];
@@ -290,7 +293,12 @@ static inline void avx2_rows(const pn_qb4w* L, int64_t t, const int NR, const in
         }
       }
     }
-    const float* s = tile_s + b * 8;
+    float s[8]; /* the block's scales / 16: bfloat16s widened exactly, times a power of two */
+    for (int c = 0; c < 8; c++) {
+      const uint32_t bits = (uint32_t)tile_s[b * 8 + c] << 16;
+      memcpy(&s[c], &bits, 4);
+      s[c] *= 0.0625f;
+    }
     for (int p = 0; p < 4; p++) {
       const __m256 scale = _mm256_setr_ps(s[2 * p], s[2 * p], s[2 * p], s[2 * p], s[2 * p + 1], s[2 * p + 1],
                                           s[2 * p + 1], s[2 * p + 1]);
@@ -334,8 +342,8 @@ static void avx2_tile(const pn_qb4w* L, int64_t t, int64_t rows, const int8_t* x
 static int pack_avx2(pn_qb4w* L, const uint8_t* w, const float* scales) {
   const int64_t row_bytes = (L->k + 1) / 2, chunks = L->block / 16;
   uint8_t* packed = calloc((size_t)(L->tiles * L->blocks * chunks * 64), 1);
-  L->scales = calloc((size_t)(L->tiles * L->blocks * 8), sizeof(float));
-  if (!packed || !L->scales) {
+  L->scales16 = calloc((size_t)(L->tiles * L->blocks * 8), sizeof(uint16_t));
+  if (!packed || !L->scales16) {
     free(packed);
     return 0;
   }
@@ -343,7 +351,7 @@ static int pack_avx2(pn_qb4w* L, const uint8_t* w, const float* scales) {
     for (int64_t b = 0; b < L->blocks; b++) {
       for (int64_t c = 0; c < 8; c++) {
         const int64_t o = t * 8 + c;
-        if (o < L->n) L->scales[(t * L->blocks + b) * 8 + c] = scales[o * L->blocks + b] / 16.0f;
+        if (o < L->n) L->scales16[(t * L->blocks + b) * 8 + c] = bf16_bits(scales[o * L->blocks + b]);
       }
       for (int64_t ch = 0; ch < chunks; ch++) {
         uint8_t* dst = packed + ((t * L->blocks + b) * chunks + ch) * 64;
@@ -379,9 +387,11 @@ pn_qb4w* pn_qb4w_pack(int isa, int family, int64_t n, int64_t k, int64_t block, 
   L->out_max = out_max;
   /* an ISA runs the family XNNPACK runs on CPUs that have it; any other pairing is the portable code's */
 #if defined(__x86_64__)
-  if (isa == PN_AVX512VNNI && family == PN_FAMILY_AVX512VNNI && vnni_fits(n, k, block, scales))
+  /* the avx512vnni layout keeps each block's weight sum as int16: blocks of up to 4095 inputs */
+  const int simd = bf16_scales(n, k, block, scales);
+  if (isa == PN_AVX512VNNI && family == PN_FAMILY_AVX512VNNI && simd && 8 * block <= INT16_MAX)
     L->isa = PN_AVX512VNNI, L->tile = 16;
-  else if (isa >= PN_AVX2 && family == PN_FAMILY_AVX2) L->isa = PN_AVX2, L->tile = 8;
+  else if (isa >= PN_AVX2 && family == PN_FAMILY_AVX2 && simd) L->isa = PN_AVX2, L->tile = 8;
   else
 #endif
     L->isa = PN_PORTABLE, L->tile = 1;
