@@ -203,3 +203,17 @@ def test_rotate_half_embeddings_are_fused_bit_for_bit(dtype):
     cos, sin = seeded(6, 1, 1, 6, 16).to(dtype), seeded(7, 1, 1, 6, 16).to(dtype)
     assert torch.equal(kernels.RotateHalfInto()(x, cos, sin, out=torch.empty(0, dtype=dtype)),
                        kernels.rotate_half(x, cos, sin))
+
+
+def test_tensors_apart_are_told_from_overlapping_ones():
+    """``kernels.fused.apart``, which keeps the one-pass CUDA rotary kernel from writing bytes it reads: views of one
+    arena (as planned tensors are) overlap where their spans do, strides and all."""
+    from pterun.kernels.fused import apart
+
+    arena = torch.zeros(100)
+    x, y = arena[:40].view(4, 10), arena[40:80].view(4, 10)
+    assert apart(x, y) and apart(y, x)
+    assert not apart(x, arena[39:50]) and not apart(x, x.t()) and not apart(x, x)
+    assert apart(arena[0:20:2], arena[19:30])  # a strided span ends at its last element
+    assert not apart(arena[0:21:2], arena[20:30])
+    assert apart(x, torch.zeros(4, 10)) and apart(x, arena[:0])

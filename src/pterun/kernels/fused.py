@@ -100,7 +100,9 @@ class RotateHalfInto:
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
         if out.shape != x.shape:
             out.resize_(x.shape)
-        if x.is_cuda and (kernel := _cuda_rotate_half()) is not None and kernel(x, cos, sin, out):
+        # The kernel reads each element's partner while other programs write: only into bytes apart from its inputs.
+        if (x.is_cuda and (kernel := _cuda_rotate_half()) is not None and all(apart(out, t) for t in (x, cos, sin))
+                and kernel(x, cos, sin, out)):
             return out
         n = x.numel()
         buffer = self._buffer
@@ -113,6 +115,18 @@ class RotateHalfInto:
         rotated[..., half:].copy_(x[..., :half])
         rotated.mul_(sin)
         return torch.add(by_cos, rotated, out=out)
+
+
+def apart(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors' bytes cannot overlap (the spans from their first to their last element)."""
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return True
+    if a.numel() == 0 or b.numel() == 0:
+        return True
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    a1 = a0 + (sum((n - 1) * abs(s) for n, s in zip(a.shape, a.stride())) + 1) * a.element_size()
+    b1 = b0 + (sum((n - 1) * abs(s) for n, s in zip(b.shape, b.stride())) + 1) * b.element_size()
+    return a1 <= b0 or b1 <= a0
 
 
 @functools.cache
