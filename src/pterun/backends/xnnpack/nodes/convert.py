@@ -155,9 +155,11 @@ def _dynamic_quantize(node: Node, b: Builder, x, y, shape) -> None:
     b.shapes[y.id] = tuple(shape)  # no buffer: consumers read the rows registered below
     x2 = b.view(x.id, (rows, length))
     col = (rows, 1)
-    if native.enabled(b) or (kernel := _triton_rows(b, x)) is not None:
+    on_cpu = native.enabled(b)
+    kernel = None if on_cpu else _triton_rows(b, x)
+    if on_cpu or kernel is not None:
         q8, zp, inv = b.scratch((rows, length), torch.int8), b.scratch(col), b.scratch(col)
-        if native.enabled(b):
+        if kernel is None:
             native.emit_quantize_rows(b, x2, rows, length, q8, zp, inv)
         else:
             b.emit(f"{b.bind(kernel, 'quantize_rows')}({x2}, {q8}, {zp}, {inv})")

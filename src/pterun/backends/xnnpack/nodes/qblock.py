@@ -72,6 +72,13 @@ def applies(w, k: int, n: int) -> bool:
             and blocks * q.block_size == k and tuple(q.scales.shape) == (n, blocks))
 
 
+def _unpacked(w, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The filter as int16 [N, K], its block scales as float32 [N, blocks], and XNNPACK's start values [N]."""
+    ints = qlinear.unpack_4bit(w.data, k)
+    scales = w.quant.scales.float()
+    return ints, scales, _start_sums(ints, scales, w.quant.block_size)
+
+
 def _start_sums(ints: torch.Tensor, scales: torch.Tensor, size: int) -> torch.Tensor:
     """-sum(weight * scale) per output channel, as XNNPACK packs it: float32, chunk by chunk in order."""
     n, k = ints.shape
@@ -108,8 +115,7 @@ def _native(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, family: st
     size = w.quant.block_size
 
     def prepare():
-        scales = w.quant.scales.float()
-        start = _start_sums(qlinear.unpack_4bit(w.data, k), scales, size)
+        _, scales, start = _unpacked(w, k)
         return native.qb4w_pack(b, family, n, k, size, w.data, scales, start,
                                 None if bias is None else b.constant(bias), node.output_min, node.output_max)
 
@@ -133,8 +139,7 @@ def _triton(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, family: st
         return False  # the PyTorch path says why
 
     def prepare():
-        scales = w.quant.scales.float()
-        start = _start_sums(qlinear.unpack_4bit(w.data, k), scales, size)
+        _, scales, start = _unpacked(w, k)
         return (w.data.contiguous().to(b.device), scales.t().contiguous().to(b.device), start.to(b.device),
                 None if bias is None else b.constant(bias).contiguous())
 
@@ -157,9 +162,7 @@ def _vnni(b, q, w, bias, y, rows: int, k: int, n: int, shape) -> str:
     group = max(g for g in range(1, min(GROUP, blocks) + 1) if blocks % g == 0) if grouped else 1
 
     def prepare():
-        ints = qlinear.unpack_4bit(w.data, k)  # int16 [N, K]
-        scales = w.quant.scales.float()
-        start = _start_sums(ints, scales, size)
+        ints, scales, start = _unpacked(w, k)  # ints: int16 [N, K]
         w8 = ints.to(torch.int8)
         if onednn:
             ops = [torch.ops.onednn.qlinear_prepack(w8[:, i * size:(i + 1) * size].contiguous(), [rows, size])
@@ -210,9 +213,7 @@ def _float_lanes(b, q, w, bias, y, rows: int, k: int, n: int, shape, lanes: int)
     part = size // lanes  # each lane's inputs of a block
 
     def prepare():
-        ints = qlinear.unpack_4bit(w.data, k)  # int16 [N, K]
-        scales = w.quant.scales.float()
-        start = _start_sums(ints, scales, size)
+        ints, scales, start = _unpacked(w, k)  # ints: int16 [N, K]
         # [block, lane, input of the lane, output]: input k = block * size + 2 lanes c + 2 lane + t is lane
         # input 2 c + t
         weights = (ints.float().view(n, blocks, size // (2 * lanes), lanes, 2).permute(1, 3, 2, 4, 0)

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from pterun.core.triton_options import NO_FUSION
 
-FAMILIES = {"avx512vnni": 1, "avx2": 4}  # the running sums each output keeps
+_LANES = {"avx512vnni": 1, "avx2": 4}  # the running sums each output keeps, by family
 _TILE = 4096  # weight bytes a program holds at once (outputs x blocks x bytes of a block)
 
 
@@ -106,6 +106,6 @@ def qb4w(family: str, x8: torch.Tensor, packed: torch.Tensor, scales: torch.Tens
         chunk *= 2
     _qb4w[(triton.cdiv(n, tile), rows)](
         x8, packed, scales, start, zero_points, row_scales, bias if bias is not None else start, out, n, k,
-        k // size, packed.stride(0), SIZE=size, HALF=half, CHUNK=chunk, BLOCK_N=tile, LANES=FAMILIES[family],
+        k // size, packed.stride(0), SIZE=size, HALF=half, CHUNK=chunk, BLOCK_N=tile, LANES=_LANES[family],
         HAS_BIAS=bias is not None, num_warps=4, **NO_FUSION)
     return out
