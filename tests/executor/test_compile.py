@@ -100,3 +100,33 @@ def test_a_method_torch_compile_leaves_uncompiled_says_so_and_still_runs():
     assert method.compile_status.startswith("not compiled: "), method.compile_status
     assert_matches(outputs, [x + y, x * y])
     assert_matches(method.execute([y, x]), [y + x, y * x])
+
+
+def test_a_compiled_method_keeps_its_thread_count_on_a_busy_machine(monkeypatch):
+    """Dynamo guards compiled code on ``torch.get_num_threads()``: a count that followed the machine's load
+    compiled the method again whenever the load moved (minutes each on a language model)."""
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from pterun.executor.call import threads
+    from tests.executor.programs import AddMul
+    from tests.support.exporting import ExportSpec, export_program
+
+    if threads.cores() < 2 or torch.get_num_threads() < 2:
+        pytest.skip("needs two cores: with one, every call runs on one thread")
+    x, y = torch.randn(256, 256), torch.randn(256, 256)
+    exported = export_program("compile-threads-add-mul", lambda: ExportSpec(AddMul(), (x, y)))
+    plain = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
+    assert plain.num_threads_reason.startswith("torch.get_num_threads()"), "premise: the count follows the load"
+    method = pterun.Runtime.get().load_program(exported.pte, compile=True).load_method("forward")
+    assert_matches(method.execute([x, y]), [x + y, x * y])
+    assert method.compile_status == "compiled", method.compile_status
+    count = method.num_threads
+    assert count == min(torch.get_num_threads(), threads.cores()) and "fixed" in method.num_threads_reason
+    monkeypatch.setattr(threads._LOAD, "free_cores", lambda: 0.0)  # other processes hold every core
+    monkeypatch.setattr(threads._HELD, "running", [1])  # and another call of pterun runs
+    assert plain.num_threads == 1, "premise: a plain method would take one thread now"
+    for _ in range(2):
+        assert_matches(method.execute([y, x]), [y + x, y * x])
+    assert method.num_threads == count
+    assert len(_debug_get_cache_entry_list(method.functional.__code__)) == 1, "compiled once"
+    assert method.compile_status == "compiled"

@@ -42,7 +42,8 @@ class Method:
         self._outputs: tuple | None = None
         self._owned = loaded.owned
         self._precision = loaded.precision
-        self._threads = Threads.choose(context.options.num_threads, plan, loaded.steps)
+        self._threads = Threads.choose(context.options.num_threads, plan, loaded.steps,
+                                       compiled=loaded.compiled_function is not None)
         self._calls = CallGuard(self._where, shared_lock(context, plan))
         self.written_inputs = loaded.written_inputs  # inputs the method updates in place
         self._trace = loaded.trace

@@ -28,6 +28,12 @@ The count (``load_program(..., num_threads=)``):
 Either way a call runs no more threads than there are cores the process may use, less those other
 calls of pterun hold at that moment: running calls hold their threads in one process-wide count, so
 two methods called at once on two Python threads share the cores instead of oversubscribing them.
+
+A method that ``torch.compile`` compiled (``compile=True``) is the exception: its count is fixed at load
+(``num_threads``, else ``torch.get_num_threads()`` then, no more than the cores) and every call runs on it,
+whatever the load. TorchInductor writes its CPU code for one thread count, and Dynamo guards the compiled
+code on ``torch.get_num_threads()``: a count that followed the load would compile the method again each
+time it moved, minutes on a large method, until Dynamo's recompilation limit sends it back to Python.
 """
 
 from __future__ import annotations
@@ -205,11 +211,12 @@ def small_method(plan: Plan, steps: Sequence) -> tuple[bool, int, int]:
 class Threads:
     """The intra-op threads of one method's calls."""
 
-    __slots__ = ("count", "reason", "_omp", "_mkl")
+    __slots__ = ("count", "reason", "fixed", "_omp", "_mkl")
 
-    def __init__(self, count: int | None, reason: str, *, small: bool = False) -> None:
+    def __init__(self, count: int | None, reason: str, *, small: bool = False, fixed: bool = False) -> None:
         self.count = count  # None: the calling thread's PyTorch setting
         self.reason = reason
+        self.fixed = fixed  # every call runs on count, shared cores or not
         setters = _setters()
         self._omp: Callable[[int], None] | None = setters[0] if setters is not None else None
         self._mkl: Callable[[int], int] | None = setters[1] if setters is not None else None
@@ -217,7 +224,11 @@ class Threads:
             self._mkl = None  # MKL runs products this small on one thread by itself: one call in and out less
 
     @classmethod
-    def choose(cls, requested: int | None, plan: Plan, steps: Sequence) -> Threads:
+    def choose(cls, requested: int | None, plan: Plan, steps: Sequence, *, compiled: bool = False) -> Threads:
+        if compiled:
+            count = min(requested or torch.get_num_threads(), cores())
+            return cls(count, "num_threads, fixed for compiled code" if requested is not None
+                       else "torch.get_num_threads() at load, fixed for compiled code", fixed=True)
         if requested is not None:
             return cls(requested, "num_threads")
         small, written, most = small_method(plan, steps)
@@ -242,12 +253,12 @@ class Threads:
         if want is None:
             want = max(1, min(current, int(_LOAD.free_cores() + 0.25)))
         running = _HELD.running
-        if want > 1:
+        if want > 1 and not self.fixed:
             with _HELD.lock:
                 want = max(1, min(want, _CORES - sum(running)))
                 running.append(want)
         else:
-            running.append(1)
+            running.append(want)
         if want == current or self._omp is None:
             return want, 0, None
         self._omp(want)
