@@ -22,7 +22,16 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
+# Set before torch loads libgomp. ExecuTorch's custom_sdpa splits its heads over ExecuTorch's threadpool, and
+# its products call MKL from those threads: each then owns an OpenMP team whose threads stay. libgomp spins
+# at its barriers only while it manages no more threads than the machine has CPUs, and past that it sleeps and
+# wakes its workers at every region. On 2 cores every 2-thread PyTorch region after ExecuTorch's first
+# generation took ~10x longer (pterun's 2-thread decode fell below its 1-thread one). With 1 as the default
+# for new threads, ExecuTorch's threads run MKL alone; each runner's threads are still set below
+# (torch.set_num_threads sets the main thread's count).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = {  # label: (program, its tokenizer)

@@ -64,7 +64,7 @@ print(why)
 # XNNPACK's dynamic quantization of rows, natively and in PyTorch's ops
 x = torch.randn(3, 64, generator=torch.Generator().manual_seed(0)) * 5
 q, zp, scale = torch.empty(3, 64, dtype=torch.int8), torch.empty(3), torch.empty(3)
-native._kernels().quantize_rows(native._ISAS[native.kernel_isa()], x.data_ptr(), 3, 64, 64, q.data_ptr(), 64,
+native._kernels().quantize_rows(native.ISAS[native.kernel_isa()], x.data_ptr(), 3, 64, 64, q.data_ptr(), 64,
                                 zp.data_ptr(), scale.data_ptr())
 s = torch.div(torch.tensor(255.0), x.amax(1).clamp(min=0) - x.amin(1).clamp(max=0))  # (255.0 / t is 255 * (1 / t))
 assert torch.equal(scale, torch.reciprocal(s))

@@ -111,7 +111,7 @@ def test_rows_are_quantized_as_xnnpack_does_it_on_every_instruction_set(kernel):
     for row in hard_rows():
         x = row.reshape(1, -1).contiguous()
         q, zp, scale = torch.empty(x.shape, dtype=torch.int8), torch.empty(1), torch.empty(1)
-        native._kernels().quantize_rows(native._ISAS[kernel], x.data_ptr(), 1, x.shape[1], x.shape[1], q.data_ptr(),
+        native._kernels().quantize_rows(native.ISAS[kernel], x.data_ptr(), 1, x.shape[1], x.shape[1], q.data_ptr(),
                                         x.shape[1], zp.data_ptr(), scale.data_ptr())
         with np.errstate(all="ignore"):
             q_expected, zp_expected, scale_expected = _qd8_row(row.numpy())
@@ -171,8 +171,8 @@ def test_a_caller_output_of_any_strides_is_written_right():
 
 
 def test_threads_split_the_outputs_and_change_no_bit():
-    """The kernels split a layer's outputs over the method's threads (their own workers, the caller's thread
-    among them): the same bits at 1 and 2 threads, calls from several Python threads at once included."""
+    """The kernels split a layer's outputs over the method's threads (PyTorch's OpenMP team, the caller's
+    thread among them): the same bits at 1 and 2 threads, calls from several Python threads at once included."""
     import threading
 
     exported = export_8da4w_wide()
@@ -197,6 +197,62 @@ def test_threads_split_the_outputs_and_change_no_bit():
     for w in workers:
         w.join()
     assert all(torch.equal(o, results[1]) for o in outputs)
+
+
+def _packed_4bit_layer(n: int, k: int):
+    from pterun.backends.xnnpack.native import _kernels
+
+    g = torch.Generator().manual_seed(3)
+    weights = torch.randint(0, 256, (n * k // 2,), dtype=torch.uint8, generator=g)
+    # Block scales bfloat16 can hold, as ExecuTorch writes them: the SIMD layouts take the layer.
+    scales = (torch.rand(n, k // 32, generator=g) / 64).bfloat16().float()
+    start = torch.randn(n, generator=g)
+    best = native.kernel_isa()
+    layer = _kernels.qb4w_pack(native.ISAS[best], native.FAMILIES["avx512vnni" if best == "avx512vnni" else "avx2"],
+                               n, k, 32, weights.data_ptr(), scales.data_ptr(), start.data_ptr(), 0, -math.inf,
+                               math.inf)
+    if X86 and best != "portable":
+        assert _kernels.qb4w_isa(layer) == best, "premise: the SIMD code takes the layer"
+    x = torch.randint(-128, 128, (3, k), dtype=torch.int8, generator=g)
+    zero_points, x_scales = torch.tensor([1.0, -3.0, 0.0]), torch.tensor([0.02, 0.5, 0.01])
+
+    def run(threads: int) -> torch.Tensor:
+        out = torch.empty(3, n)
+        _kernels.qb4w_run(layer, 3, x.data_ptr(), k, zero_points.data_ptr(), x_scales.data_ptr(), out.data_ptr(),
+                          n, threads)
+        return out
+
+    return run
+
+
+@pytest.mark.skipif(not native.available()[0], reason="the native kernels are not built here")
+def test_kernels_split_work_on_pytorchs_threads_and_on_their_own_in_a_forked_child():
+    """Where PyTorch runs GNU OpenMP, the kernels split work on its team (its threads spin after each
+    operator and held the cores workers of their own needed); in a forked child, which has no team, on their
+    own workers. The same bits either way."""
+    import os
+
+    from pterun.backends.xnnpack.native import _kernels
+
+    if platform.system() == "Linux" and X86:
+        assert _kernels.parallel_team(), "premise: PyTorch's Linux x86 build runs GNU OpenMP"
+    run = _packed_4bit_layer(4096, 1024)
+    expected = run(1)
+    assert torch.equal(run(2), expected)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: its own workers, no PyTorch operator run
+        try:
+            ok = not _kernels.parallel_team() and torch.equal(run(2), expected)
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.close(read)
+    os.waitpid(child, 0)
+    assert answer == b"1", "the forked child ran on workers of its own and got the same bits"
+    assert torch.equal(run(2), expected), "the parent still runs on PyTorch's team afterwards"
 
 
 @pytest.mark.parametrize("kernel", _isas())
@@ -259,7 +315,7 @@ def test_a_4bit_layer_a_simd_layout_cannot_hold_exactly_takes_the_portable_code(
     zp, xs = torch.tensor([3.0, -7.0, 0.0]), torch.tensor([0.02, 0.5, 1.0])
 
     def run(scales: torch.Tensor, isa_name: str) -> tuple[str, torch.Tensor]:
-        layer = kernels.qb4w_pack(native._ISAS[isa_name], family, n, k, block, weights.data_ptr(), scales.data_ptr(),
+        layer = kernels.qb4w_pack(native.ISAS[isa_name], family, n, k, block, weights.data_ptr(), scales.data_ptr(),
                                   start.data_ptr(), 0, -math.inf, math.inf)
         out = torch.empty(3, n)
         kernels.qb4w_run(layer, 3, x.data_ptr(), k, zp.data_ptr(), xs.data_ptr(), out.data_ptr(), n, 1)

@@ -1,7 +1,9 @@
 /* Which instruction sets this CPU has (the compiler's cpuid builtins), and the workers kernels split work over. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <unistd.h>
 
 #include "native.h"
 
@@ -81,11 +83,58 @@ static void forget_workers(void) {
 static pthread_once_t fork_handler = PTHREAD_ONCE_INIT;
 static void install_fork_handler(void) { pthread_atfork(NULL, NULL, forget_workers); }
 
+/* PyTorch's own OpenMP team, where the process has one (PyTorch's x86 and AArch64 Linux builds load GNU
+ * OpenMP, libgomp.so.1, for their intra-op threads). A call splits its tasks over that team rather than over
+ * workers of its own: PyTorch's threads spin for a while after each operator, and on a machine with as many
+ * cores as threads they held the cores our sleeping workers needed, so a kernel called between PyTorch's
+ * operators ran on the calling thread alone. One team for both, as ExecuTorch runs every kernel on one
+ * pthreadpool. Found by name among the libraries already loaded, never loaded here; in a forked child, and
+ * where there is none, the pool above serves. */
+typedef void (*gomp_parallel_fn)(void (*fn)(void*), void* data, unsigned threads, unsigned flags);
+static gomp_parallel_fn gomp_parallel = NULL;
+static pid_t gomp_process;
+static pthread_once_t gomp_found = PTHREAD_ONCE_INIT;
+
+/* The process that loaded the extension: a child forked from it has no team (GNU OpenMP does not survive a
+ * fork), whenever its first parallel call comes. */
+__attribute__((constructor)) static void note_process(void) { gomp_process = getpid(); }
+
+static void find_gomp(void) {
+  void* library = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (library != NULL) gomp_parallel = (gomp_parallel_fn)dlsym(library, "GOMP_parallel");
+}
+
+typedef struct {
+  pn_task task;
+  void* ctx;
+  int64_t count;
+  _Atomic int64_t next;
+} team_job;
+
+static void team_member(void* data) {
+  team_job* job = data;
+  for (;;) {
+    int64_t i = atomic_fetch_add(&job->next, 1);
+    if (i >= job->count) return;
+    job->task(job->ctx, i);
+  }
+}
+
+int pn_parallel_team(void) {
+  pthread_once(&gomp_found, find_gomp);
+  return gomp_parallel != NULL && getpid() == gomp_process;
+}
+
 void pn_parallel(pn_task task, void* ctx, int64_t count, int threads) {
   if (threads > count) threads = (int)count;
   if (threads > PN_MAX_WORKERS + 1) threads = PN_MAX_WORKERS + 1;
   if (threads <= 1) {
     for (int64_t i = 0; i < count; i++) task(ctx, i);
+    return;
+  }
+  if (pn_parallel_team()) {
+    team_job job = {task, ctx, count, 0};
+    gomp_parallel(team_member, &job, (unsigned)threads, 0);
     return;
   }
   pthread_once(&fork_handler, install_fork_handler);

@@ -32,6 +32,12 @@ static PyObject* py_cpu_isa(PyObject* self, PyObject* unused) {
   return PyUnicode_FromString(pn_isa_name(pn_cpu_isa()));
 }
 
+static PyObject* py_parallel_team(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  return PyBool_FromLong(pn_parallel_team());
+}
+
 /* quantize_rows(isa, x, rows, cols, x_stride, q, q_stride, zero_point, scale) */
 static PyObject* py_quantize_rows(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
@@ -335,6 +341,8 @@ static PyMethodDef methods[] = {
     {"q8_isa", py_q8_isa, METH_O, "The instruction set a packed 8-bit layer runs with."},
     {"q8_run", (PyCFunction)(void (*)(void))py_q8_run, METH_FASTCALL, "Runs a packed 8-bit layer."},
     {"cpu_isa", py_cpu_isa, METH_NOARGS, "The best instruction set this CPU runs the kernels with."},
+    {"parallel_team", py_parallel_team, METH_NOARGS,
+     "Whether kernels split work on PyTorch's OpenMP team (else on workers of their own)."},
     {"quantize_rows", (PyCFunction)(void (*)(void))py_quantize_rows, METH_FASTCALL, "XNNPACK's qd8 rows."},
     {"quantize_s8", (PyCFunction)(void (*)(void))py_quantize_s8, METH_FASTCALL, "XNNPACK's f32 -> qs8 convert."},
     {"dequantize_s8", (PyCFunction)(void (*)(void))py_dequantize_s8, METH_FASTCALL, "XNNPACK's qs8 -> f32 convert."},

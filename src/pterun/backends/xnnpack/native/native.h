@@ -25,9 +25,12 @@ int pn_cpu_isa(void);
 const char* pn_isa_name(int isa);
 
 /* Runs task(ctx, i) for i in [0, count) on up to `threads` threads (the caller's among them), returning when all
- * are done. Workers are started on first use and sleep between calls. */
+ * are done: on PyTorch's OpenMP team where the process has one, else on workers started on first use that sleep
+ * between calls. */
 typedef void (*pn_task)(void* ctx, int64_t index);
 void pn_parallel(pn_task task, void* ctx, int64_t count, int threads);
+/* Whether pn_parallel runs on PyTorch's OpenMP team (1) or on workers of its own (0). */
+int pn_parallel_team(void);
 
 /* XNNPACK's dynamic quantization (qd8) of `rows` float rows of `cols` values: per row the range widened to hold 0,
  * scale 255 / range, the nudged zero point; each value min(x * scale, 32767) rounded half to even, plus the zero

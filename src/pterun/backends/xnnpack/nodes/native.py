@@ -41,7 +41,7 @@ def _kernels() -> ModuleType:
     return _built
 
 FAMILIES = {"avx512vnni": 0, "avx2": 1}  # native.h's pn_family, by isa.block_kernels' names
-_ISAS = {"portable": 0, "avx2": 1, "avx512vnni": 2}
+ISAS = {"portable": 0, "avx2": 1, "avx512vnni": 2}
 
 
 @functools.cache
@@ -49,7 +49,8 @@ def available() -> tuple[bool, str]:
     """Whether the native kernels run here, and a sentence saying which kernels and why."""
     if _built is None:
         return False, _MISSING + "; quantized layers and float elementwise nodes take their PyTorch path"
-    return True, f"pterun's native kernels ({_kernels().cpu_isa()})"
+    threads = "PyTorch's OpenMP threads" if _kernels().parallel_team() else "threads of their own"
+    return True, f"pterun's native kernels ({_kernels().cpu_isa()}, on {threads})"
 
 
 def kernel_isa() -> str:
@@ -122,7 +123,7 @@ def qb4w_pack(b, family: str, n: int, k: int, block: int, weights: torch.Tensor,
     if tuple(scales.shape) != (n, k // block) or start.numel() != n or (bias is not None and bias.numel() != n):
         raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: block scales, start values or bias do not fit "
                                            f"{n} outputs of {k // block} blocks")
-    return _kernels().qb4w_pack(_ISAS[kernel_isa()], FAMILIES[family], n, k, block, weights.data_ptr(),
+    return _kernels().qb4w_pack(ISAS[kernel_isa()], FAMILIES[family], n, k, block, weights.data_ptr(),
                              scales.data_ptr(), start.data_ptr(), 0 if bias is None else bias.data_ptr(),
                              float(out_min), float(out_max))
 
@@ -144,7 +145,7 @@ def emit_qb4w(b, layer, rows: int, n: int, x: str, x_stride: int, zero_points: s
 def emit_quantize_rows(b, x: str, rows: int, cols: int, q: str, zero_points: str, scales: str) -> None:
     """Lines quantizing float rows ``x`` [rows, cols] into fixed int8 rows ``q``, zero points and scales."""
     run = _function(b, "quantize_rows", _kernels().quantize_rows)
-    b.emit(f"{run}({_ISAS[kernel_isa()]}, {source(b, x)}, {rows}, {cols}, {cols}, {_pointer(b, q)}, {cols}, "
+    b.emit(f"{run}({ISAS[kernel_isa()]}, {source(b, x)}, {rows}, {cols}, {cols}, {_pointer(b, q)}, {cols}, "
            f"{_pointer(b, zero_points)}, {_pointer(b, scales)})")
 
 
@@ -158,7 +159,7 @@ def q8_pack(b, weights: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | 
     bias = None if bias is None else bias.float().contiguous()
     if scale.numel() != n or (bias is not None and bias.numel() != n):
         raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: scales or bias do not fit {n} outputs")
-    return _kernels().q8_pack(_ISAS[kernel_isa()], n, k, weights.data_ptr(), k, scale.data_ptr(),
+    return _kernels().q8_pack(ISAS[kernel_isa()], n, k, weights.data_ptr(), k, scale.data_ptr(),
                            0 if bias is None else bias.data_ptr(), float(out_min), float(out_max))
 
 
@@ -182,7 +183,7 @@ def emit_convert_s8(b, quantize: bool, x: str, out: str, shape, scale: float, ze
     name = "quantize_s8" if quantize else "dequantize_s8"
     run = _function(b, name, getattr(_kernels(), name))
     into, copy = target(b, out, shape, torch.int8 if quantize else torch.float32)
-    b.emit(f"{run}({_ISAS[kernel_isa()]}, {source(b, x)}, {into}, {math.prod(shape)}, {b.number(float(scale))}, "
+    b.emit(f"{run}({ISAS[kernel_isa()]}, {source(b, x)}, {into}, {math.prod(shape)}, {b.number(float(scale))}, "
            f"{int(zero_point)}, {threads(b)}())")
     if copy is not None:
         b.emit(f"{out}.copy_({copy})")
@@ -193,7 +194,7 @@ def emit_lookup_s8(b, table: torch.Tensor, x: str, out: str, shape) -> None:
     """Lines setting signed 8-bit ``out`` to ``table`` [256] (int8, indexed by each value's byte) at ``x``."""
     run = _function(b, "lookup_s8", _kernels().lookup_s8)
     into, copy = target(b, out, shape, torch.int8)
-    b.emit(f"{run}({_ISAS[kernel_isa()]}, {_pointer(b, b.bind(table, 'table'))}, {source(b, x)}, {into}, "
+    b.emit(f"{run}({ISAS[kernel_isa()]}, {_pointer(b, b.bind(table, 'table'))}, {source(b, x)}, {into}, "
            f"{math.prod(shape)}, {threads(b)}())")
     if copy is not None:
         b.emit(f"{out}.copy_({copy})")
@@ -214,7 +215,7 @@ def qconv_pack(b, groups: int, cin_g: int, cout_g: int, kernel: tuple[int, int],
             bias is not None and bias.numel() != cout):
         raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: filter {list(weights.shape)}, scales or bias do "
                                            f"not fit {groups} groups of {cin_g} -> {cout_g} channels")
-    return _kernels().qconv_pack(_ISAS[kernel_isa()], groups, cin_g, cout_g, kh, kw, *strides, *dilations, *top_left,
+    return _kernels().qconv_pack(ISAS[kernel_isa()], groups, cin_g, cout_g, kh, kw, *strides, *dilations, *top_left,
                               weights.data_ptr(), scale.data_ptr(), 0 if bias is None else bias.data_ptr(),
                               int(input_zero_point), int(out_zero_point), int(qmin), int(qmax))
 
@@ -246,7 +247,7 @@ def qbinary_make(op: str, shape, a_shape, b_shape, a_param: int, b_param: int, b
     ndim = len(shape)
     geometry = torch.tensor([*shape, *_broadcast_strides(a_shape, shape), *_broadcast_strides(b_shape, shape)],
                             dtype=torch.int64)
-    return _kernels().qbinary_make(_ISAS[kernel_isa()], QOPS[op], ndim, geometry.data_ptr(), int(a_param), int(b_param),
+    return _kernels().qbinary_make(ISAS[kernel_isa()], QOPS[op], ndim, geometry.data_ptr(), int(a_param), int(b_param),
                                 int(bias), int(shift), float(scale), int(out_zero_point), int(qmin), int(qmax))
 
 
