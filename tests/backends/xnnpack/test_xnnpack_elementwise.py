@@ -119,6 +119,36 @@ def test_rows_of_every_length_are_executorchs_bits(program, method):
         _assert_bits(method.execute(x), run_reference(program, x), ELEMENTWISE_OUTPUTS, f"{cols} columns")
 
 
+def _nan(bits: int) -> float:
+    return torch.tensor([bits], dtype=torch.int64).to(torch.int32).view(torch.float32).item()
+
+
+def test_which_nan_a_softmax_row_ends_with_is_executorchs(program, method):
+    """A row holding an infinity and a NaN, or two NaNs, meets two NaNs in one add or multiply, and x86 returns the
+    first operand's: each must run in the operand order of ExecuTorch's build (native/vsoftmax.c). NaNs of
+    distinct payloads at lane pairs within a vector, across vectors, halves and blocks, in rows of every loop's
+    length."""
+    quiet, negative = _nan(0x7FC12000), _nan(0xFFC34000)  # payloads whose exponent bits are zero after << 23
+    kinds = ((math.inf, quiet), (quiet, negative), (negative, math.inf), (quiet, math.inf))
+    seen = set()
+    for cols in (7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 40, 47, 48, 63, 64, 65, 72, 80, 100, 128, 129, 203):
+        rows = []
+        for first in (0, 1, 3):
+            for gap in (1, 2, 4, 8, 16, 24, 32, 48, 64, cols - 1 - first):
+                if 0 < gap and first + gap < cols:
+                    for a, b in kinds:
+                        row = torch.randn(cols, generator=torch.Generator().manual_seed(len(rows)))
+                        row[first], row[first + gap] = a, b
+                        rows.append(row)
+        x = torch.stack(rows)
+        for chunk in x.split(ELEMENTWISE_MAX[0]):
+            expected = run_reference(program, [chunk])
+            seen.update(_bits(expected[ELEMENTWISE_OUTPUTS.index("softmax")]).unique().tolist())
+            _assert_bits(method.execute([chunk]), expected, ELEMENTWISE_OUTPUTS, f"NaNs in {cols} columns")
+    # the premise: ExecuTorch's rows end with each of the three NaNs, so the order decided something
+    assert {0x7FC12000, 0xFFC34000 - (1 << 32), 0xFFC00000 - (1 << 32)} <= seen, sorted(hex(b) for b in seen)
+
+
 def test_threads_split_the_work_and_change_no_bit(program):
     """Elementwise nodes split in chunks, softmax by rows: the same bits at 1 and 2 threads."""
     x = elementwise_inputs(7, 3.0, rows=ELEMENTWISE_MAX[0], cols=ELEMENTWISE_MAX[1])
