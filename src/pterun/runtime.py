@@ -117,7 +117,9 @@ class Runtime:
         runs it kernel by kernel instead). ``compile=True`` hands each method,
         rewritten as a pure function, to ``torch.compile`` (TorchInductor fuses
         its elementwise chains); methods it cannot express run as usual, and
-        ``Method.compile_status`` says why. Compilation happens on the first call.
+        ``Method.compile_status`` says why. A method compiles on its first call, or,
+        when its inputs can change shape, each set of input shapes on its second call
+        (a set seen once, such as a prompt's length, runs uncompiled).
 
         Float32 is computed in float32 whatever precision switches the process
         has set (``torch.set_float32_matmul_precision``, cuDNN's TF32, autocast);

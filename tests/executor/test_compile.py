@@ -130,3 +130,48 @@ def test_a_compiled_method_keeps_its_thread_count_on_a_busy_machine(monkeypatch)
     assert method.num_threads == count
     assert len(_debug_get_cache_entry_list(method.functional.__code__)) == 1, "compiled once"
     assert method.compile_status == "compiled"
+
+
+def test_a_method_of_dynamic_shapes_compiles_each_set_of_shapes_on_its_second_call():
+    """A language model's prompt comes once and its one-token step recurs: compiling every set of shapes on
+    its first call (or one graph of symbolic sizes) spent minutes on prompts that never came back."""
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from tests.executor import programs
+
+    exported = programs.dynamic_add_mul()
+    plan = pterun.format.ProgramFile(exported.pte).plan("forward")
+    assert any(isinstance(v, pterun.format.TensorSpec) and v.dynamism == pterun.format.Dynamism.DYNAMIC_BOUND
+               for v in plan.values), "premise: the inputs can change shape"
+    method = pterun.Runtime.get().load_program(exported.pte, compile=True).load_method("forward")
+
+    def entries() -> int:
+        return len(_debug_get_cache_entry_list(method.functional.__code__))
+
+    def call(batch: int) -> None:
+        x, y = torch.randn(batch, 3), torch.randn(batch, 3)
+        assert_matches(method.execute([x, y]), [x + y, x * y], what=f"batch {batch}")
+
+    call(3)
+    assert entries() == 0, "a set of shapes seen once runs uncompiled"
+    call(1)
+    call(3)
+    assert entries() == 1, "the second call with batch 3 compiled it"
+    call(3)
+    call(1)
+    assert entries() == 2, "and batch 1 on its second call, in a graph of its own"
+    for batch in (1, 3, 1):
+        call(batch)
+    assert entries() == 2 and method.compile_status == "compiled", method.compile_status
+
+
+def test_compiled_code_past_the_recompile_limit_says_so_and_other_shapes_still_run():
+    from tests.executor import programs
+
+    exported = programs.dynamic_add_mul()
+    method = pterun.Runtime.get().load_program(exported.pte, compile=True).load_method("forward")
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for batch in (2, 2, 3, 3, 3):
+            x, y = torch.randn(batch, 3), torch.randn(batch, 3)
+            assert_matches(method.execute([x, y]), [x + y, x * y], what=f"batch {batch}")
+    assert method.compile_status.startswith("compiled for 1 set of input shapes"), method.compile_status

@@ -83,6 +83,28 @@ def test_shapes_that_alternate_are_captured_again_every_time():
     assert runner.failure is None and runner.replaying
 
 
+def test_a_compiled_method_of_dynamic_shapes_compiles_outside_the_capture_and_replays_the_compiled_code():
+    """compile=True compiles a set of input shapes on its second call: that call runs eagerly, never inside a
+    capture (Inductor launches kernels while it compiles), and the next call captures the compiled code."""
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    method = _method(example_program(), compile=True)
+    assert method.compile_status == "compiled", "premise: the method has a functional form"
+    reference = pterun.Runtime.get().load_program(example_program()).load_method("forward")
+    runner = method.cuda_graph
+    for k, length in enumerate((8, 8, 8, 8, 17, 8, 8)):
+        tokens = torch.randint(0, 1024, (1, length), device="cuda")
+        (logits,) = method.execute([tokens])
+        assert_matches(logits.cpu(), reference.execute([tokens.cpu()])[0], rtol=2e-4, what=f"call {k}")
+        assert runner.failure is None, f"call {k}: {runner.failure!r}"
+        if k == 1:
+            assert runner.graph is None, "the call that compiled ran eagerly"
+        if k == 2:
+            assert runner.graph is not None, "the next one captured"
+    assert len(_debug_get_cache_entry_list(method.functional.__code__)) == 1, "length 17 came once: not compiled"
+    assert runner.replaying and method.compile_status == "compiled"
+
+
 def test_a_method_that_cannot_be_captured_leaves_the_random_generators_working():
     # A failed capture used to leave PyTorch's CUDA generator marked as capturing: every later random op on
     # the device raised, in the caller's code and in the next method's capture.

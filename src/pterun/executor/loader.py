@@ -145,7 +145,8 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
         written_inputs=written_inputs(plan, effects),
         # The graph is keyed by the input shapes; a method whose inputs cannot change shape needs no key.
         graph=(_graph_runner(context, own.effects if compiled_function is None else effects, run,
-                             [objects[vi] for vi in dynamic_inputs if vi not in params_in], bool(dynamic_inputs))
+                             [objects[vi] for vi in dynamic_inputs if vi not in params_in], bool(dynamic_inputs),
+                             None if compiled_function is None else compiled_function.compiles)
                if trace is None else None),
         owned=frozenset(pos for pos, vi in enumerate(plan.outputs)
                         if isinstance(value := plan.values[vi], TensorSpec) and not value.is_memory_planned),
@@ -173,7 +174,7 @@ def _binder(context: LoadContext, plan: Plan, index: int, vi: int, objects: list
 
 
 def _graph_runner(context: LoadContext, effects: MethodEffects, run: Callable, shape_tensors: list,
-                  keyed: bool) -> CudaGraphRunner | None:
+                  keyed: bool, compiles: Callable | None) -> CudaGraphRunner | None:
     device = context.options.device
     if device is None or device.type != DeviceType.CUDA or not context.options.cuda_graphs:
         return None
@@ -181,4 +182,4 @@ def _graph_runner(context: LoadContext, effects: MethodEffects, run: Callable, s
     # tensor values into Python numbers.
     if effects.syncs:
         return None
-    return CudaGraphRunner(run, device.torch, shape_tensors, keyed)
+    return CudaGraphRunner(run, device.torch, shape_tensors, keyed, compiles)

@@ -4,7 +4,9 @@ A method on a GPU launches one kernel per instruction; for small inputs the
 launches, not the kernels, take the time. Replaying a captured graph launches
 them all at once. The first call with a new set of input shapes runs eagerly
 (which also warms up the libraries the kernels use); the next call with the
-same shapes captures, and later calls replay. Planned inputs are already in
+same shapes captures, and later calls replay. With ``compile=True`` a call that
+compiles runs eagerly too, never inside a capture, and the next one captures
+the compiled code. Planned inputs are already in
 the method's arenas, which the graph reads in place. An input the caller
 passes by reference is read where it is when the caller passed the same
 tensor to the first two calls (weights, or a buffer the caller refills), and
@@ -30,10 +32,13 @@ _NOTHING = object()
 
 
 class CudaGraphRunner:
-    def __init__(self, run: Callable, device: torch.device, shape_tensors: Sequence = (), keyed: bool = False) -> None:
+    def __init__(self, run: Callable, device: torch.device, shape_tensors: Sequence = (), keyed: bool = False,
+                 compiles: Callable[[Sequence], bool] | None = None) -> None:
         """``keyed``: some input can change shape, so a graph holds one set of shapes (of the arguments and of
-        ``shape_tensors``, the planned dynamic inputs)."""
+        ``shape_tensors``, the planned dynamic inputs). ``compiles(args)``: whether calling ``run`` with
+        ``args`` would compile it (``compile=True``); such a call runs eagerly, never inside a capture."""
         self.run = run
+        self.compiles = compiles
         self.device = device
         self.shape_tensors = shape_tensors
         self.keyed = keyed
@@ -86,7 +91,7 @@ class CudaGraphRunner:
                     self.replaying = True
                     return self.outputs
                 # A bound input moved: run eagerly, capture again on the next call.
-            elif key == self.seen:
+            elif key == self.seen and (self.compiles is None or not self.compiles(args)):
                 return self._capture(args, key)
             self.seen = key
             self.previous = self._pointers(args)
@@ -115,7 +120,7 @@ class CudaGraphRunner:
         # Inputs that came at the same address twice are bound (read in place), others copied.
         self.bound = [isinstance(a, torch.Tensor) and i not in self.copy_always and a.data_ptr() == self.previous[i]
                       for i, a in enumerate(args)]
-        static = [a if bound else (a.clone() if isinstance(a, torch.Tensor) else a)
+        static = [a if bound else (_twin(a) if isinstance(a, torch.Tensor) else a)
                   for a, bound in zip(args, self.bound)]
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize(self.device)
@@ -138,6 +143,13 @@ class CudaGraphRunner:
         graph.replay()
         self.replaying = True
         return outputs
+
+
+def _twin(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy the graph reads its input from: an inference tensor where the caller's is one, else not, since
+    compiled code (``compile=True``) is guarded on the difference and would compile again inside the capture."""
+    with torch.inference_mode(tensor.is_inference()):
+        return tensor.clone()
 
 
 def _end_generators_capture(device: torch.device) -> None:

@@ -5,19 +5,30 @@ function, a recompilation limit or the process-wide budget of compiled frames
 (``torch._dynamo.config.accumulated_recompile_limit``) makes Dynamo run the
 function as plain Python, and a backend error raises from the first call.
 :class:`CompiledFunction` compiles with ``fullgraph=True`` (a graph break is an
-error, not a split), compiles on the first call, and afterwards checks that
-Dynamo holds compiled code for the function's own frame. When it does not, or
-compiling failed, the functional form runs as plain Python (the same operators,
-so the same results) and ``status`` says why.
+error, not a split) and afterwards checks that Dynamo holds compiled code for
+the function's own frame. When it does not, or compiling failed, the functional
+form runs as plain Python (the same operators, so the same results) and
+``status`` says why.
+
+Shapes are static in every compiled graph. A method whose inputs cannot change
+shape compiles on its first call. One whose inputs can (a language model's
+prompt and its one-token steps) compiles each set of input shapes on its second
+call with those shapes, and runs a set seen once as plain Python: what recurs
+(the decode step, a batch size used over and over) is compiled for exactly its
+shapes, and what does not (a prompt of a length never seen before) costs no
+compilation. The alternative, one graph with symbolic sizes, spent over a
+minute in Dynamo's shape reasoning on a two-layer decoder (docs/benchmarks.md)
+and still compiled the one-token step again, as sizes of 1 are specialized.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
 COMPILED = "compiled"
+LEFT_UNCOMPILED = "torch.compile ran it uncompiled (its recompilation limits were reached)"
 
 
 def _entries(fn: Callable) -> int:
@@ -26,28 +37,79 @@ def _entries(fn: Callable) -> int:
     return len(_debug_get_cache_entry_list(fn.__code__))
 
 
+def _shapes(args: Sequence) -> tuple:
+    return tuple(a.shape for a in args if isinstance(a, torch.Tensor))
+
+
 class CompiledFunction:
     def __init__(self, functional: Callable, *, dynamic: bool) -> None:
+        """``dynamic``: some input can change shape (each set of shapes is compiled on its second call)."""
         self.functional = functional
-        self.compiled = torch.compile(functional, dynamic=dynamic, fullgraph=True)
+        self.compiled = torch.compile(functional, dynamic=False, fullgraph=True)
         self.status = COMPILED
-        self._call = self._first
+        self.dynamic = dynamic
+        self.seen: set[tuple] = set()  # sets of input shapes called once, uncompiled
+        self.shapes: set[tuple] = set()  # sets of input shapes with compiled code
+        self.ready = False  # a method of static shapes: compiled
+        self._call: Callable = self._by_shapes if dynamic else self._first
 
     def __call__(self, *args):
         return self._call(*args)
 
+    @property
+    def running(self) -> bool:
+        """False once compiling failed or Dynamo left the function uncompiled (it then runs as plain Python)."""
+        return not self.status.startswith("not compiled")
+
+    def compiles(self, args: Sequence) -> bool:
+        """Whether a call with ``args`` would compile (a CUDA graph is captured only around compiled code)."""
+        if not self.running:
+            return False
+        if not self.dynamic:
+            return not self.ready
+        key = _shapes(args)
+        return key not in self.shapes and key in self.seen and self._room()
+
+    def _room(self) -> bool:
+        return len(self.shapes) < torch._dynamo.config.recompile_limit
+
+    def _by_shapes(self, *args):
+        key = _shapes(args)
+        if key in self.shapes:
+            return self.compiled(*args)
+        if key not in self.seen or not self._room():
+            self.seen.add(key)
+            return self.functional(*args)
+        before = _entries(self.functional)
+        outputs = self._compile(args)
+        if self.running:
+            if _entries(self.functional) <= before:
+                self._give_up(LEFT_UNCOMPILED, None)
+            else:
+                self.shapes.add(key)
+                if not self._room():
+                    sets = f"{len(self.shapes)} set{'s' if len(self.shapes) > 1 else ''}"
+                    self.status = (f"compiled for {sets} of input shapes, torch.compile's recompile_limit; "
+                                   "calls with other shapes run uncompiled")
+        return outputs
+
     def _first(self, *args):
+        outputs = self._compile(args)
+        if self.running:
+            if _entries(self.functional) == 0:
+                self._give_up(LEFT_UNCOMPILED, None)
+            else:
+                self.ready = True
+                self._call = self.compiled
+        return outputs
+
+    def _compile(self, args: Sequence):
         try:
-            outputs = self.compiled(*args)
+            return self.compiled(*args)
         except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as exc:
             # Dynamo's and the backend's errors; the kernels' own errors raise again from the plain call.
             first = (str(exc).splitlines() or [""])[0]
             return self._give_up(f"torch.compile failed: {type(exc).__name__}: {first}", args)
-        if _entries(self.functional) == 0:
-            self._give_up("torch.compile ran it uncompiled (its recompilation limits were reached)", None)
-        else:
-            self._call = self.compiled
-        return outputs
 
     def _give_up(self, why: str, args):
         self.status = f"not compiled: {why}"
