@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch.nn.functional import scaled_dot_product_attention
@@ -117,6 +119,30 @@ def test_rms_norm_of_dynamic_shape_is_fused(dtype):
         assert out[0].shape == shape
 
 
+def test_a_float32_rms_norm_on_the_cpu_keeps_the_chains_bits():
+    """The fused call runs the chain's own steps in float32 on the CPU, so its outputs are those of fuse=False bit
+    for bit, over shapes that change from call to call and new values in the same bytes; and they are
+    torch.rms_norm's."""
+    from pterun.kernels import fused as kernels
+
+    batch, length = torch.export.Dim("batch", max=4), torch.export.Dim("length", max=12)
+    exported = export_program("fuse-dynamic-norm-float32", lambda: ExportSpec(
+        _DynamicNorm(torch.float32), (seeded(0, 2, 5, 16),), dynamic_shapes=({0: batch, 1: length},)))
+    fused = load(exported).load_method("forward")
+    plain = pterun.Runtime.get().load_program(exported.pte, fuse=False).load_method("forward")
+    # The premise: one fused call, to the kernel that runs the chain's steps, and none with fuse=False.
+    assert _fused(fused) == ["pterun::rms_norm"] and _fused(plain) == []
+    assert [type(s.binding.fn) for s in fused.steps if getattr(s, "name", "") == "pterun::rms_norm"] == [
+        kernels.RmsNormInto]
+    for seed, shape in enumerate([(2, 5, 16), (2, 5, 16), (1, 1, 16), (4, 12, 16), (2, 5, 16)]):
+        x = seeded(seed, *shape) * (1 + 10 * seed)
+        assert all(torch.equal(a, b) for a, b in zip(fused.execute([x]), plain.execute([x]))), shape
+    kernel, out = kernels.RmsNormInto(), torch.empty(0)
+    for seed, shape in enumerate([(1, 1, 768), (1, 1, 768), (3, 7, 2048), (5, 64)]):
+        x, w = seeded(10 + seed, *shape) * (1 + seed), seeded(20 + seed, shape[-1])
+        assert torch.equal(kernel(x, w, 1e-5, out=out), torch.rms_norm(x, (shape[-1],), w, 1e-5)), shape
+
+
 class _DynamicAttention(torch.nn.Module):
     def forward(self, q, k, v, mask):
         return scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -203,6 +229,33 @@ def test_rotate_half_embeddings_are_fused_bit_for_bit(dtype):
     cos, sin = seeded(6, 1, 1, 6, 16).to(dtype), seeded(7, 1, 1, 6, 16).to(dtype)
     assert torch.equal(kernels.RotateHalfInto()(x, cos, sin, out=torch.empty(0, dtype=dtype)),
                        kernels.rotate_half(x, cos, sin))
+
+
+@pytest.mark.parametrize("form", ["rotary", "rotate_half"])
+def test_a_rotary_kernel_reads_new_values_in_the_bytes_it_kept_views_of(form):
+    """The fused rotary calls keep their views of x for the bytes a method passes at every call: a new view of
+    the same bytes holding new values, other bytes, the first bytes again and another shape each give the
+    function's result."""
+    from pterun.kernels import fused as kernels
+
+    kernel, function = ((kernels.RotaryInto(), kernels.rotary) if form == "rotary"
+                        else (kernels.RotateHalfInto(), kernels.rotate_half))
+    shape = (1, 3, 4, 8, 2) if form == "rotary" else (1, 4, 3, 16)
+    table = (1, 3, 1, 8) if form == "rotary" else (1, 1, 3, 16)
+    arena, other = torch.zeros(2 * math.prod(shape)), seeded(9, *shape)
+    out = torch.empty(0)
+    for step, x in enumerate((arena[:math.prod(shape)].view(shape), None, other, None)):
+        if x is None:  # new values in the arena's bytes, through a view made anew
+            arena[:math.prod(shape)] = seeded(20 + step, math.prod(shape))
+            x = arena[:math.prod(shape)].view(shape)
+        cos, sin = seeded(30 + step, *table), seeded(40 + step, *table)
+        kept = kernel._views
+        assert torch.equal(kernel(x, cos, sin, out=out), function(x, cos, sin)), step
+        assert (kernel._views is kept) == (step == 1), step  # the premise: kept for the same bytes only
+    longer = seeded(50, *shape[:1], 5, *shape[2:]) if form == "rotary" else seeded(50, 1, 4, 5, 16)
+    cos, sin = (seeded(51, 1, 5, 1, 8), seeded(52, 1, 5, 1, 8)) if form == "rotary" else (
+        seeded(51, 1, 1, 5, 16), seeded(52, 1, 1, 5, 16))
+    assert torch.equal(kernel(longer, cos, sin, out=out), function(longer, cos, sin))
 
 
 def test_tensors_apart_are_told_from_overlapping_ones():

@@ -36,8 +36,31 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
-def rms_norm_out(x, weight, eps, *, out: torch.Tensor) -> torch.Tensor:
-    return _into(out, rms_norm(x, weight, eps))
+class RmsNormInto:
+    """``rms_norm`` written into ``out``. In float32 on the CPU as the chain's own steps (x * x, its mean, + eps,
+    rsqrt, the products), which are torch.rms_norm's there too, bit for bit, into buffers kept for the bytes x is
+    passed in (as ``RotaryInto`` keeps its own): six calls and no allocation per call, where torch.rms_norm
+    allocates its intermediates and the result is copied. Elsewhere torch.rms_norm: device kernels that fuse
+    the steps, and for half types sums in float32."""
+
+    def __init__(self) -> None:
+        self._key: tuple = ()
+        self._views: tuple = ()
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, eps: float, *, out: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32:
+            return _into(out, rms_norm(x, weight, eps))
+        key = (x.data_ptr(), x.shape, x.stride(), x.dtype)
+        if key != self._key:
+            self._views, self._key = (torch.empty_like(x), torch.empty((*x.shape[:-1], 1), dtype=x.dtype)), key
+        scaled, mean = self._views
+        torch.mul(x, x, out=scaled)
+        torch.mean(scaled, -1, keepdim=True, out=mean)
+        mean.add_(eps).rsqrt_()
+        torch.mul(x, mean, out=scaled)
+        if out.shape != x.shape:
+            out.resize_(x.shape)
+        return torch.mul(scaled, weight, out=out)
 
 
 def rms_norm_cast(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -60,19 +83,22 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 class RotaryInto:
     """``rotary`` written into ``out``: computed whole in buffers of its own (one per chain: the calls of a method
     take turns), then copied, so ``out`` may share bytes with ``x`` (the exporter's memory plan may give it x's
-    once x is read); the buffers grow to the largest call and are reused, no allocation per call once they are."""
+    once x is read); the buffers grow to the largest call and are reused, no allocation per call once they are.
+
+    A method passes the same bytes as ``x`` at every call (a new view of them each time): the halves of x and the
+    buffer's views are made once for them and kept (holding x's storage, so no other tensor can take its
+    address), which leaves six products and sums and the copy per call."""
 
     def __init__(self) -> None:
         self._buffer: torch.Tensor | None = None  # the pairs (2n values), then one product (n)
+        self._key: tuple = ()
+        self._views: tuple = ()
 
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
-        x0, x1 = x[..., 0], x[..., 1]
-        n = x0.numel()
-        buffer = self._buffer
-        if buffer is None or buffer.numel() < 3 * n or buffer.dtype != out.dtype or buffer.device != out.device:
-            buffer = self._buffer = torch.empty(3 * n, dtype=out.dtype, device=out.device)
-        both = buffer[:2 * n].view(x.shape)
-        first, second, other = both[..., 0], both[..., 1], buffer[2 * n:3 * n].view(x0.shape)
+        key = (x.data_ptr(), x.shape, x.stride(), x.dtype, x.device, out.dtype)
+        if key != self._key:
+            self._views, self._key = self._views_for(x, out), key
+        x0, x1, first, second, other, both = self._views
         torch.mul(x0, cos, out=first)
         torch.mul(x1, sin, out=other)
         first.sub_(other)
@@ -80,6 +106,15 @@ class RotaryInto:
         torch.mul(x1, cos, out=other)
         second.add_(other)
         return _into(out, both)
+
+    def _views_for(self, x: torch.Tensor, out: torch.Tensor) -> tuple:
+        x0, x1 = x[..., 0], x[..., 1]
+        n = x0.numel()
+        buffer = self._buffer
+        if buffer is None or buffer.numel() < 3 * n or buffer.dtype != out.dtype or buffer.device != out.device:
+            buffer = self._buffer = torch.empty(3 * n, dtype=out.dtype, device=out.device)
+        both = buffer[:2 * n].view(x.shape)
+        return x0, x1, both[..., 0], both[..., 1], buffer[2 * n:3 * n].view(x0.shape), both
 
 
 def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -92,10 +127,13 @@ def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
 class RotateHalfInto:
     """``rotate_half`` written into ``out``, computed in buffers of its own and summed into ``out`` last (``out``
     may share bytes with ``x``, as ``RotaryInto``'s may); on CUDA one Triton kernel where Triton is
-    installed. No allocation per call once the buffers fit the largest call."""
+    installed. No allocation per call once the buffers fit the largest call; the views of x and of the buffers
+    are kept for the bytes x is passed in, as ``RotaryInto`` keeps its own."""
 
     def __init__(self) -> None:
         self._buffer: torch.Tensor | None = None  # x * cos, then the rotated x times sin
+        self._key: tuple = ()
+        self._views: tuple = ()
 
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
         if out.shape != x.shape:
@@ -104,17 +142,24 @@ class RotateHalfInto:
         if (x.is_cuda and (kernel := _cuda_rotate_half()) is not None and all(apart(out, t) for t in (x, cos, sin))
                 and kernel(x, cos, sin, out)):
             return out
+        key = (x.data_ptr(), x.shape, x.stride(), x.dtype, x.device, out.dtype)
+        if key != self._key:
+            self._views, self._key = self._views_for(x, out), key
+        by_cos, rotated, second, first, rotated_first, rotated_second = self._views
+        torch.mul(x, cos, out=by_cos)
+        torch.neg(second, out=rotated_first)
+        rotated_second.copy_(first)
+        rotated.mul_(sin)
+        return torch.add(by_cos, rotated, out=out)
+
+    def _views_for(self, x: torch.Tensor, out: torch.Tensor) -> tuple:
         n = x.numel()
         buffer = self._buffer
         if buffer is None or buffer.numel() < 2 * n or buffer.dtype != out.dtype or buffer.device != out.device:
             buffer = self._buffer = torch.empty(2 * n, dtype=out.dtype, device=out.device)
         by_cos, rotated = buffer[:n].view(x.shape), buffer[n:2 * n].view(x.shape)
         half = x.shape[-1] // 2
-        torch.mul(x, cos, out=by_cos)
-        torch.neg(x[..., half:], out=rotated[..., :half])
-        rotated[..., half:].copy_(x[..., :half])
-        rotated.mul_(sin)
-        return torch.add(by_cos, rotated, out=out)
+        return by_cos, rotated, x[..., half:], x[..., :half], rotated[..., :half], rotated[..., half:]
 
 
 def apart(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -2,7 +2,8 @@
 
 One module per chain finds it, ending at a step (common.py: which step made
 each value a step reads): attention.py (about twenty kernels, run as
-PyTorch's fused attention), rms_norm.py (six, run as ``torch.rms_norm``),
+PyTorch's fused attention), rms_norm.py (six, run as ``torch.rms_norm``, or in
+float32 on the CPU as its own steps into buffers kept from call to call),
 rotary.py (a rotary embedding's thirteen, as one call of the same arithmetic),
 rotate_half.py (transformers' form of it, seven steps, the same way),
 swiglu.py (a SwiGLU MLP's two products and SiLU-product, only where the

@@ -67,7 +67,7 @@ def match(g: Graph, n: int) -> Chain | None:
     if cast is None:
         if xspec.scalar_type != ospec.scalar_type:
             return None
-        fused, functional = kernels.rms_norm_out, kernels.rms_norm
+        fused, functional = kernels.RmsNormInto(), kernels.rms_norm
     else:
         cast_spec = g.tensor(g.made_value(cast))
         if cast_spec is None or cast_spec.scalar_type != ospec.scalar_type:
