@@ -51,6 +51,13 @@ def _products(handles) -> tuple[int, int, int]:
     return counts
 
 
+def _float_layers(handles) -> int:
+    """How many layers multiply their integers as floats, as the delegates say: convolutions (a pointwise one as a
+    product of its pixels), fully connected nodes, each once."""
+    routes = [how for handle in handles for _, how in handle.routes]
+    return sum(r.startswith(("float32 ", "float64 ")) and " of integers" in r for r in routes)
+
+
 def _native_layers(handles) -> int:
     routes = [how for handle in handles for _, how in handle.routes]
     return sum(r.startswith("native int8 product") for r in routes)
@@ -142,9 +149,11 @@ def test_static_int8_convolutions_are_bit_exact(model, scheme, path):
             assert source.count("torch._int_mm(") == len(dense) - few + kinds["XNNFullyConnected"]
             assert source.count("torch.convolution(") == convolutions
         else:  # float products of the integers: convolutions, pointwise ones and fully connected nodes as mm
-            assert "torch._int_mm(" not in source, isa.cpu().summary
-            float_products = source.count("torch.convolution(") + _products(method.delegate_handles)[2]
-            assert float_products == convolutions + len(dense) - few + kinds["XNNFullyConnected"]
+            assert "torch._int_mm(" not in source and _ONEDNN not in source, isa.cpu().summary
+            layers = len(convs) + kinds["XNNDepthwiseConv2d"] + kinds["XNNConvTranspose2d"] + kinds["XNNFullyConnected"]
+            assert _float_layers(method.delegate_handles) == layers, _routes(method.delegate_handles)
+            products = sum(source.count(call) for call in ("torch.convolution(", "torch.addmm(", "torch.mm("))
+            assert products >= layers, source
     assert "max_pool2d" not in source  # 8-bit max pooling takes maxima of the 8-bit values, no float pass
     for seed, scale in ((1, 1.0), (2, 0.05), (3, 8.0), (4, 100.0)):
         x = quantized_inputs(model, seed, scale)
@@ -268,7 +277,7 @@ def test_unsigned_activations_shift_by_128(model):
             assert source.count(_INT_MM) + source.count(_ONEDNN) >= 3
             assert source.count("torch.bitwise_xor(") == source.count(_INT_MM)
         elif g is shifted:  # float products of the rows minus their zero point
-            assert _products([delegate])[2] >= 3 and "bitwise_xor" not in delegate.source
+            assert _float_layers([delegate]) >= 3 and "bitwise_xor" not in delegate.source
         (out,) = (torch.empty(v.dims) for v in g.outputs)
         delegate([x, out])
         outputs.append(out)

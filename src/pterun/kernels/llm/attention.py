@@ -5,6 +5,18 @@ online softmax in float32, and for half/bfloat16 inputs the unnormalized
 probabilities rounded to the input type before they multiply the values. What
 remains different is float32 summation order inside the matmuls, which can
 tip a reduced-precision probability to its neighbouring value now and then.
+
+In float32 a decode step here differs from ExecuTorch 1.5.1's x86 wheel in the
+last bit of most outputs. What sets its bits, measured against its kernel (for
+a kernel that would repeat them): each query head is its own pair of
+products through ``sgemm_`` (q @ k^T as a transposed GEMM of the attended keys,
+then p @ v), which in a process holding torch resolves to MKL's; the loop
+itself is compiled for SSE2 only, so the exponentials of each block of 16
+scores are glibc's ``expf`` lane by lane, the 16 lanes summed in order, and the
+scores past the last block ``exp`` in double, added to the sum in double.
+Repeating all that leaves 2-14 of 768 outputs one bit apart, and that
+number changes with the 16-byte alignment of the scratch buffers MKL writes:
+ExecuTorch's bits depend on where its allocator puts them.
 """
 
 from __future__ import annotations
