@@ -28,8 +28,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=200)
     args = parser.parse_args()
-    from pterun.backends.xnnpack.native import _kernels
     from pterun.backends.xnnpack.nodes import native
+    from pterun.native import _kernels
 
     isa = native.kernel_isa()
     isa_number, family = native.ISAS[isa], native.FAMILIES["avx512vnni" if isa == "avx512vnni" else "avx2"]

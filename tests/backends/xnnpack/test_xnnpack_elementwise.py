@@ -198,7 +198,7 @@ def test_the_two_families_compute_differently():
     something of its own."""
     if native.float_family() != "avx512f":
         pytest.skip("needs a CPU running both families (AVX-512F)")
-    from pterun.backends.xnnpack.native import _kernels
+    from pterun.native import _kernels
 
     x = torch.randn(1 << 14, generator=torch.Generator().manual_seed(9)) * 8
     x[:1024] = torch.rand(1024, generator=torch.Generator().manual_seed(10)) * 1e3
@@ -220,7 +220,7 @@ def test_the_two_families_compute_differently():
 def test_a_bad_kernel_call_is_a_typed_error_not_a_crash():
     if native.float_family() is None:
         pytest.skip("the native float kernels do not run here")
-    from pterun.backends.xnnpack.native import _kernels
+    from pterun.native import _kernels
 
     x = torch.ones(4)
     for op, family in ((99, 0), (0, 7), (-1, 0)):

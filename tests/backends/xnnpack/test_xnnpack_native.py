@@ -200,7 +200,7 @@ def test_threads_split_the_outputs_and_change_no_bit():
 
 
 def _packed_4bit_layer(n: int, k: int):
-    from pterun.backends.xnnpack.native import _kernels
+    from pterun.native import _kernels
 
     g = torch.Generator().manual_seed(3)
     weights = torch.randint(0, 256, (n * k // 2,), dtype=torch.uint8, generator=g)
@@ -232,7 +232,7 @@ def test_kernels_split_work_on_pytorchs_threads_and_on_their_own_in_a_forked_chi
     own workers. The same bits either way."""
     import os
 
-    from pterun.backends.xnnpack.native import _kernels
+    from pterun.native import _kernels
 
     if platform.system() == "Linux" and X86:
         assert _kernels.parallel_team(), "premise: PyTorch's Linux x86 build runs GNU OpenMP"

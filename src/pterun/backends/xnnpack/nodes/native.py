@@ -1,7 +1,7 @@
-"""pterun's native kernels (``native/*.c``, the extension ``native._kernels``) as the translators use them.
+"""pterun's native kernels (``pterun/native``: C sources, the extension ``_kernels``) as the translators use them.
 
-The kernels repeat XNNPACK's quantized arithmetic in its order, bit for bit (``native/native.h``), at the speed
-of SIMD code with 4-bit weights held as 4 bits, where PyTorch's x86 build has no such kernels; and XNNPACK's
+The kernels repeat XNNPACK's quantized arithmetic in its order, bit for bit (``native/native.h``), at the speed of
+SIMD code with 4-bit weights held as 4 bits, where PyTorch's x86 build has no such kernels; and XNNPACK's
 float elementwise kernels (sigmoid, square roots, softmax, ...), whose approximations PyTorch does not share.
 They are built with the package (``setup.py``); where they are missing (a platform without a C compiler at
 install time) or turned off (``XnnpackBackend`` option ``native=False``), every node takes its PyTorch path:
@@ -21,17 +21,13 @@ from types import ModuleType
 
 import torch
 
+from pterun import native as _native
 from pterun.backends.xnnpack.nodes import isa
 from pterun.errors import DelegateInvalidCompatibility, Internal
+from pterun.native import ISAS
 
-_built: ModuleType | None
-try:
-    import pterun.backends.xnnpack.native._kernels as _built
-except ImportError as exc:  # not built: the PyTorch paths take every node
-    _built = None
-    _MISSING = f"pterun's native kernels are not built ({exc})"
-else:
-    _MISSING = ""
+_built = _native.kernels
+_MISSING = _native.missing
 
 
 def _kernels() -> ModuleType:
@@ -41,7 +37,6 @@ def _kernels() -> ModuleType:
     return _built
 
 FAMILIES = {"avx512vnni": 0, "avx2": 1}  # native.h's pn_family, by isa.block_kernels' names
-ISAS = {"portable": 0, "avx2": 1, "avx512vnni": 2}
 
 
 @functools.cache
@@ -301,7 +296,7 @@ def emit_qmaxpool(b, x: str, out: str, xshape, shape, window: tuple[int, ...], q
     b.route(f"native int8 max pooling ({kernel_isa()})")
 
 
-# -- XNNPACK's float elementwise kernels (native/vunary.c, native/vsoftmax.c) -------------------------------------
+# -- XNNPACK's float elementwise kernels (pterun/native/vunary.c, vsoftmax.c) --------------------------------------
 
 VFAMILIES = {"avx512f": 0, "avx2": 1}  # native.h's pn_vfamily, by isa.float_kernels' names
 # native.h's pn_vop, by the node each computes

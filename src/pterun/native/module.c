@@ -1,8 +1,8 @@
-/* pterun.backends.xnnpack.native._kernels: the kernels of native.h, called from generated code with plain integers
+/* pterun.native._kernels: the kernels of native.h, called from generated code with plain integers
  * (tensors' data pointers and sizes) so that no call converts a tensor. The stable ABI (abi3) keeps the built
  * module independent of the Python and torch versions.
  *
- * The callers (nodes/native.py) own every buffer and check every size against the graph before packing or
+ * The callers (backends/xnnpack/nodes/native.py, kernels/llm/attention.py) own every buffer and check every size against the graph before packing or
  * calling: these functions trust the pointers and sizes they are given. */
 #define PY_SSIZE_T_CLEAN
 #define Py_LIMITED_API 0x030B0000
@@ -336,6 +336,38 @@ static PyObject* py_softmax(PyObject* self, PyObject* const* args, Py_ssize_t na
   Py_RETURN_NONE;
 }
 
+/* sdpa(q, k, v, mask, out, batch, heads, kv_heads, q_len, kv_len, head_dim, q_strides (3), k_strides (3),
+ * v_strides (3), out_strides (3), mask_stride, start_pos, causal, scale, threads) */
+static PyObject* py_sdpa(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[26], t;
+  if (!arity(nargs, 28, "sdpa") || !ints(args, 26, a) || !ints(args + 27, 1, &t)) return NULL;
+  const double scale = PyFloat_AsDouble(args[26]);
+  if (PyErr_Occurred()) return NULL;
+  pn_attention attention = {
+      .q = (const float*)(intptr_t)a[0], .k = (const float*)(intptr_t)a[1], .v = (const float*)(intptr_t)a[2],
+      .mask = (const float*)(intptr_t)a[3], .out = (float*)(intptr_t)a[4], .batch = a[5], .heads = a[6],
+      .kv_heads = a[7], .q_len = a[8], .kv_len = a[9], .head_dim = a[10], .q_stride = {a[11], a[12], a[13]},
+      .k_stride = {a[14], a[15], a[16]}, .v_stride = {a[17], a[18], a[19]}, .out_stride = {a[20], a[21], a[22]},
+      .mask_stride = a[23], .start_pos = a[24], .causal = (int)a[25], .scale = (float)scale};
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = pn_sdpa(&attention, (int)t);
+  Py_END_ALLOW_THREADS
+  if (status == -2) return PyErr_NoMemory();
+  if (status) {
+    PyErr_Format(PyExc_ValueError, "sdpa: %lld query heads cannot share %lld key heads, or no keys", a[6], a[7]);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject* py_sdpa_blas(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  return PyBool_FromLong(pn_sdpa_blas());
+}
+
 static PyMethodDef methods[] = {
     {"q8_pack", (PyCFunction)(void (*)(void))py_q8_pack, METH_FASTCALL, "Packs an 8-bit layer."},
     {"q8_isa", py_q8_isa, METH_O, "The instruction set a packed 8-bit layer runs with."},
@@ -361,6 +393,8 @@ static PyMethodDef methods[] = {
     {"vfamily_runs", py_vfamily_runs, METH_O, "Whether this CPU runs a family of float kernels."},
     {"vunary", (PyCFunction)(void (*)(void))py_vunary, METH_FASTCALL, "XNNPACK's float elementwise kernels."},
     {"softmax", (PyCFunction)(void (*)(void))py_softmax, METH_FASTCALL, "XNNPACK's float softmax."},
+    {"sdpa", (PyCFunction)(void (*)(void))py_sdpa, METH_FASTCALL, "ExecuTorch's float32 custom_sdpa."},
+    {"sdpa_blas", py_sdpa_blas, METH_NOARGS, "Whether attention's products run in PyTorch's sgemm_."},
     {NULL, NULL, 0, NULL},
 };
 

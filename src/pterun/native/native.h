@@ -1,7 +1,7 @@
-/* pterun's native kernels for XNNPACK's arithmetic (quantized products, float elementwise kernels): the C side of a
- * small ABI.
+/* pterun's native kernels: the C side of a small ABI. XNNPACK's arithmetic (quantized products, float elementwise
+ * kernels) for the XNNPACK delegate, and ExecuTorch's float32 attention over a KV cache (sdpa.c).
  *
- * Each kernel repeats, for every output, the steps of the XNNPACK kernel ExecuTorch's runtime runs on the CPU in
+ * Each XNNPACK kernel repeats, for every output, the steps of the XNNPACK kernel ExecuTorch's runtime runs on the CPU in
  * question (its "family"), in XNNPACK's order: integer sums are exact in any order, and the float steps after
  * them are the same operations (fused multiply-adds where XNNPACK fuses). So outputs are XNNPACK's bit for bit.
  * The instruction set an implementation uses (ISA) only changes speed; an ISA implements the family XNNPACK runs
@@ -136,5 +136,23 @@ int pn_vfamily_runs(int family);
 int pn_vunary(int op, int family, const float* x, float* y, int64_t n, float param, int threads);
 /* Softmax of each of `rows` contiguous rows of `cols` floats; the same conditions. */
 int pn_softmax(int family, const float* x, float* y, int64_t rows, int64_t cols, int threads);
+
+/* ExecuTorch's llama::custom_sdpa in float32 (sdpa.c): out = softmax(q k^T * scale + mask) v per query head, its
+ * key and value heads shared by heads / kv_heads query heads, over kv_len keys (causal: a query at position
+ * start_pos + row sees keys up to it). Strides are in elements, for (batch, head, sequence); each row of head_dim
+ * values is contiguous. mask: NULL, or float32 [q_len, kv_len] rows of stride mask_stride. */
+typedef struct {
+  const float *q, *k, *v, *mask;
+  float* out;
+  int64_t batch, heads, kv_heads, q_len, kv_len, head_dim;
+  int64_t q_stride[3], k_stride[3], v_stride[3], out_stride[3], mask_stride;
+  int64_t start_pos;
+  int causal;
+  float scale;
+} pn_attention;
+/* Returns 0, -1 for heads that kv_heads does not divide (or no keys), -2 when memory runs out. */
+int pn_sdpa(const pn_attention* a, int threads);
+/* Whether the products run in PyTorch's BLAS (sgemm_, as ExecuTorch's run), else in loops of sdpa.c. */
+int pn_sdpa_blas(void);
 
 #endif
