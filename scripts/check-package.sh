@@ -91,6 +91,15 @@ if family is not None:
     torch.testing.assert_close(y, torch.sigmoid(x), rtol=1e-6, atol=1e-7)
     native._kernels().softmax(native.VFAMILIES[family], x.data_ptr(), y.data_ptr(), 3, 64, 1)
     torch.testing.assert_close(y, torch.softmax(x, -1), rtol=1e-5, atol=1e-7)
+# ExecuTorch's float32 attention over a KV cache, natively, against the same loop in PyTorch's operations
+from pterun.kernels.llm import attention
+print(attention.route())
+g = torch.Generator().manual_seed(3)
+q, k, v = torch.randn(1, 3, 4, 16, generator=g), torch.randn(1, 40, 2, 16, generator=g), torch.randn(1, 40, 2, 16, generator=g)
+out = torch.empty(q.shape)
+assert attention._native_into(q, k, v, 5, None, True, None, out, 8, False), "the native attention kernel takes the call"
+torch.testing.assert_close(out, attention._torch_into(q, k, v, 5, None, True, None, torch.empty(q.shape), 8, False),
+                           rtol=1e-5, atol=1e-6)
 EOF
 "$bin/pterun" run --repeat 2 --warmup 0
 "$bin/pterun" inspect

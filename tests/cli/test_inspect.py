@@ -117,6 +117,18 @@ def test_code_says_how_each_quantized_product_computes_on_this_cpu():
     assert output.count(order) == 2 and "node 1 (XNNFullyConnected, debug handle" in output
 
 
+def test_code_says_how_attention_over_a_kv_cache_runs():
+    from pterun.kernels.llm import attention
+    from tests.support.llm_programs import llama_program
+
+    pte = str(llama_program("dynamic").pte)
+    plan = ProgramFile(pte).plan("forward")
+    assert ("llama::custom_sdpa", "out") in plan.operators, "premise: the program calls custom_sdpa"
+    output = _words(_invoke(pte, "--code").output)
+    assert f"attention over a KV cache (float32, CPU): {attention.route()}" in output
+    assert "pterun's native code, its products in PyTorch's sgemm_" in attention.route()
+
+
 def test_json_has_the_documented_keys():
     document = _json()
     assert document["schema"] == "pterun.inspect/1"

@@ -54,6 +54,129 @@ def test_custom_sdpa_matches_executorch(case, is_causal, scale):
     assert_matches(actual, expected)
 
 
+def _native_takes(q, k, v, start_pos, mask, is_causal, scale, seq_dim_2=False) -> bool:
+    from pterun.kernels.llm import attention
+
+    axis = 2 if seq_dim_2 else 1
+    keys = v.shape[axis] if mask is not None else start_pos + q.shape[1]
+    out = torch.empty(q.shape)
+    return attention._native_into(q, k, v, start_pos, mask, is_causal, scale, out, keys, seq_dim_2)
+
+
+@pytest.mark.parametrize("case", _SDPA_CASES)
+@pytest.mark.parametrize("is_causal", [True, False])
+def test_float32_attention_runs_executorchs_loop_natively(case, is_causal):
+    """In float32 on the CPU the native kernel runs ExecuTorch's loop with its BLAS calls (pterun/native/sdpa.c):
+    ExecuTorch's bits wherever they do not hang on its heap's alignment (up to about a hundred keys; prefill
+    blocks and the later key blocks included), and within a few units in the last place beyond."""
+    from pterun import native
+
+    assert native.kernels is not None, "premise: the native kernels are built (the README's install builds them)"
+    assert native.kernels.sdpa_blas(), "premise: the products run in PyTorch's sgemm_, as ExecuTorch's do"
+    batch, q_len, heads, kv_heads, head_dim, cache_len, start_pos = case
+    q = random((batch, q_len, heads, head_dim), 61)
+    k = random((batch, cache_len, kv_heads, head_dim), 62)
+    v = random((batch, cache_len, kv_heads, head_dim), 63)
+    assert _native_takes(q, k, v, start_pos, None, is_causal, None), "premise: the native kernel takes the call"
+    expected = ll.custom_sdpa(q, k, v, start_pos, None, 0.0, is_causal, None)
+    actual = torch.empty(0)
+    custom_sdpa(q, k, v, start_pos, None, 0.0, is_causal, None, actual)
+    if start_pos + q_len <= 100:
+        assert torch.equal(actual, expected), f"{(actual != expected).sum()} of {actual.numel()} differ"
+    else:
+        assert_matches(actual, expected)
+
+
+def test_float32_decode_steps_are_executorchs_bits_up_to_a_hundred_keys():
+    """A decoder's steps (one query, 12 heads sharing 4 key heads) at every cache length up to 100: ExecuTorch's
+    bits in every output, which the PyTorch operations' loop gave in about a third of them."""
+    q, k, v = random((1, 1, 12, 64), 64), random((1, 128, 4, 64), 65), random((1, 128, 4, 64), 66)
+    assert _native_takes(q, k, v, 99, None, True, None), "premise: the native kernel takes the call"
+    differ = []
+    for start_pos in range(100):
+        expected = ll.custom_sdpa(q, k, v, start_pos, None, 0.0, True, None)
+        actual = torch.empty(0)
+        custom_sdpa(q, k, v, start_pos, None, 0.0, True, None, actual)
+        if not torch.equal(actual, expected):
+            differ.append(start_pos)
+    assert not differ, f"steps at positions {differ} differ"
+
+
+def test_native_attention_takes_masks_layouts_and_odd_scores_as_executorch_does():
+    """A float mask, the [batch, heads, sequence, head_dim] layout of custom_quantized_sdpa's float form, strided
+    queries, and scores of NaN, infinities and rows that attend to nothing: ExecuTorch's outputs (its NaNs in the
+    same places)."""
+    from pterun.kernels.llm.attention import custom_quantized_sdpa
+
+    q, k, v = random((1, 5, 4, 16), 70), random((1, 40, 2, 16), 71), random((1, 40, 2, 16), 72)
+    mask = random((5, 40), 73)
+    mask[:, -3:] = -math.inf
+    mask[2, :] = -math.inf  # a row that sees nothing: NaN, as ExecuTorch's
+    assert _native_takes(q, k, v, 0, mask, False, 0.3), "premise: the native kernel takes a mask"
+    expected = ll.custom_sdpa(q, k, v, 0, mask, 0.0, False, 0.3)
+    actual = torch.empty(0)
+    custom_sdpa(q, k, v, 0, mask, 0.0, False, 0.3, actual)
+    assert expected.isnan().any() and torch.equal(actual.nan_to_num(7.0), expected.nan_to_num(7.0))
+
+    qt, kt, vt = q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+    assert _native_takes(qt, kt, vt, 3, None, True, None, seq_dim_2=True), "premise: the native kernel takes it"
+    expected = ll.custom_quantized_sdpa(qt, kt, vt, 3, None, 0.0, True, None, None, None, None, None, None, None,
+                                        True)
+    actual = torch.empty(0)
+    custom_quantized_sdpa(qt, kt, vt, 3, None, 0.0, True, None, None, None, None, None, None, None, True, actual)
+    assert torch.equal(actual, expected)
+
+    wide = random((1, 5, 4, 32), 74)[..., ::2]  # rows of a head strided: taken by the loop in torch operations
+    assert not _native_takes(wide, k, v, 2, None, True, None)
+    expected = ll.custom_sdpa(wide.contiguous(), k, v, 2, None, 0.0, True, None)
+    actual = torch.empty(0)
+    custom_sdpa(wide, k, v, 2, None, 0.0, True, None, actual)
+    assert_matches(actual, expected)
+
+    odd = q.clone()
+    odd[0, 0, 0, 0], odd[0, 1, 1, :] = math.nan, math.inf
+    for is_causal in (True, False):
+        expected = ll.custom_sdpa(odd, k, v, 4, None, 0.0, is_causal, None)
+        actual = torch.empty(0)
+        custom_sdpa(odd, k, v, 4, None, 0.0, is_causal, None, actual)
+        assert expected.isnan().any() and torch.equal(actual.nan_to_num(7.0), expected.nan_to_num(7.0))
+
+
+@pytest.mark.parametrize("case", _SDPA_CASES)
+def test_the_loop_in_torch_operations_matches_executorch(case):
+    """The path without the native kernels (and for every type and device): ExecuTorch's values, its bits but
+    for the products' summation order."""
+    from pterun.kernels.llm import attention
+
+    batch, q_len, heads, kv_heads, head_dim, cache_len, start_pos = case
+    q = random((batch, q_len, heads, head_dim), 81)
+    k = random((batch, cache_len, kv_heads, head_dim), 82)
+    v = random((batch, cache_len, kv_heads, head_dim), 83)
+    for is_causal in (True, False):
+        expected = ll.custom_sdpa(q, k, v, start_pos, None, 0.0, is_causal, None)
+        actual = attention._torch_into(q, k, v, start_pos, None, is_causal, None, torch.empty(q.shape),
+                                       start_pos + q_len, False)
+        assert_matches(actual, expected)
+
+
+def test_native_attention_refuses_what_it_cannot_read_safely():
+    """The C side trusts its sizes: a key cache shorter than the keys attended, value heads other than the key
+    heads, or a batch the caches lack never reach it (the loop in torch operations raises or computes)."""
+    q, k, v = random((2, 1, 4, 8), 90), random((2, 16, 2, 8), 91), random((2, 16, 2, 8), 92)
+    assert _native_takes(q, k, v, 10, None, True, None), "premise: the well-formed call is taken"
+    assert not _native_takes(q, k[:, :8], v, 10, None, True, None)
+    assert not _native_takes(q, k, v[:, :, :1], 10, None, True, None)
+    assert not _native_takes(q, k[:1], v[:1], 10, None, True, None)
+    assert not _native_takes(q.double(), k.double(), v.double(), 10, None, True, None)
+    for bad_k, bad_v in ((k[:, :8], v), (k, v[:, :, :1]), (k[:1], v[:1])):
+        with pytest.raises(InvalidArgument, match="caches must have one shape") as raised:
+            custom_sdpa(q, bad_k, bad_v, 10, None, 0.0, True, None, torch.empty(0))
+        assert raised.value.code == 0x12 and str(list(bad_k.shape)) in str(raised.value)
+    out = torch.empty(0)
+    custom_sdpa(q, k, v, 10, None, 0.0, True, None, out)  # and the kernel still works
+    assert_matches(out, ll.custom_sdpa(q, k, v, 10, None, 0.0, True, None))
+
+
 @pytest.mark.parametrize("case", _SDPA_CASES[:3] + _SDPA_CASES[5:])
 def test_custom_sdpa_with_mask_matches_executorch(case):
     batch, q_len, heads, kv_heads, head_dim, cache_len, start_pos = case

@@ -1,22 +1,16 @@
 """llama::custom_sdpa, sdpa_with_kv_cache, custom_quantized_sdpa: attention over a KV cache.
 
-Attention follows ExecuTorch's flash-attention loop: key blocks of 512, an
-online softmax in float32, and for half/bfloat16 inputs the unnormalized
-probabilities rounded to the input type before they multiply the values. What
-remains different is float32 summation order inside the matmuls, which can
-tip a reduced-precision probability to its neighbouring value now and then.
+In float32 on the CPU, attention runs ExecuTorch's own loop in native code (pterun/native/sdpa.c, where the
+extension is built): its products through the BLAS routine ExecuTorch calls (PyTorch's ``sgemm_``), its softmax
+step for step, so its bits. ExecuTorch's last bits beyond about a hundred keys also depend on where its heap puts
+its scratch buffer (sdpa.c says how); measured over decode steps of 768 outputs, pterun's agree with ExecuTorch's
+in every output up to a hundred keys and in most beyond (tests/kernels/test_llm_kernels.py).
 
-In float32 a decode step here differs from ExecuTorch 1.5.1's x86 wheel in the
-last bit of most outputs. What sets its bits, measured against its kernel (for
-a kernel that would repeat them): each query head is its own pair of
-products through ``sgemm_`` (q @ k^T as a transposed GEMM of the attended keys,
-then p @ v), which in a process holding torch resolves to MKL's; the loop
-itself is compiled for SSE2 only, so the exponentials of each block of 16
-scores are glibc's ``expf`` lane by lane, the 16 lanes summed in order, and the
-scores past the last block ``exp`` in double, added to the sum in double.
-Repeating all that leaves 2-14 of 768 outputs one bit apart, and that
-number changes with the 16-byte alignment of the scratch buffers MKL writes:
-ExecuTorch's bits depend on where its allocator puts them.
+Elsewhere (half and bfloat16, int8 queries, a position kept in a tensor, GPUs, or without the extension) the
+loop is repeated in torch operations: key blocks of 512, an online softmax in float32, and for half/bfloat16
+inputs the unnormalized probabilities rounded to the input type before they multiply the values. What remains
+different there is float32 summation order inside the matmuls, which can tip a reduced-precision probability
+to its neighbouring value now and then, and leaves float32 outputs a few units in the last place apart.
 """
 
 from __future__ import annotations
@@ -25,6 +19,7 @@ import math
 
 import torch
 
+from pterun import native
 from pterun.errors import InvalidArgument
 from pterun.kernels.llm.cache import check_cache_shapes, write_span
 from pterun.kernels.python_kernels import F32, KernelTable, f32, resize
@@ -157,11 +152,66 @@ def _check_attention(q, k, v, attn_mask, is_causal, what):
         raise InvalidArgument(f"{what}: query, key and value must be 4-d")
     if q.shape[3] != v.shape[3] or k.shape[3] != v.shape[3]:
         raise InvalidArgument(f"{what}: query, key and value must have one head size")
+    # ExecuTorch reads the caches by the query's batch and the value cache's length without checking either.
+    if k.shape != v.shape or k.shape[0] < q.shape[0]:
+        raise InvalidArgument(f"{what}: key {list(k.shape)} and value {list(v.shape)} caches must have one shape "
+                              f"and the query's batch of {q.shape[0]}")
     if attn_mask is not None:
         if is_causal:
             raise InvalidArgument(f"{what}: attn_mask and is_causal cannot both be set")
         if attn_mask.dim() != 2 or attn_mask.dtype != F32:
             raise InvalidArgument(f"{what}: attn_mask must be a 2-d float tensor")
+
+
+_INT = 2**31  # BLAS takes sizes and strides as 32-bit ints
+OPERATORS = ("llama::custom_sdpa", "llama::sdpa_with_kv_cache", "llama::custom_quantized_sdpa")
+
+
+def route() -> str:
+    """How float32 attention over a KV cache runs on the CPU in this process, in a sentence."""
+    if native.kernels is None:
+        return f"ExecuTorch's loop in PyTorch operations ({native.missing})"
+    products = ("PyTorch's sgemm_, as ExecuTorch's" if native.kernels.sdpa_blas()
+                else "loops of its own (PyTorch's library has no sgemm_)")
+    return f"ExecuTorch's loop in pterun's native code, its products in {products}"
+
+
+def _native_into(q, k, v, start_pos, attn_mask, is_causal, scale, out, num_keys: int, seq_dim_2: bool) -> bool:
+    """ExecuTorch's float32 loop in native code (pterun/native/sdpa.c), into ``out`` (resized to q's shape); False
+    where it does not take the call: the extension is not built, a type other than float32, a device other than
+    the CPU, a position in a tensor, a head's row of values not contiguous, sizes past BLAS's ints. The C side
+    trusts what it is given, so every size it reads by is checked here against the tensors. Called on every
+    decode step: plain comparisons only."""
+    kernels = native.kernels
+    if kernels is None or type(start_pos) is not int or not 0 < num_keys < _INT:
+        return False
+    if not (q.dtype is F32 and k.dtype is F32 and v.dtype is F32 and out.dtype is F32
+            and q.is_cpu and k.is_cpu and v.is_cpu and out.is_cpu):
+        return False
+    qs, ks, vs, os = q.stride(), k.stride(), v.stride(), out.stride()
+    if qs[3] != 1 or ks[3] != 1 or vs[3] != 1 or os[3] != 1 or max(qs + ks + vs + os) >= _INT:
+        return False
+    mask, mask_stride = 0, 0
+    if attn_mask is not None:
+        if attn_mask.dtype is not F32 or not attn_mask.is_cpu or attn_mask.stride(1) != 1:
+            return False
+        mask, mask_stride = attn_mask.data_ptr(), attn_mask.stride(0)
+    batch, first, second, head_dim = q.shape
+    k_batch, k_first, k_second, _ = k.shape
+    v_batch, v_first, v_second, _ = v.shape
+    if seq_dim_2:  # [batch, heads, sequence, head_dim]
+        heads, q_len, kv_heads, k_len, v_heads, v_len = first, second, k_first, k_second, v_first, v_second
+        qs, ks, vs, os = qs[:3], ks[:3], vs[:3], os[:3]
+    else:  # [batch, sequence, heads, head_dim]
+        q_len, heads, k_len, kv_heads, v_len, v_heads = first, second, k_first, k_second, v_first, v_second
+        qs, ks, vs, os = (qs[0], qs[2], qs[1]), (ks[0], ks[2], ks[1]), (vs[0], vs[2], vs[1]), (os[0], os[2], os[1])
+    if (kv_heads == 0 or heads % kv_heads or v_heads != kv_heads or k_batch < batch or v_batch < batch
+            or k_len < num_keys or v_len < num_keys or q_len >= _INT):
+        return False
+    kernels.sdpa(q.data_ptr(), k.data_ptr(), v.data_ptr(), mask, out.data_ptr(), batch, heads, kv_heads, q_len,
+                 num_keys, head_dim, *qs, *ks, *vs, *os, mask_stride, start_pos, int(is_causal),
+                 scale if scale is not None else 1.0 / math.sqrt(head_dim), torch.get_num_threads())
+    return True
 
 
 def _sdpa_into(q, k, v, start_pos, attn_mask, is_causal, scale, out, what, seq_dim_2=False,
@@ -186,6 +236,15 @@ def _sdpa_into(q, k, v, start_pos, attn_mask, is_causal, scale, out, what, seq_d
     if attn_mask is not None and tuple(attn_mask.shape) != (q_len, kv_len):
         raise InvalidArgument(f"{what}: attn_mask is {tuple(attn_mask.shape)}, expected {(q_len, kv_len)}")
     resize(out, q.shape)
+    if dequantized is None and _native_into(q, k, v, start_pos, attn_mask, is_causal, scale, out, num_keys,
+                                            seq_dim_2):
+        return out
+    return _torch_into(q, k, v, start_pos, attn_mask, is_causal, scale, out, num_keys, seq_dim_2, dequantized)
+
+
+def _torch_into(q, k, v, start_pos, attn_mask, is_causal, scale, out, num_keys: int, seq_dim_2: bool,
+                dequantized=None) -> torch.Tensor:
+    """The loop in torch operations, into ``out`` (of q's shape): every type and device."""
     if dequantized is not None:
         qf, kf, vf = dequantized
     else:
