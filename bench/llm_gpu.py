@@ -2,6 +2,7 @@
 
     python bench/llm_gpu.py export [--size 100m|1b] [--quant 8da4w] [--out .cache/bench/llm]  # with ExecuTorch
     python bench/llm_gpu.py run --dir DIR [--sizes 100m,1b] [--json OUT]     # on the GPU machine
+    python bench/llm_gpu.py profile --dir DIR [--sizes 100m] [--steps 64]    # where a decode step goes
 
 ``export --size tiny`` writes the same program at a size of a few thousand weights (2 layers, width 64, a
 512-token vocabulary): the test suite exports it so that the export step cannot break unseen
@@ -227,6 +228,62 @@ def run(directory: Path, sizes: list[str], new_tokens: int, rounds: int, out: Pa
             torch.cuda.empty_cache()
 
 
+def profile(directory: Path, sizes: list[str], steps: int, ways: list[str], out: Path | None) -> None:
+    """Where a decode step's time goes, for each way of running the program: the runner's own step (feed the
+    token, run the method, pick the next token greedily) ``steps`` times after a generation, timed whole, then
+    under PyTorch's profiler: the GPU's kernels per step (how many, their time) and the kernels that take most."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    from pterun.llm import GenerationConfig, TextLLMRunner
+
+    table: dict = {}
+    for size in sizes:
+        pte, tokenizer = _program(directory, size), directory / tokenizer_name(size)
+        if pte is None:
+            print(f"{size}: no {program_name(size)}(.xz): skipped", flush=True)
+            continue
+        prompt = prompt_of(tokenizer, 128)
+        for way in ways:
+            runner = TextLLMRunner(str(pte), str(tokenizer), device="cuda", **WAYS[way])
+            runner.generate(prompt, GenerationConfig(temperature=0.0, echo=False, max_new_tokens=32))
+            _decode_steps(runner, steps)  # the same positions again: shapes and graphs as measured
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            _decode_steps(runner, steps)
+            torch.cuda.synchronize()
+            wall = (time.perf_counter() - start) / steps
+            with profiler(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                _decode_steps(runner, steps)
+                torch.cuda.synchronize()
+            kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            gpu = sum(e.device_time_total for e in kernels) / steps / 1000
+            by_name: dict = {}
+            for e in kernels:
+                time_, count = by_name.get(e.name, (0.0, 0))
+                by_name[e.name] = (time_ + e.device_time_total, count + 1)
+            top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:16]
+            row = {"step_ms": wall * 1000, "gpu_kernel_ms": gpu, "kernels_per_step": len(kernels) / steps,
+                   "top_kernels_us_per_step": {name[:90]: t / steps for name, (t, _) in top},
+                   "top_kernels_per_step": {name[:90]: n / steps for name, (_, n) in top}}
+            table.setdefault(size, {})[way] = row
+            print(f"{size} {way}: step {row['step_ms']:.3f} ms, GPU kernels {gpu:.3f} ms in "
+                  f"{row['kernels_per_step']:.0f} kernels per step", flush=True)
+            for name, t in row["top_kernels_us_per_step"].items():
+                print(f"    {t:8.1f} us in {row['top_kernels_per_step'][name]:5.1f}  {name}", flush=True)
+            if out is not None:
+                out.write_text(json.dumps(table, indent=1))
+            del runner
+            torch.cuda.empty_cache()
+
+
+def _decode_steps(runner, count: int) -> None:
+    """The runner's per-token work, greedily, from the position its last generation reached."""
+    token = 5
+    for i in range(count):
+        token = int(torch.argmax(runner.decoder.decode_step(token, runner.pos + i)))
+
+
 def _program(directory: Path, size: str, quant: str | None = None) -> Path | None:
     """The program's file, unpacked from its .xz where only that is there; None where neither is."""
     pte = directory / program_name(size, quant)
@@ -241,12 +298,13 @@ def _program(directory: Path, size: str, quant: str | None = None) -> Path | Non
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=["export", "run"])
+    parser.add_argument("what", choices=["export", "run", "profile"])
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "llm")
     parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "bench" / "llm")
     parser.add_argument("--size", choices=sorted(SIZES), default="100m", help="export: which model")
     parser.add_argument("--sizes", default="100m,1b", help="run: the models to time, those whose file is there")
     parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=64, help="profile: decode steps timed and profiled")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="run: write the figures here")
     parser.add_argument("--quant", choices=["8da4w"], default=None, help="export: the 8da4w form (XNNPACK)")
@@ -259,6 +317,8 @@ def main() -> None:
     if args.what == "export":
         path = export(args.out, args.size, compress=not args.no_xz, quant=args.quant)
         print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+    elif args.what == "profile":
+        profile(args.dir, args.sizes.split(","), args.steps, ways, args.json)
     else:
         run(args.dir, args.sizes.split(","), args.new_tokens, args.rounds, args.json, ways)
 
