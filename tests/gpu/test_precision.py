@@ -69,3 +69,26 @@ def test_allow_tf32_opts_in_within_the_stated_error():
         assert_matches(f[0], want[0], rtol=TF32_BOUND, what="allow_tf32")
         differs |= not torch.equal(e[0], f[0])
     assert differs, "allow_tf32=True should compute the convolutions in TF32"
+
+
+def test_a_decode_steps_float32_attention_computes_in_float32_with_a_safe_softmax():
+    """One query per head in float32 (a decode step) runs as two float32 products and a softmax on CUDA, not
+    PyTorch's fused kernel (kernels/fused.py): within float32 rounding of a float64 reference, a row the mask
+    hides entirely is zeros, and compiled the same."""
+    from pterun.kernels import fused
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(shape, generator=g) for shape in ((2, 12, 1, 64), (2, 12, 512, 64), (2, 12, 512, 64)))
+    mask = torch.zeros(2, 1, 1, 512)
+    mask[0, ..., 300:] = -torch.inf
+    mask[1] = -torch.inf  # the second batch sees no key at all
+    scale_q = scale_k = 64 ** -0.25
+    scores = (q.double() * scale_q) @ (k.double() * scale_k).transpose(-1, -2) + mask.double()
+    expected = (torch.softmax(scores, -1).nan_to_num(0.0) @ v.double()).flatten(0, -3)
+    assert expected[12:].abs().max() == 0 and expected[:12].abs().max() > 0, "premise: a hidden row and others"
+    cuda = [t.cuda() for t in (q, k, v, mask)]
+    for way in (fused.attention, torch.compile(fused.attention, fullgraph=True)):
+        got = way(cuda[0], cuda[1], cuda[2], scale_q, scale_k, cuda[3]).cpu()
+        assert got.dtype == torch.float32 and torch.equal(got[12:], torch.zeros_like(got[12:]))
+        err = ((got.double() - expected).norm() / expected.norm()).item()
+        assert err < 1e-6, f"{way}: relative error {err:.2e}"

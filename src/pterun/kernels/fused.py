@@ -17,7 +17,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale_q: float,
               mask: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q*scale_q @ (k*scale_k)^T + mask) @ v, with batch and head dimensions flattened, as ``bmm`` left
     them; a row the mask hides entirely is zeros, as the exporter's safe softmax makes it."""
+    if q.shape[-2] == 1 and q.is_cuda and q.dtype == torch.float32:
+        return _one_query(q, k, v, scale_q * scale_k, mask)
     return scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale_q * scale_k).flatten(0, -3)
+
+
+def _one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+               mask: torch.Tensor | None) -> torch.Tensor:
+    """A decode step's float32 attention (one query per head) on CUDA as its products and a softmax: PyTorch's
+    fused kernels tile queries by 64 and take float32 only in the memory-efficient kernel, which spent 59 us
+    per call on an H100 over 12 heads of 512 keys, half of a compiled 100M decode step. Float32 throughout, as
+    the decomposed chain computes it."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores + mask
+    return torch.matmul(torch._safe_softmax(scores, -1), v).flatten(0, -3)
 
 
 def _into(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
