@@ -95,7 +95,7 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     checked = Stage(steps, values.objects, constants, assigned, effects)
     folded = passes.run(passes.FOLDS, load, checked)
     own = passes.run(passes.passes(Form.TRACED if trace is not None else Form.OWN_CODE, context), load, folded)
-    objects, computed = folded.objects, folded.computed
+    objects, computed = folded.objects, own.computed  # passes after the folds assign values, never replace objects
 
     # Unplanned inputs alias the caller's tensors; unplanned outputs get buffers, unless an instruction
     # computes them (a view of another tensor).

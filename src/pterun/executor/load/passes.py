@@ -5,8 +5,9 @@ one; none changes its argument, so every form starts from the same folded stage.
 
 * every form first runs ``FOLDS``: copies of constants become views computed now, copies of activations
   views made in their place (fold.py);
-* **own code**, the method's generated function (codegen/generate.py): every chain found fused into one
-  call (fuse/, unless ``fuse=False``), then either start positions read to the host kept on the device
+* **own code**, the method's generated function (codegen/generate.py): buffers updated in place where the
+  method copied an update back into them (in_place.py), every chain found fused into one call (fuse/, unless
+  ``fuse=False``), then either start positions read to the host kept on the device
   (fuse/positions.py, on CUDA or wherever ``device_positions=True``) or, elsewhere and unless
   ``fuse=False``, repeated reads made once (repeats.py);
 * **functional**, the pure function for ``torch.compile`` (``compile=True``, codegen/functional.py): only
@@ -28,6 +29,7 @@ from pterun.executor.load.fold import elide_view_copies, fold_constant_views, wi
 from pterun.executor.load.fuse import find_chains, fused, patterns
 from pterun.executor.load.fuse.common import Chain
 from pterun.executor.load.fuse.positions import keep_positions_on_device
+from pterun.executor.load.in_place import update_in_place
 from pterun.executor.load.repeats import share_repeated_reads
 from pterun.executor.load.steps import Step
 from pterun.format import Plan
@@ -100,6 +102,11 @@ def fuse_functional_chains(load: Load, stage: Stage) -> Stage:
     return replace(stage, steps=fused(stage.steps, chains)) if chains else stage
 
 
+def buffers_in_place(load: Load, stage: Stage) -> Stage:
+    steps, made = update_in_place(load.plan, stage.steps, stage.effects)
+    return replace(stage, steps=steps, computed=stage.computed | made) if made else stage
+
+
 def share_reads(load: Load, stage: Stage) -> Stage:
     return replace(stage, steps=share_repeated_reads(load.plan, stage.steps, stage.effects))
 
@@ -117,8 +124,8 @@ def passes(form: Form, context: LoadContext) -> tuple[Pass, ...]:
     fuse = context.options.fuse
     if form is Form.OWN_CODE:
         if context.positions_on_device:  # which reads the position pass keeps on the device: it sees them all
-            return ((fuse_every_chain,) if fuse else ()) + (positions_on_device,)
-        return (fuse_every_chain, share_reads) if fuse else ()
+            return (buffers_in_place,) + ((fuse_every_chain,) if fuse else ()) + (positions_on_device,)
+        return (buffers_in_place,) + ((fuse_every_chain, share_reads) if fuse else ())
     if form is Form.FUNCTIONAL:
         return (fuse_functional_chains,) if fuse else ()
     return ()
