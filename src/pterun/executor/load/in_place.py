@@ -1,8 +1,9 @@
 """Buffers updated in place: an out-of-place update of a mutable buffer that the method copies back into it.
 
-torch.export writes a static KV cache's update as ``index_put.out(cache, ..., out=updated)``, reads ``updated`` where the model reads the cache, and ends the method with
-``copy_(cache, updated)``: every call copies each cache whole, twice, to change one position (on a GPU, 48
-copies of a 100M decoder's caches per token). Where nothing between the update and the copy back reads or
+torch.export writes a static KV cache's update as ``index_put.out(cache, ..., out=updated)``, reads
+``updated`` where the model reads the cache, and ends the method with ``copy_(cache, updated)``: every call
+copies each cache whole, twice, to change one position (on a GPU, 48 copies of a 100M decoder's caches per
+token). Where nothing between the update and the copy back reads or
 writes the cache, and nothing after the copy back reads ``updated``, the update is made in the cache itself,
 ``updated`` becomes the cache's tensor (its readers see the same values, in the same layout) and the copy back
 goes. The values every step computes are the same.
@@ -56,9 +57,9 @@ def _safe(plan: Plan, effects: MethodEffects, a: int, w: int, buffer: int, updat
     if not (isinstance(b, TensorSpec) and isinstance(u, TensorSpec)) or buffer == updated:
         return False
     # Two tensors of their own, of one layout: the update's result is the buffer's tensor as it is.
-    if (effects.memory(buffer) != {buffer} or effects.memory(updated) != {updated}
-            or (b.scalar_type, tuple(b.sizes), tuple(b.dim_order)) != (u.scalar_type, tuple(u.sizes), tuple(u.dim_order))
-            or b.dynamism != u.dynamism or u.is_constant or b.is_constant):
+    layout = (b.scalar_type, tuple(b.sizes), tuple(b.dim_order), b.dynamism)
+    if (effects.memory(buffer) != {buffer} or effects.memory(updated) != {updated} or u.is_constant or b.is_constant
+            or layout != (u.scalar_type, tuple(u.sizes), tuple(u.dim_order), u.dynamism)):
         return False
     if {buffer, updated} & (set(plan.inputs) | set(plan.outputs)):
         return False
