@@ -28,7 +28,8 @@ _COPY_BACK = "aten::copy_"
 def update_in_place(plan: Plan, steps: Sequence[Step], effects: MethodEffects) -> tuple[list[Step], set[int]]:
     """The steps with each such update made in its buffer and its copy back gone, and the values that now hold
     the buffer's tensor (assigned by the update instead of written by it)."""
-    new, made = list(steps), set()
+    new: list[Step] = list(steps)
+    made: set[int] = set()
     if any(isinstance(s, JumpFalseCall) for s in steps):
         return new, made  # the instruction order is not the order steps run in
     for w, back in enumerate(steps):
@@ -40,8 +41,9 @@ def update_in_place(plan: Plan, steps: Sequence[Step], effects: MethodEffects) -
             continue
         a = writers[0]
         update = steps[a]
-        binding = UPDATES.get(update.name) if isinstance(update, KernelStep) else None
-        if binding is None or update.binding.writes != (4,) or update.args[0] != buffer or update.args[4] != updated:
+        if not isinstance(update, KernelStep) or (binding := UPDATES.get(update.name)) is None:
+            continue
+        if update.binding.writes != (4,) or update.args[0] != buffer or update.args[4] != updated:
             continue
         if _safe(plan, effects, a, w, buffer, updated, update.args[1:4]):
             new[a] = KernelStep(update.name.replace(".out", "_"), binding, update.args[:5],
