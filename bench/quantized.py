@@ -47,7 +47,7 @@ def _large_mlp(scheme: str):
         torch.manual_seed(0)
         module = ResidualMLP(512, 2048, 512).eval()
         data = [(torch.randn(32, 512, generator=torch.Generator().manual_seed(s)),) for s in range(5)]
-        return ExportSpec(quantize(module, data[0], data[1:], scheme), data[0], lower=partitioners)
+        return ExportSpec(quantize(module, data[0], data[1:], scheme, by_range=False), data[0], lower=partitioners)
 
     return export_program(f"bench-xnnpack-q-mlp512-{scheme}", make), [torch.randn(32, 512)]
 
@@ -56,7 +56,8 @@ def _large_convnet(scheme: str):
     def make() -> ExportSpec:
         torch.manual_seed(0)
         data = [(torch.randn(1, 3, 128, 128, generator=torch.Generator().manual_seed(s)),) for s in range(5)]
-        return ExportSpec(quantize(BranchyConvNet().eval(), data[0], data[1:], scheme), data[0], lower=partitioners)
+        module = quantize(BranchyConvNet().eval(), data[0], data[1:], scheme, by_range=False)
+        return ExportSpec(module, data[0], lower=partitioners)
 
     return export_program(f"bench-xnnpack-q-convnet128-{scheme}", make), [torch.randn(1, 3, 128, 128)]
 
