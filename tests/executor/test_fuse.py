@@ -270,3 +270,23 @@ def test_tensors_apart_are_told_from_overlapping_ones():
     assert apart(arena[0:20:2], arena[19:30])  # a strided span ends at its last element
     assert not apart(arena[0:21:2], arena[20:30])
     assert apart(x, torch.zeros(4, 10)) and apart(x, arena[:0])
+
+
+def test_one_query_attention_is_float32_products_and_a_safe_softmax():
+    """The form a decode step's float32 attention takes on CUDA (kernels/fused.py), checked here on the CPU:
+    within float32 rounding of a float64 reference and of PyTorch's fused kernel, a row the mask hides entirely
+    zeros (the GPU suite checks the CUDA path and its compiled form)."""
+    from pterun.kernels import fused as kernels
+
+    q, k, v = seeded(1, 2, 12, 1, 64), seeded(2, 2, 12, 300, 64), seeded(3, 2, 12, 300, 64)
+    mask = torch.zeros(2, 1, 1, 300)
+    mask[0, ..., 200:] = -torch.inf
+    mask[1] = -torch.inf
+    scale = 64 ** -0.25
+    got = kernels._one_query(q, k, v, scale * scale, mask)
+    scores = (q.double() * scale) @ (k.double() * scale).transpose(-1, -2) + mask.double()
+    expected = (torch.softmax(scores, -1).nan_to_num(0.0) @ v.double()).flatten(0, -3)
+    assert torch.equal(got[12:], torch.zeros_like(got[12:])) and expected[:12].abs().max() > 0
+    assert ((got.double() - expected).norm() / expected.norm()).item() < 1e-6
+    fused = scaled_dot_product_attention(q[:1], k[:1], v[:1], attn_mask=mask[:1], scale=scale * scale)
+    torch.testing.assert_close(got[:12], fused.flatten(0, -3), rtol=1e-5, atol=1e-6)
