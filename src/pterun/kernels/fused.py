@@ -29,9 +29,13 @@ def _one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     per call on an H100 over 12 heads of 512 keys, half of a compiled 100M decode step. Float32 throughout, as
     the decomposed chain computes it."""
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
-    if mask is not None:
-        scores = scores + mask
-    return torch.matmul(torch._safe_softmax(scores, -1), v).flatten(0, -3)
+    if mask is None:
+        return torch.matmul(torch.softmax(scores, -1), v).flatten(0, -3)
+    scores = scores + mask
+    # A row the mask hides entirely is zeros, as the exporter's safe softmax makes it (torch._safe_softmax
+    # does the same, but torch.compile will not trace it); a row of NaN stays NaN.
+    hidden = scores.amax(-1, keepdim=True) == -torch.inf
+    return torch.matmul(torch.softmax(scores, -1).masked_fill(hidden, 0.0), v).flatten(0, -3)
 
 
 def _into(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
