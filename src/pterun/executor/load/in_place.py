@@ -3,10 +3,10 @@
 torch.export writes a static KV cache's update as ``index_put.out(cache, ..., out=updated)``, reads
 ``updated`` where the model reads the cache, and ends the method with ``copy_(cache, updated)``: every call
 copies each cache whole, twice, to change one position (on a GPU, 48 copies of a 100M decoder's caches per
-token). Where nothing between the update and the copy back reads or
-writes the cache, and nothing after the copy back reads ``updated``, the update is made in the cache itself,
-``updated`` becomes the cache's tensor (its readers see the same values, in the same layout) and the copy back
-goes. The values every step computes are the same.
+token). Where nothing between the update and the copy back reads or writes the cache, and nothing after the
+copy back reads ``updated``, the update is made in the cache itself, ``updated`` becomes the cache's tensor
+(its readers see the same values, in the same layout) and the copy back goes. The values every step computes
+are the same.
 
 The method's own code only: the pure function for ``torch.compile`` returns its buffers' new values, and a
 profiled method runs every instruction as the file has it.
