@@ -13,9 +13,8 @@
  *
  * Weights are kept as 4 bits. The SIMD kernels use XNNPACK's trick: a nibble shifted into the high half of a
  * byte is 16 times the weight as an int8, so products are 16 times too, and scales are divided by 16
- * (exact: a power of two). The SIMD layouts keep them as the bfloat16 values they are (and avx512vnni's each
- * block's weight sum as int16): what a decode step reads besides the weights is 2 or 4 bytes per block and
- * output, not 4 or 8. Block sums are integers below 2^24 in magnitude, so float32(sum) is exact, and its
+ * (exact: a power of two). The SIMD layouts keep them as the bfloat16 values they are: what a decode step
+ * reads besides the weights is 2 bytes per block and output, not 4. Block sums are integers below 2^24 in magnitude, so float32(sum) is exact, and its
  * product with a scale (8 significant bits) is exact for blocks of up to 256 inputs: the fused multiply-add
  * rounds once, as XNNPACK's does.
  */
@@ -25,6 +24,8 @@
 #include <string.h>
 
 #include "native.h"
+
+#define XSUM_ENTRIES 16384 /* the avx512vnni kernel's row block sums on the stack, 64 KiB: 256 rows of 2048 inputs */
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -38,7 +39,6 @@ struct pn_qb4w {
   uint8_t* weights;  /* layout per ISA (see the packers) */
   float* scales;     /* portable: [n][blocks] block scales */
   uint16_t* scales16; /* SIMD ISAs: [tiles][blocks][tile] block scales as bfloat16 (their bits: exact) */
-  int16_t* sums;     /* avx512vnni ISA: [tiles][blocks][tile] sum of the block's weights */
   float* start;      /* [tiles * tile] */
   float* bias;       /* [tiles * tile], zeros without one */
   float out_min, out_max;
@@ -104,9 +104,12 @@ static int pack_portable(pn_qb4w* L, const uint8_t* w, const float* scales) {
 /* -- avx512vnni ISA, avx512vnni family: XNNPACK's 16 outputs by 8 inputs (c8) with vpdpbusd ------------------ *
  * Per tile, block and chunk of 16 inputs: 128 bytes, 64 for the outputs 0..7 of the tile and 64 for 8..15; in
  * each half byte 8c + i holds in its low nibble the weight of output c at input i of the chunk, in its high
- * nibble that of input i + 8. A vpdpbusd of 8 activations (broadcast) with 8 outputs' 8 weights gives each
- * output two lanes (inputs 0..3 and 4..7), added at the end of the block. Activations enter as unsigned bytes
- * (x + 128: the top bit flipped); the block's 2048 * sum(w) taken back makes the sum signed again. */
+ * nibble that of input i + 8, each nibble the weight plus 8. A vpdpbusd of 8 outputs' 8 weights (its unsigned
+ * operand: 16 (w + 8), the nibble in a byte's high half) with 8 activations (broadcast, signed) gives each output
+ * two lanes (inputs 0..3 and 4..7), added at the end of the block: 16 sum(x w) + 128 sum(x), and the row's
+ * 128 sum(x) over the block, computed once per call for every output, is taken back. XNNPACK flips the
+ * activations to unsigned instead and takes back each output's weight sum, which it must then keep per block
+ * and output; both give the same int32, and the weights read per step are 10% fewer this way. */
 
 #define VNNI_ROWS 8
 
@@ -122,13 +125,11 @@ static inline __m512i vnni_pairs(__m512i a, __m512i b) {
 /* NR rows of one tile: inlined with NR a constant, so no lane works for a row that is not there */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline))
 static inline void vnni_rows(const pn_qb4w* L, int64_t t, const int NR, const int8_t* x, int64_t x_stride,
-                             const float* zp, const float* xs, float* out, int64_t out_stride) {
+                             const int32_t* xsum, const float* zp, const float* xs, float* out, int64_t out_stride) {
   const __m512i mask = _mm512_set1_epi8((char)0xF0);
-  const __m512i flip = _mm512_set1_epi8((char)0x80);
   const int64_t chunks = L->block / 16;
   const uint8_t* wp = L->weights + t * L->blocks * chunks * 128;
   const uint16_t* tile_s = L->scales16 + t * L->blocks * 16;
-  const int16_t* tile_c = L->sums + t * L->blocks * 16;
   const __m512 sixteenth = _mm512_set1_ps(0.0625f);
   const int64_t o0 = t * 16;
   const int64_t valid = L->n - o0 < 16 ? L->n - o0 : 16;
@@ -147,21 +148,19 @@ static inline void vnni_rows(const pn_qb4w* L, int64_t t, const int NR, const in
         int64_t first, second;
         memcpy(&first, xb + r * x_stride, 8);
         memcpy(&second, xb + r * x_stride + 8, 8);
-        const __m512i x0 = _mm512_xor_si512(_mm512_set1_epi64(first), flip);
-        const __m512i x8 = _mm512_xor_si512(_mm512_set1_epi64(second), flip);
-        a[r] = _mm512_dpbusd_epi32(a[r], x0, w0lo);
-        c[r] = _mm512_dpbusd_epi32(c[r], x0, w8lo);
-        a[r] = _mm512_dpbusd_epi32(a[r], x8, w0hi);
-        c[r] = _mm512_dpbusd_epi32(c[r], x8, w8hi);
+        const __m512i x0 = _mm512_set1_epi64(first), x8 = _mm512_set1_epi64(second);
+        a[r] = _mm512_dpbusd_epi32(a[r], w0lo, x0);
+        c[r] = _mm512_dpbusd_epi32(c[r], w8lo, x0);
+        a[r] = _mm512_dpbusd_epi32(a[r], w0hi, x8);
+        c[r] = _mm512_dpbusd_epi32(c[r], w8hi, x8);
       }
     }
-    /* 2048 * the block's weight sum (128 for the flipped top bit, 16 for the high nibble), and the scale / 16:
-     * a bfloat16 widened exactly, times a power of two (the one rounding of scale / 16) */
-    const __m512i correction =
-        _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)(tile_c + b * 16))), 11);
+    /* the scale / 16: a bfloat16 widened exactly, times a power of two (the one rounding of scale / 16) */
     const __m512 scale = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(
         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(tile_s + b * 16))), 16)), sixteenth);
     for (int r = 0; r < NR; r++) {
+      /* 128 sum(x) of the row's block: the weights' + 8, times the 16 of the high nibble */
+      const __m512i correction = _mm512_set1_epi32(xsum[r * L->blocks + b] * 128);
       const __m512i sum = _mm512_sub_epi32(vnni_pairs(a[r], c[r]), correction);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[r]);
     }
@@ -177,20 +176,21 @@ static inline void vnni_rows(const pn_qb4w* L, int64_t t, const int NR, const in
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
-static void vnni_tile(const pn_qb4w* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride, const float* zp,
-                      const float* xs, float* out, int64_t out_stride) {
+static void vnni_tile(const pn_qb4w* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride,
+                      const int32_t* xsum, const float* zp, const float* xs, float* out, int64_t out_stride) {
   for (int64_t r0 = 0; r0 < rows; r0 += VNNI_ROWS) {
     const int8_t* xr = x + r0 * x_stride;
+    const int32_t* sr = xsum + r0 * L->blocks;
     float* o = out + r0 * out_stride;
     switch (rows - r0 < VNNI_ROWS ? rows - r0 : VNNI_ROWS) {
-      case 1: vnni_rows(L, t, 1, xr, x_stride, zp + r0, xs + r0, o, out_stride); break;
-      case 2: vnni_rows(L, t, 2, xr, x_stride, zp + r0, xs + r0, o, out_stride); break;
-      case 3: vnni_rows(L, t, 3, xr, x_stride, zp + r0, xs + r0, o, out_stride); break;
-      case 4: vnni_rows(L, t, 4, xr, x_stride, zp + r0, xs + r0, o, out_stride); break;
-      case 5: vnni_rows(L, t, 5, xr, x_stride, zp + r0, xs + r0, o, out_stride); break;
-      case 6: vnni_rows(L, t, 6, xr, x_stride, zp + r0, xs + r0, o, out_stride); break;
-      case 7: vnni_rows(L, t, 7, xr, x_stride, zp + r0, xs + r0, o, out_stride); break;
-      default: vnni_rows(L, t, 8, xr, x_stride, zp + r0, xs + r0, o, out_stride); break;
+      case 1: vnni_rows(L, t, 1, xr, x_stride, sr, zp + r0, xs + r0, o, out_stride); break;
+      case 2: vnni_rows(L, t, 2, xr, x_stride, sr, zp + r0, xs + r0, o, out_stride); break;
+      case 3: vnni_rows(L, t, 3, xr, x_stride, sr, zp + r0, xs + r0, o, out_stride); break;
+      case 4: vnni_rows(L, t, 4, xr, x_stride, sr, zp + r0, xs + r0, o, out_stride); break;
+      case 5: vnni_rows(L, t, 5, xr, x_stride, sr, zp + r0, xs + r0, o, out_stride); break;
+      case 6: vnni_rows(L, t, 6, xr, x_stride, sr, zp + r0, xs + r0, o, out_stride); break;
+      case 7: vnni_rows(L, t, 7, xr, x_stride, sr, zp + r0, xs + r0, o, out_stride); break;
+      default: vnni_rows(L, t, 8, xr, x_stride, sr, zp + r0, xs + r0, o, out_stride); break;
     }
   }
 }
@@ -216,8 +216,7 @@ static int pack_vnni(pn_qb4w* L, const uint8_t* w, const float* scales) {
   const int64_t row_bytes = (L->k + 1) / 2, chunks = L->block / 16;
   uint8_t* packed = calloc((size_t)(L->tiles * L->blocks * chunks * 128), 1);
   L->scales16 = calloc((size_t)(L->tiles * L->blocks * 16), sizeof(uint16_t));
-  L->sums = calloc((size_t)(L->tiles * L->blocks * 16), sizeof(int16_t));
-  if (!packed || !L->scales16 || !L->sums) {
+  if (!packed || !L->scales16) {
     free(packed);
     return 0;
   }
@@ -226,9 +225,6 @@ static int pack_vnni(pn_qb4w* L, const uint8_t* w, const float* scales) {
       for (int64_t c = 0; c < 16; c++) {
         const int64_t o = t * 16 + c;
         if (o >= L->n) continue;
-        int32_t total = 0;
-        for (int64_t i = b * L->block; i < (b + 1) * L->block; i++) total += weight_at(w, row_bytes, o, i);
-        L->sums[(t * L->blocks + b) * 16 + c] = (int16_t)total; /* |total| <= 8 * block <= INT16_MAX */
         L->scales16[(t * L->blocks + b) * 16 + c] = bf16_bits(scales[o * L->blocks + b]);
       }
       for (int64_t ch = 0; ch < chunks; ch++) {
@@ -237,9 +233,9 @@ static int pack_vnni(pn_qb4w* L, const uint8_t* w, const float* scales) {
           for (int64_t c = 0; c < 8; c++)
             for (int64_t i = 0; i < 8; i++) {
               const int64_t o = t * 16 + 8 * half + c, k = b * L->block + 16 * ch + i;
-              const int lo = o < L->n ? weight_at(w, row_bytes, o, k) : 0;
-              const int hi = o < L->n ? weight_at(w, row_bytes, o, k + 8) : 0;
-              dst[64 * half + 8 * c + i] = (uint8_t)((lo & 0xF) | ((hi & 0xF) << 4));
+              const int lo = o < L->n ? weight_at(w, row_bytes, o, k) + 8 : 8;
+              const int hi = o < L->n ? weight_at(w, row_bytes, o, k + 8) + 8 : 8;
+              dst[64 * half + 8 * c + i] = (uint8_t)(lo | (hi << 4));
             }
       }
     }
@@ -387,9 +383,9 @@ pn_qb4w* pn_qb4w_pack(int isa, int family, int64_t n, int64_t k, int64_t block, 
   L->out_max = out_max;
   /* an ISA runs the family XNNPACK runs on CPUs that have it; any other pairing is the portable code's */
 #if defined(__x86_64__)
-  /* the avx512vnni layout keeps each block's weight sum as int16: blocks of up to 4095 inputs */
   const int simd = bf16_scales(n, k, block, scales);
-  if (isa == PN_AVX512VNNI && family == PN_FAMILY_AVX512VNNI && simd && 8 * block <= INT16_MAX)
+  /* the avx512vnni kernel keeps a row's block sums on the stack (XSUM_ENTRIES): inputs of up to 2^19 */
+  if (isa == PN_AVX512VNNI && family == PN_FAMILY_AVX512VNNI && simd && L->blocks <= XSUM_ENTRIES)
     L->isa = PN_AVX512VNNI, L->tile = 16;
   else if (isa >= PN_AVX2 && family == PN_FAMILY_AVX2 && simd) L->isa = PN_AVX2, L->tile = 8;
   else
@@ -422,7 +418,6 @@ void pn_qb4w_free(pn_qb4w* L) {
   free(L->weights);
   free(L->scales);
   free(L->scales16);
-  free(L->sums);
   free(L->start);
   free(L->bias);
   free(L);
@@ -434,6 +429,7 @@ typedef struct {
   const pn_qb4w* L;
   int64_t rows, x_stride, out_stride, tiles_per_task;
   const int8_t* x;
+  const int32_t* xsum; /* avx512vnni: [rows][blocks] each row's sum over each block */
   const float *zp, *xs;
   float* out;
 } run_args;
@@ -445,7 +441,8 @@ static void run_task(void* ctx, int64_t task) {
   const int64_t t1 = t0 + a->tiles_per_task < L->tiles ? t0 + a->tiles_per_task : L->tiles;
 #if defined(__x86_64__)
   if (L->isa == PN_AVX512VNNI) {
-    for (int64_t t = t0; t < t1; t++) vnni_tile(L, t, a->rows, a->x, a->x_stride, a->zp, a->xs, a->out, a->out_stride);
+    for (int64_t t = t0; t < t1; t++)
+      vnni_tile(L, t, a->rows, a->x, a->x_stride, a->xsum, a->zp, a->xs, a->out, a->out_stride);
     return;
   }
   if (L->isa == PN_AVX2) {
@@ -470,6 +467,26 @@ void pn_qb4w_run(const pn_qb4w* L, int64_t rows, const int8_t* x, int64_t x_stri
     const int64_t least = (outputs + L->tile - 1) / L->tile;
     if (per < least) per = least;
   }
-  run_args a = {L, rows, x_stride, out_stride, per, x, zero_point, scale, out};
-  pn_parallel(run_task, &a, (L->tiles + per - 1) / per, threads);
+  const int64_t tasks = (L->tiles + per - 1) / per;
+  if (L->isa != PN_AVX512VNNI) {
+    run_args a = {L, rows, x_stride, out_stride, per, x, NULL, zero_point, scale, out};
+    pn_parallel(run_task, &a, tasks, threads);
+    return;
+  }
+  /* The rows' block sums, on the stack: rows in groups that fit it (a long prompt's rows, a few groups) */
+  int32_t xsum[XSUM_ENTRIES];
+  const int64_t group = XSUM_ENTRIES / L->blocks >= rows ? rows : XSUM_ENTRIES / L->blocks;
+  for (int64_t r0 = 0; r0 < rows; r0 += group) {
+    const int64_t n = rows - r0 < group ? rows - r0 : group;
+    for (int64_t r = 0; r < n; r++)
+      for (int64_t b = 0; b < L->blocks; b++) {
+        const int8_t* xb = x + (r0 + r) * x_stride + b * L->block;
+        int32_t total = 0;
+        for (int64_t i = 0; i < L->block; i++) total += xb[i];
+        xsum[r * L->blocks + b] = total;
+      }
+    run_args a = {L, n, x_stride, out_stride, per, x + r0 * x_stride, xsum, zero_point + r0, scale + r0,
+                  out + r0 * out_stride};
+    pn_parallel(run_task, &a, tasks, threads);
+  }
 }

@@ -329,3 +329,32 @@ def test_a_4bit_layer_a_simd_layout_cannot_hold_exactly_takes_the_portable_code(
     isa_taken, out = run(wide, layout)
     assert isa_taken == "portable"
     assert torch.equal(out, run(wide, "portable")[1])
+
+
+def test_a_4bit_layer_of_long_rows_and_many_of_them_gives_the_portable_codes_bits():
+    """The avx512vnni kernel takes each row's sum over each block back from its products and keeps those sums
+    on the stack, rows in groups that fit it: inputs of 16,384 (512 blocks) and 70 rows make three groups;
+    weights and activations at their extremes (-8 and 7; -128 and 127) besides random ones."""
+    if "avx512vnni" not in _isas():
+        pytest.skip("needs a CPU with avx512vnni (the layout under test)")
+    kernels, family = native._kernels(), native.FAMILIES["avx512vnni"]
+    n, k, block, rows = 40, 16384, 32, 70
+    generator = torch.Generator().manual_seed(5)
+    weights = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=generator)
+    weights[0], weights[1] = 0x00, 0xFF  # every weight -8, every weight 7 (nibbles stored plus 8)
+    x = torch.randint(-128, 128, (rows, k), dtype=torch.int8, generator=generator)
+    x[0], x[1] = -128, 127
+    start = torch.randn(n, generator=generator)
+    scales = torch.rand(n, k // block, generator=generator).bfloat16().float()
+    zp, xs = torch.randint(-128, 128, (rows,), generator=generator).float(), torch.rand(rows, generator=generator)
+
+    def run(isa_name: str) -> tuple[str, torch.Tensor]:
+        layer = kernels.qb4w_pack(native.ISAS[isa_name], family, n, k, block, weights.data_ptr(), scales.data_ptr(),
+                                  start.data_ptr(), 0, -math.inf, math.inf)
+        out = torch.empty(rows, n)
+        kernels.qb4w_run(layer, rows, x.data_ptr(), k, zp.data_ptr(), xs.data_ptr(), out.data_ptr(), n, 1)
+        return kernels.qb4w_isa(layer), out
+
+    taken, out = run("avx512vnni")
+    assert taken == "avx512vnni", "premise: the SIMD layout takes the layer"
+    assert torch.equal(out, run("portable")[1])
