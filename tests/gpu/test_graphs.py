@@ -69,18 +69,26 @@ def test_inputs_passed_again_are_read_in_place_and_others_copied():
     assert runner.replaying and runner.bound[:2] == [False, False]
 
 
-def test_shapes_that_alternate_are_captured_again_every_time():
-    # An LLM's prefill and decode alternate shapes: each return to a shape drops the graph and captures anew,
-    # which must keep working (a capture into the dropped graph's memory pool used to fail, leaving the
-    # method eager for good).
+def test_shapes_that_alternate_each_keep_their_graph():
+    """An LLM's prompt and one-token steps alternate shapes: each set of shapes keeps its graph, and a return to
+    one replays it at once, its outputs in the shapes it writes (an eager call with other shapes resized them
+    in between)."""
+    from pterun.executor.call.graphs import KEPT
+
     method = _method(example_program())
     reference = pterun.Runtime.get().load_program(example_program()).load_method("forward")
-    for length in (8, 8, 8, 17, 17, 17, 8, 8, 8, 17, 17):
+    runner = method.cuda_graph
+    replayed = []
+    for length in (8, 8, 8, 17, 17, 17, 8, 3, 17, 8, 8, 5, 5, 4, 4, 6, 6, 17, 17):
         tokens = torch.randint(0, 1024, (1, length), device="cuda")
         (logits,) = method.execute([tokens])
-        assert_matches(logits.cpu(), reference.execute([tokens.cpu()])[0], rtol=2e-4)
-    runner = method.cuda_graph
-    assert runner.failure is None and runner.replaying
+        assert logits.shape == (1, length, 1024)
+        assert_matches(logits.cpu(), reference.execute([tokens.cpu()])[0], rtol=2e-4, what=f"length {length}")
+        replayed.append(runner.replaying)
+    assert runner.failure is None
+    assert replayed[6] and replayed[8] and replayed[9], "a return to a kept shape replays its graph at once"
+    # Capturing 6 dropped 17's graph, the least recently used: 17 runs eagerly again, then is captured.
+    assert len(runner.graphs) == KEPT and not replayed[-2] and replayed[-1]
 
 
 def test_a_compiled_method_of_dynamic_shapes_compiles_outside_the_capture_and_replays_the_compiled_code():

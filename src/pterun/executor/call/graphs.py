@@ -13,22 +13,39 @@ tensor to the first two calls (weights, or a buffer the caller refills), and
 otherwise copied into a buffer of the graph's before each replay; a bound
 input that later arrives in other memory is copied from then on.
 
-A new shape invalidates the graph: the call runs eagerly (setting every
-tensor's shape for the new sizes) and the graph is captured again once that
-shape repeats. Methods whose instructions synchronize with the host (control
-flow, reading a tensor's value into a Python number) cannot be captured and
-always run eagerly.
+A graph is kept per set of input shapes, the few used last (``KEPT``): a call with other shapes runs eagerly
+(setting every tensor's shape for the new sizes) and is captured once those shapes come twice in a row, and a
+call with shapes a kept graph holds replays it at once. A language model's prompt and its one-token steps
+alternate: with one graph, every generation ran its first step eagerly and captured it again (on an H100,
+about a quarter of a 100M decoder's decode time); with one per shape, the step's graph outlives the prompt.
+Methods whose instructions synchronize with the host (control flow, reading a tensor's value into a Python
+number) cannot be captured and always run eagerly.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 _NOTHING = object()
+KEPT = 4  # graphs kept, one per set of input shapes; the least recently replayed goes first
+
+
+@dataclass
+class Captured:
+    """One captured graph and what it reads and writes."""
+
+    graph: torch.cuda.CUDAGraph
+    pool: Any  # torch.cuda.graph_pool_handle(): an opaque token, the graph's own memory
+    static: list  # the arguments it was captured with: the caller's where bound, else buffers it reads
+    bound: list[bool]  # per argument: read in place
+    outputs: tuple  # the graph's (read only while it is held)
+    geometry: list  # per output tensor: its sizes, strides and offset as captured (None: not a tensor)
 
 
 class CudaGraphRunner:
@@ -42,17 +59,24 @@ class CudaGraphRunner:
         self.device = device
         self.shape_tensors = shape_tensors
         self.keyed = keyed
-        self.pool: Any = None  # torch.cuda.graph_pool_handle(): an opaque token
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.key = None
+        self.graphs: OrderedDict[Any, Captured] = OrderedDict()  # by shape key, the last used last
+        self.current: Captured | None = None  # what the last call replayed or captured (None: it ran eagerly)
         self.seen = _NOTHING  # the shapes of the last eager call (None is a key: a method of static shapes)
-        self.static: list = []
-        self.outputs: tuple = ()  # the captured graph's (read only while it is held)
         self.failure: Exception | None = None
         self.replaying = False
-        self.bound: list[bool] = []
         self.copy_always: set[int] = set()
         self.previous: list[int] = []
+        self.shapes = _NOTHING  # the shapes the method's tensors were last given (an eager call's, a graph's)
+
+    @property
+    def graph(self) -> torch.cuda.CUDAGraph | None:
+        """The graph the last call replayed or captured; None where it ran eagerly."""
+        return self.current.graph if self.current is not None else None
+
+    @property
+    def bound(self) -> list[bool]:
+        """Per argument of that graph: whether it reads the caller's tensor in place."""
+        return self.current.bound if self.current is not None else []
 
     def shape_key(self, args: Sequence):
         """What a graph is captured for: the input shapes of this call (None: a method whose inputs cannot
@@ -63,7 +87,7 @@ class CudaGraphRunner:
                 tuple(t.shape for t in self.shape_tensors))
 
     def call(self, args: Sequence, precision: AbstractContextManager) -> tuple:
-        """A call's outputs: a replay when the graph holds this call, else run eagerly or captured, under the
+        """A call's outputs: a replay when a graph holds this call, else run eagerly or captured, under the
         call's ``precision``."""
         key = self.shape_key(args)
         outputs = self.replay(args, key)
@@ -73,42 +97,52 @@ class CudaGraphRunner:
         return outputs
 
     def replay(self, args: Sequence, key) -> tuple | None:
-        """The outputs of a replay if the graph holds this call (its shapes, bound inputs in place), else None.
+        """The outputs of a replay if a graph holds this call (its shapes, bound inputs in place), else None.
 
         A replay runs the captured kernels as captured: the precision switches and autocast state a call
         runs under were read at capture and do not apply, so the caller need not set them."""
-        if self.graph is not None and key == self.key and self._feed(args):
-            self.graph.replay()
-            self.replaying = True
-            return self.outputs
-        return None
+        captured = self.graphs.get(key)
+        if captured is None or not self._feed(captured, args):
+            return None
+        return self._replay(captured, key)
+
+    def _replay(self, captured: Captured, key) -> tuple:
+        self.graphs.move_to_end(key)
+        captured.graph.replay()
+        if key != self.shapes:
+            # An eager call with other shapes resized the planned outputs the graph writes: they get back the
+            # geometry the graph's kernels write them in.
+            for out, geometry in zip(captured.outputs, captured.geometry):
+                if geometry is not None and (out.shape, out.stride(), out.storage_offset()) != geometry:
+                    out.as_strided_(*geometry)
+            self.shapes = key
+        self.current, self.replaying = captured, True
+        return captured.outputs
 
     def __call__(self, args: Sequence, key) -> tuple:
         if self.failure is None:
-            if self.graph is not None and key == self.key:
-                if self._feed(args):
-                    self.graph.replay()
-                    self.replaying = True
-                    return self.outputs
-                # A bound input moved: run eagerly, capture again on the next call.
+            captured = self.graphs.get(key)
+            if captured is not None:
+                if self._feed(captured, args):
+                    return self._replay(captured, key)
+                del self.graphs[key]  # a bound input moved: run eagerly, capture again on the next call
             elif key == self.seen and (self.compiles is None or not self.compiles(args)):
                 return self._capture(args, key)
             self.seen = key
             self.previous = self._pointers(args)
-        self.graph = None
-        self.replaying = False
+        self.current, self.replaying, self.shapes = None, False, key
         return self.run(*args)
 
     @staticmethod
     def _pointers(args: Sequence) -> list[int]:
         return [a.data_ptr() if isinstance(a, torch.Tensor) else 0 for a in args]
 
-    def _feed(self, args: Sequence) -> bool:
+    def _feed(self, captured: Captured, args: Sequence) -> bool:
         """Puts the inputs where the graph reads them; False if a bound input moved (recapture)."""
-        for i, (static, arg) in enumerate(zip(self.static, args)):
+        for i, (static, arg) in enumerate(zip(captured.static, args)):
             if not isinstance(static, torch.Tensor):
                 continue
-            if self.bound[i]:
+            if captured.bound[i]:
                 if arg.data_ptr() != static.data_ptr():
                     self.copy_always.add(i)
                     return False
@@ -118,31 +152,34 @@ class CudaGraphRunner:
 
     def _capture(self, args: Sequence, key) -> tuple:
         # Inputs that came at the same address twice are bound (read in place), others copied.
-        self.bound = [isinstance(a, torch.Tensor) and i not in self.copy_always and a.data_ptr() == self.previous[i]
-                      for i, a in enumerate(args)]
-        static = [a if bound else (_twin(a) if isinstance(a, torch.Tensor) else a)
-                  for a, bound in zip(args, self.bound)]
+        bound = [isinstance(a, torch.Tensor) and i not in self.copy_always and a.data_ptr() == self.previous[i]
+                 for i, a in enumerate(args)]
+        static = [a if b else (_twin(a) if isinstance(a, torch.Tensor) else a) for a, b in zip(args, bound)]
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize(self.device)
-        # A pool of its own: the last graph's pool is released with it (a new shape dropped it), and PyTorch's
-        # allocator refuses a capture into a released pool (an internal assert, which left the method eager).
-        self.pool = torch.cuda.graph_pool_handle()
+        # A pool of its own per graph: a dropped graph's pool is released with it, and PyTorch's allocator
+        # refuses a capture into a released pool (an internal assert, which left the method eager).
+        pool = torch.cuda.graph_pool_handle()
         try:
-            with torch.cuda.graph(graph, pool=self.pool):
+            with torch.cuda.graph(graph, pool=pool):
                 outputs = self.run(*static)
         except Exception as exc:  # noqa: BLE001 - a method that cannot be captured runs eagerly
             self.failure = exc
             torch.cuda.synchronize(self.device)
             _end_generators_capture(self.device)
-            self.replaying = False
+            self.current, self.replaying, self.shapes = None, False, key
             return self.run(*args)
-        self.graph, self.key, self.static, self.outputs = graph, key, static, outputs
-        for s, arg, bound in zip(static, args, self.bound):
-            if isinstance(s, torch.Tensor) and not bound:
+        geometry = [(o.shape, o.stride(), o.storage_offset()) if isinstance(o, torch.Tensor) else None
+                    for o in outputs]
+        captured = Captured(graph, pool, static, bound, outputs, geometry)
+        self.shapes = key
+        self.graphs[key] = captured
+        while len(self.graphs) > KEPT:
+            self.graphs.popitem(last=False)
+        for s, arg, b in zip(static, args, bound):
+            if isinstance(s, torch.Tensor) and not b:
                 s.copy_(arg)
-        graph.replay()
-        self.replaying = True
-        return outputs
+        return self._replay(captured, key)
 
 
 def _twin(tensor: torch.Tensor) -> torch.Tensor:
