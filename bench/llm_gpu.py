@@ -11,8 +11,8 @@
 The models are Llama-architecture decoders in bfloat16: "100m" has bench/llm_export.py's shape (dim 768, 12
 layers, 12 heads sharing 4 KV heads, hidden 2048, vocab 16384), "1b" Llama-3.2-1B's layers (dim 2048, 16
 layers, 32 heads sharing 8, hidden 8192) with a 32000-token vocabulary (1.1B parameters). Each matrix's
-weights are two values of either sign (so the file compresses to travel; speed does not depend on the
-values); exported from transformers' LlamaForCausalLM with its static cache
+weights are two values of either sign, in a short repeated pattern (so the file compresses to travel; speed
+does not depend on the values); exported from transformers' LlamaForCausalLM with its static cache
 (``TorchExportableModuleWithStaticCache``), the program optimum-executorch writes, with the metadata methods
 the runner reads. Its positions are tensors, so pterun replays each decode step as one CUDA graph.
 ``--quant 8da4w`` writes the same model in float32 with its linear layers quantized as optimum-executorch
@@ -51,6 +51,7 @@ from tests.support.llm_programs import quantize_8da4w_linears  # noqa: E402
 from tests.support.llm_tokenizers import BOS_ID, EOS_ID  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+SIGN_PERIOD = 257  # a prime: a matrix's rows do not repeat each other's signs
 
 
 def program_name(size: str, quant: str | None = None) -> str:
@@ -73,11 +74,13 @@ def hf_model(params: dict = PARAMS):
     )
     model = codebook(LlamaForCausalLM(config)).eval().requires_grad_(False)
     with torch.no_grad():
-        # Two values per matrix (its mean magnitude, either sign): the file must travel compressed to the GPU
-        # machine, and decode speed does not depend on the values.
+        # Two values per matrix (its mean magnitude, either sign), the signs a random run of 257 repeated: the
+        # file must travel compressed to the GPU machine (the 1B program's 2.5 GB xz to a few MB, where random
+        # signs left 1 bit a weight), and decode speed does not depend on the values.
+        signs = torch.where(torch.rand(SIGN_PERIOD, generator=torch.Generator().manual_seed(0)) < 0.5, -1.0, 1.0)
         for p in model.parameters():
             if p.dim() >= 2:
-                p.copy_(torch.where(p >= 0, 1.0, -1.0) * p.abs().mean())
+                p.copy_(signs.repeat(p.numel() // SIGN_PERIOD + 1)[:p.numel()].view_as(p) * p.abs().mean())
         model.lm_head.weight[EOS_ID].zero_()  # greedy decoding never picks EOS: every run makes the tokens asked
     return model.to(torch.bfloat16)
 
