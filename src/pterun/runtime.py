@@ -118,8 +118,8 @@ class Runtime:
         rewritten as a pure function, to ``torch.compile`` (TorchInductor fuses
         its elementwise chains); methods it cannot express run as usual, and
         ``Method.compile_status`` says why. A method compiles on its first call, or,
-        when its inputs can change shape, each set of input shapes on its second call
-        (a set seen once, such as a prompt's length, runs uncompiled).
+        when its inputs can change shape, each set of input shapes once it comes
+        twice in a row (a language model's one-token step; its prompts run uncompiled).
 
         Float32 is computed in float32 whatever precision switches the process
         has set (``torch.set_float32_matmul_precision``, cuDNN's TF32, autocast);

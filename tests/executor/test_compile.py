@@ -132,9 +132,11 @@ def test_a_compiled_method_keeps_its_thread_count_on_a_busy_machine(monkeypatch)
     assert method.compile_status == "compiled"
 
 
-def test_a_method_of_dynamic_shapes_compiles_each_set_of_shapes_on_its_second_call():
-    """A language model's prompt comes once and its one-token step recurs: compiling every set of shapes on
-    its first call (or one graph of symbolic sizes) spent minutes on prompts that never came back."""
+def test_a_method_of_dynamic_shapes_compiles_a_set_of_shapes_once_it_comes_twice_in_a_row():
+    """A language model's one-token step recurs and its prompts do not, or come back between generations:
+    compiling every set of shapes on its first call (or one graph of symbolic sizes) spent minutes on prompts
+    that never came back, and compiling a prompt's length on its second sight stalled a generation for
+    seconds."""
     from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
 
     from tests.executor import programs
@@ -156,10 +158,12 @@ def test_a_method_of_dynamic_shapes_compiles_each_set_of_shapes_on_its_second_ca
     assert entries() == 0, "a set of shapes seen once runs uncompiled"
     call(1)
     call(3)
-    assert entries() == 1, "the second call with batch 3 compiled it"
+    assert entries() == 0, "a set of shapes that comes back after another runs uncompiled (a prompt's length)"
     call(3)
+    assert entries() == 1, "twice in a row compiled it"
     call(1)
-    assert entries() == 2, "and batch 1 on its second call, in a graph of its own"
+    call(1)
+    assert entries() == 2, "and batch 1, twice in a row, in a graph of its own"
     for batch in (1, 3, 1):
         call(batch)
     assert entries() == 2 and method.compile_status == "compiled", method.compile_status

@@ -92,7 +92,7 @@ def test_shapes_that_alternate_each_keep_their_graph():
 
 
 def test_a_compiled_method_of_dynamic_shapes_compiles_outside_the_capture_and_replays_the_compiled_code():
-    """compile=True compiles a set of input shapes on its second call: that call runs eagerly, never inside a
+    """compile=True compiles a set of input shapes once it comes twice in a row: that call runs eagerly, never inside a
     capture (Inductor launches kernels while it compiles), and the next call captures the compiled code."""
     from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
 
