@@ -324,6 +324,20 @@ def export_transformers_program(directory: Path, *, seed: int = 0, max_cache_len
     return pte
 
 
+def bench_decoder_program() -> Path:
+    """bench/llm_gpu.py's decoder at its tiny size: transformers' static-cache Llama in bfloat16, as the GPU
+    bench exports it, with a few thousand weights (2 layers, width 64)."""
+    return _cached(f"llm-bench-gpu-tiny-{_VERSION}", _export_bench_decoder)
+
+
+def _export_bench_decoder(directory: Path) -> None:
+    done = subprocess.run([sys.executable, "bench/llm_gpu.py", "export", "--size", "tiny", "--no-xz", "--out",
+                           str(directory)], cwd=Path(__file__).parents[2], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"bench/llm_gpu.py export --size tiny failed:\n{done.stderr[-4000:]}")
+    (directory / "hf_llamatiny.bf16.pte").rename(directory / "model.pte")
+
+
 def example_program() -> LlmProgram:
     """The language model that ships in the package (scripts/make-llm-example.py)."""
     from importlib import resources

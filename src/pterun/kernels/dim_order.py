@@ -44,7 +44,7 @@ _TENSOR, _DIM_ORDER = frozenset({"tensor"}), frozenset({"int_list", "null"})
 def register(registry: KernelRegistry) -> None:
     for op in ("_to_dim_order_copy", "_clone_dim_order"):
         name = f"dim_order_ops::{op}.out"
-        registry.register(name, fixed_arity(_to_dim_order_copy, 5, name, result=False, mutates=(3,),
+        registry.register(name, fixed_arity(_to_dim_order_copy, 5, name, result=False, mutates=(3,), covers=(3,),
                                             accepts=(_TENSOR, frozenset({"bool"}), _DIM_ORDER, _TENSOR),
                                             functional=Functional(_dim_order_copy, (3,), ("dtype", "memory_format"))))
     name = "dim_order_ops::_empty_dim_order.out"

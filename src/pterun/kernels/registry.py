@@ -60,6 +60,9 @@ class Binding:
       which is how torch expects an out tensor of a new shape to arrive;
     * ``mutates``: other arguments written in place, left as they are (an
       in-place update, or an ``out`` the kernel resizes itself);
+    * ``covers``: those of ``mutates`` the kernel writes whole (every element
+      of the sizes it gives them, as a copy does; an in-place update of part
+      of a tensor does not), so memory planned over them holds nothing older;
     * ``aliases``: arguments the result may share memory with (a view's input).
 
     A binding with no ``result``, ``writes`` or ``mutates`` is taken to write
@@ -95,6 +98,7 @@ class Binding:
     strided: bool = False
     view: Callable | None = None
     functional: Functional | None = None
+    covers: tuple[int, ...] = ()
 
 
 KernelFactory = Callable[[int], Binding]

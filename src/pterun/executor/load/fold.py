@@ -136,11 +136,12 @@ class Rewriter:
         return any(m == memory_id and lo <= start and end <= hi for m, lo, hi in self._whole[k])
 
     def _whole_writes(self, step) -> tuple[tuple[int, int, int], ...]:
-        # A kernel's out argument of static shape is written whole; in-place updates may write a part.
+        # A kernel's out argument of static shape is written whole, as is one it declares it covers; in-place
+        # updates may write a part.
         if not isinstance(step, KernelStep):
             return ()
         found = []
-        for p in step.binding.writes:
+        for p in (*step.binding.writes, *step.binding.covers):
             w = self.plan.values[step.args[p]]
             if isinstance(w, TensorSpec) and w.dynamism == Dynamism.STATIC and (span := planned_bytes(w)) is not None:
                 found.append(span)
