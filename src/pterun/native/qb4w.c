@@ -14,9 +14,9 @@
  * Weights are kept as 4 bits. The SIMD kernels use XNNPACK's trick: a nibble shifted into the high half of a
  * byte is 16 times the weight as an int8, so products are 16 times too, and scales are divided by 16
  * (exact: a power of two). The SIMD layouts keep them as the bfloat16 values they are: what a decode step
- * reads besides the weights is 2 bytes per block and output, not 4. Block sums are integers below 2^24 in magnitude, so float32(sum) is exact, and its
- * product with a scale (8 significant bits) is exact for blocks of up to 256 inputs: the fused multiply-add
- * rounds once, as XNNPACK's does.
+ * reads besides the weights is 2 bytes per block and output, not 4. Block sums are integers below 2^24 in
+ * magnitude, so float32(sum) is exact, and its product with a scale (8 significant bits) is exact for blocks
+ * of up to 256 inputs: the fused multiply-add rounds once, as XNNPACK's does.
  */
 #include <math.h>
 #include <stdint.h>
@@ -25,7 +25,8 @@
 
 #include "native.h"
 
-#define XSUM_ENTRIES 16384 /* the avx512vnni kernel's row block sums on the stack, 64 KiB: 256 rows of 2048 inputs */
+/* the avx512vnni kernel's row block sums, on the stack: 64 KiB, 256 rows of 2048 inputs in blocks of 32 */
+#define XSUM_ENTRIES 16384
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -384,8 +385,9 @@ pn_qb4w* pn_qb4w_pack(int isa, int family, int64_t n, int64_t k, int64_t block, 
   /* an ISA runs the family XNNPACK runs on CPUs that have it; any other pairing is the portable code's */
 #if defined(__x86_64__)
   const int simd = bf16_scales(n, k, block, scales);
-  /* the avx512vnni kernel keeps a row's block sums on the stack (XSUM_ENTRIES): inputs of up to 2^19 */
-  if (isa == PN_AVX512VNNI && family == PN_FAMILY_AVX512VNNI && simd && L->blocks <= XSUM_ENTRIES)
+  /* the avx512vnni kernel keeps a row's block sums on the stack (XSUM_ENTRIES blocks at most), and its int32
+   * lanes hold a block's 16 (w + 8) x products for blocks of up to 4096 inputs with room to spare */
+  if (isa == PN_AVX512VNNI && family == PN_FAMILY_AVX512VNNI && simd && L->blocks <= XSUM_ENTRIES && block <= 4096)
     L->isa = PN_AVX512VNNI, L->tile = 16;
   else if (isa >= PN_AVX2 && family == PN_FAMILY_AVX2 && simd) L->isa = PN_AVX2, L->tile = 8;
   else
