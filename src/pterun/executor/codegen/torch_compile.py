@@ -19,9 +19,10 @@ compiled for exactly its shapes, and what does not costs no compilation. A
 prompt's length that comes back between generations is not compiled either: a
 compile of a 100M decoder's prompt stalled that generation for 7 s on an H100
 (12 s at 1B), for a prompt step of milliseconds; the CUDA graph runner captures
-by the same rule (call/graphs.py). The alternative, one graph with symbolic sizes, spent over a
-minute in Dynamo's shape reasoning on a two-layer decoder (docs/benchmarks.md)
-and still compiled the one-token step again, as sizes of 1 are specialized.
+by the same rule (call/graphs.py). The alternative, one graph with symbolic
+sizes, spent over a minute in Dynamo's shape reasoning on a two-layer decoder
+(docs/benchmarks.md) and still compiled the one-token step again, as sizes of 1
+are specialized.
 """
 
 from __future__ import annotations
