@@ -1,6 +1,8 @@
 /* Which instruction sets this CPU has (the compiler's cpuid builtins), and the workers kernels split work over. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -185,3 +187,10 @@ void pn_denormals_restore(unsigned state) { _mm_setcsr(state); }
 unsigned pn_denormals_off(void) { return 0; }
 void pn_denormals_restore(unsigned state) { (void)state; }
 #endif
+
+void* pn_zeroed(size_t bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64; /* aligned_alloc's rule: a multiple of the alignment */
+  void* p = aligned_alloc(64, rounded ? rounded : 64);
+  if (p) memset(p, 0, rounded ? rounded : 64);
+  return p;
+}

@@ -32,6 +32,11 @@ void pn_parallel(pn_task task, void* ctx, int64_t count, int threads);
 /* Whether pn_parallel runs on PyTorch's OpenMP team (1) or on workers of its own (0). */
 int pn_parallel_team(void);
 
+/* `bytes` of zeros aligned to a cache line, or NULL; freed with free(). Packed weights take it: the kernels read
+ * them 64 bytes at a time, and calloc's 16-byte alignment (mmap's page plus its header, for large blocks) would
+ * split every such load over two cache lines. */
+void* pn_zeroed(size_t bytes);
+
 /* XNNPACK's dynamic quantization (qd8) of `rows` float rows of `cols` values: per row the range widened to hold 0,
  * scale 255 / range, the nudged zero point; each value min(x * scale, 32767) rounded half to even, plus the zero
  * point, saturated to int8. Writes the int8 rows, each row's zero point and its dequantization scale (1 / scale),

@@ -143,7 +143,7 @@ pn_q8* pn_q8_pack(int isa, int64_t n, int64_t k, const int8_t* weights, int64_t 
   L->out_min = out_min;
   L->out_max = out_max;
   const size_t padded = (size_t)(L->tiles * 16);
-  L->weights = calloc((size_t)(L->tiles * 16 * L->kp), 1);
+  L->weights = pn_zeroed((size_t)(L->tiles * 16 * L->kp));
   L->wsum = calloc(padded, sizeof(int32_t));
   L->scale = calloc(padded, sizeof(float));
   L->bias = calloc(padded, sizeof(float));

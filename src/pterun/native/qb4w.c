@@ -215,8 +215,8 @@ static uint16_t bf16_bits(float scale) {
 
 static int pack_vnni(pn_qb4w* L, const uint8_t* w, const float* scales) {
   const int64_t row_bytes = (L->k + 1) / 2, chunks = L->block / 16;
-  uint8_t* packed = calloc((size_t)(L->tiles * L->blocks * chunks * 128), 1);
-  L->scales16 = calloc((size_t)(L->tiles * L->blocks * 16), sizeof(uint16_t));
+  uint8_t* packed = pn_zeroed((size_t)(L->tiles * L->blocks * chunks * 128));
+  L->scales16 = pn_zeroed(sizeof(uint16_t) * (size_t)(L->tiles * L->blocks * 16));
   if (!packed || !L->scales16) {
     free(packed);
     return 0;
@@ -338,8 +338,8 @@ static void avx2_tile(const pn_qb4w* L, int64_t t, int64_t rows, const int8_t* x
 
 static int pack_avx2(pn_qb4w* L, const uint8_t* w, const float* scales) {
   const int64_t row_bytes = (L->k + 1) / 2, chunks = L->block / 16;
-  uint8_t* packed = calloc((size_t)(L->tiles * L->blocks * chunks * 64), 1);
-  L->scales16 = calloc((size_t)(L->tiles * L->blocks * 8), sizeof(uint16_t));
+  uint8_t* packed = pn_zeroed((size_t)(L->tiles * L->blocks * chunks * 64));
+  L->scales16 = pn_zeroed(sizeof(uint16_t) * (size_t)(L->tiles * L->blocks * 8));
   if (!packed || !L->scales16) {
     free(packed);
     return 0;

@@ -576,7 +576,7 @@ pn_qconv* pn_qconv_pack(int isa, int64_t groups, int64_t cin_g, int64_t cout_g, 
   const int64_t taps = kh * kw;
   if (L->depthwise) {
     const int64_t cp = L->cp = (L->cin + 31) / 32 * 32, pairs = (taps + 1) / 2;
-    L->weights = calloc((size_t)(taps * cp), 1);
+    L->weights = pn_zeroed((size_t)(taps * cp));
     L->wide = calloc((size_t)(pairs * 2 * cp), sizeof(int16_t));
     L->init = calloc((size_t)cp, sizeof(int32_t));
     L->scale = calloc((size_t)cp, sizeof(float));
@@ -612,7 +612,7 @@ pn_qconv* pn_qconv_pack(int isa, int64_t groups, int64_t cin_g, int64_t cout_g, 
   L->direct = taps == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && cin_g % 8 == 0;
   const int64_t tiles = L->tiles = (cout_g + TILE - 1) / TILE;
   const size_t width = L->isa == PN_AVX2 ? 2 : 1;
-  L->weights = calloc((size_t)(groups * tiles * TILE * kp), width);
+  L->weights = pn_zeroed((size_t)(groups * tiles * TILE * kp) * width);
   L->init = calloc((size_t)(groups * tiles * TILE), sizeof(int32_t));
   L->scale = calloc((size_t)(groups * tiles * TILE), sizeof(float));
   if (!L->weights || !L->init || !L->scale) {

@@ -153,18 +153,18 @@ def _dynamic_quantize(node: Node, b: Builder, x, y, shape) -> None:
         raise InvalidProgram(f"XNNPACK {node.where}: {nonbatch} non-batch dimensions of {list(shape)}")
     rows, length = numel(shape[:-nonbatch]), numel(shape[-nonbatch:])
     b.shapes[y.id] = tuple(shape)  # no buffer: consumers read the rows registered below
-    x2 = b.view(x.id, (rows, length))
     col = (rows, 1)
     on_cpu = native.enabled(b)
     kernel = None if on_cpu else _triton_rows(b, x)
     if on_cpu or kernel is not None:
         q8, zp, inv = b.scratch((rows, length), torch.int8), b.scratch(col), b.scratch(col)
-        if kernel is None:
-            native.emit_quantize_rows(b, x2, rows, length, q8, zp, inv)
+        if kernel is None:  # the rows as x's elements in order: no view of them needed
+            native.emit_quantize_rows(b, b.ref(x.id), rows, length, q8, zp, inv)
         else:
-            b.emit(f"{b.bind(kernel, 'quantize_rows')}({x2}, {q8}, {zp}, {inv})")
+            b.emit(f"{b.bind(kernel, 'quantize_rows')}({b.view(x.id, (rows, length))}, {q8}, {zp}, {inv})")
         b.dynamic[y.id] = DynamicQuant(None, zp, inv, rows, (rows, length), _rows8=q8)
         return
+    x2 = b.view(x.id, (rows, length))
     d, s, zp, inv = (b.scratch(col) for _ in range(4))
     cond = b.scratch(col, torch.bool)
     q = b.scratch((rows, length))

@@ -82,13 +82,17 @@ def source(b, name: str) -> str:
 
 
 def target(b, name: str, shape, dtype=torch.float32) -> tuple[str, str | None]:
-    """A pointer expression a kernel writes contiguous rows through, for tensor ``name``, and the buffer to copy
-    into ``name`` after the call (None where the kernel writes ``name`` itself: a fixed contiguous tensor). The
-    caller's tensors may have any strides, so kernels write those into a buffer of their own."""
+    """A pointer expression a kernel writes contiguous rows through, for tensor ``name`` (of the elements of
+    ``shape``), and the line to emit after the call (None where the kernel writes ``name`` itself: a fixed
+    contiguous tensor). A caller's tensor is written directly where it is contiguous, as the program's planned
+    buffers are; one of other strides is written through a buffer of the translation's, then copied."""
     if _fixed(b, name):
         return _pointer(b, name), None
     buffer = b.scratch(tuple(shape), dtype)
-    return _pointer(b, buffer), buffer
+    direct = f"{name}_p{b.next_id()}"
+    b.emit(f"{direct} = {name}.data_ptr() if {name}.is_contiguous() else None")
+    into = f"({_pointer(b, buffer)} if {direct} is None else {direct})"
+    return into, f"if {direct} is None: {name}.copy_({buffer}.view({name}.shape))"
 
 
 def _function(b, name: str, function) -> str:
@@ -128,17 +132,18 @@ def qb4w_isa(layer) -> str:
 
 
 def emit_qb4w(b, layer, rows: int, n: int, x: str, x_stride: int, zero_points: str, scales: str, out: str) -> None:
-    """Lines computing ``out`` [rows, n] from int8 rows ``x`` with a packed layer."""
+    """Lines computing ``out`` (rows x n values, in any shape) from int8 rows ``x`` with a packed layer."""
     run = _function(b, "qb4w_run", _kernels().qb4w_run)
-    into, copy = target(b, out, (rows, n))
+    into, after = target(b, out, (rows, n))
     b.emit(f"{run}({b.bind(layer, 'layer')}, {rows}, {source(b, x)}, {x_stride}, {source(b, zero_points)}, "
            f"{source(b, scales)}, {into}, {n}, {threads(b)}())")
-    if copy is not None:
-        b.emit(f"{out}.copy_({copy})")
+    if after:
+        b.emit(after)
 
 
 def emit_quantize_rows(b, x: str, rows: int, cols: int, q: str, zero_points: str, scales: str) -> None:
-    """Lines quantizing float rows ``x`` [rows, cols] into fixed int8 rows ``q``, zero points and scales."""
+    """Lines quantizing the float rows of ``x`` (rows x cols values, in any shape) into fixed int8 rows ``q``, zero
+    points and scales."""
     run = _function(b, "quantize_rows", _kernels().quantize_rows)
     b.emit(f"{run}({ISAS[kernel_isa()]}, {source(b, x)}, {rows}, {cols}, {cols}, {_pointer(b, q)}, {cols}, "
            f"{_pointer(b, zero_points)}, {_pointer(b, scales)})")
@@ -163,13 +168,14 @@ def q8_isa(layer) -> str:
 
 
 def emit_q8(b, layer, rows: int, n: int, x: str, x_stride: int, zero_points: str, scales: str, out: str) -> None:
-    """Lines computing float32 ``out`` [rows, n] from int8 rows ``x`` with a packed 8-bit layer."""
+    """Lines computing float32 ``out`` (rows x n values, in any shape) from int8 rows ``x`` with a packed 8-bit
+    layer."""
     run = _function(b, "q8_run", _kernels().q8_run)
-    into, copy = target(b, out, (rows, n))
+    into, after = target(b, out, (rows, n))
     b.emit(f"{run}({b.bind(layer, 'layer')}, {rows}, {source(b, x)}, {x_stride}, {source(b, zero_points)}, "
            f"{source(b, scales)}, {into}, {n}, {threads(b)}())")
-    if copy is not None:
-        b.emit(f"{out}.copy_({copy})")
+    if after:
+        b.emit(after)
 
 
 def emit_convert_s8(b, quantize: bool, x: str, out: str, shape, scale: float, zero_point: int) -> None:
@@ -177,22 +183,22 @@ def emit_convert_s8(b, quantize: bool, x: str, out: str, shape, scale: float, ze
     quantizing with XNNPACK's 1 / scale (``scale``), or dequantizing with the scale."""
     name = "quantize_s8" if quantize else "dequantize_s8"
     run = _function(b, name, getattr(_kernels(), name))
-    into, copy = target(b, out, shape, torch.int8 if quantize else torch.float32)
+    into, after = target(b, out, shape, torch.int8 if quantize else torch.float32)
     b.emit(f"{run}({ISAS[kernel_isa()]}, {source(b, x)}, {into}, {math.prod(shape)}, {b.number(float(scale))}, "
            f"{int(zero_point)}, {threads(b)}())")
-    if copy is not None:
-        b.emit(f"{out}.copy_({copy})")
+    if after:
+        b.emit(after)
     b.route(f"native {'quantize' if quantize else 'dequantize'} ({kernel_isa()})")
 
 
 def emit_lookup_s8(b, table: torch.Tensor, x: str, out: str, shape) -> None:
     """Lines setting signed 8-bit ``out`` to ``table`` [256] (int8, indexed by each value's byte) at ``x``."""
     run = _function(b, "lookup_s8", _kernels().lookup_s8)
-    into, copy = target(b, out, shape, torch.int8)
+    into, after = target(b, out, shape, torch.int8)
     b.emit(f"{run}({ISAS[kernel_isa()]}, {_pointer(b, b.bind(table, 'table'))}, {source(b, x)}, {into}, "
            f"{math.prod(shape)}, {threads(b)}())")
-    if copy is not None:
-        b.emit(f"{out}.copy_({copy})")
+    if after:
+        b.emit(after)
     b.route(f"native table of 8-bit values ({kernel_isa()})")
 
 
@@ -224,12 +230,12 @@ def emit_qconv(b, layer, xshape, x: str, shape, out: str, out_shape=None) -> Non
     convolution (whose channels the caller checked against both); ``out_shape``: ``out``'s own shape, of the
     same elements, where it is not ``shape``."""
     run = _function(b, "qconv_run", _kernels().qconv_run)
-    into, copy = target(b, out, shape if out_shape is None else out_shape, torch.int8)
+    into, after = target(b, out, shape if out_shape is None else out_shape, torch.int8)
     n, h, w, _ = xshape
     b.emit(f"{run}({b.bind(layer, 'layer')}, {n}, {h}, {w}, {source(b, x)}, {shape[1]}, {shape[2]}, {into}, "
            f"{threads(b)}())")
-    if copy is not None:
-        b.emit(f"{out}.copy_({copy})")
+    if after:
+        b.emit(after)
 
 
 QOPS = {"add": 0, "mul": 1}  # native.h's pn_qop
@@ -263,10 +269,10 @@ def qbinary_isa(op) -> str:
 def emit_qbinary(b, op, a: str, b_name: str, out: str, shape) -> None:
     """Lines computing int8 ``out`` of ``shape`` from int8 operands ``a`` and ``b_name`` with ``op``."""
     run = _function(b, "qbinary_run", _kernels().qbinary_run)
-    into, copy = target(b, out, shape, torch.int8)
+    into, after = target(b, out, shape, torch.int8)
     b.emit(f"{run}({b.bind(op, 'qop')}, {source(b, a)}, {source(b, b_name)}, {into}, {threads(b)}())")
-    if copy is not None:
-        b.emit(f"{out}.copy_({copy})")
+    if after:
+        b.emit(after)
 
 
 def emit_qmean(b, x: str, out: str, xshape, shape, scale: float, zero: float, qmin: int, qmax: int) -> None:
@@ -274,11 +280,11 @@ def emit_qmean(b, x: str, out: str, xshape, shape, scale: float, zero: float, qm
     ``x``."""
     n, h, w, c = xshape
     run = _function(b, "qmean_s8", _kernels().qmean_s8)
-    into, copy = target(b, out, shape, torch.int8)
+    into, after = target(b, out, shape, torch.int8)
     b.emit(f"{run}({source(b, x)}, {into}, {n}, {h}, {w}, {c}, {b.number(float(scale))}, {b.number(float(zero))}, "
            f"{int(qmin)}, {int(qmax)}, {threads(b)}())")
-    if copy is not None:
-        b.emit(f"{out}.copy_({copy})")
+    if after:
+        b.emit(after)
     b.route(f"native int8 mean ({kernel_isa()})")
 
 
@@ -287,12 +293,12 @@ def emit_qmaxpool(b, x: str, out: str, xshape, shape, window: tuple[int, ...], q
     height and width, strides, dilations, top and left padding)."""
     n, h, w, c = xshape
     run = _function(b, "qmaxpool_s8", _kernels().qmaxpool_s8)
-    into, copy = target(b, out, shape, torch.int8)
+    into, after = target(b, out, shape, torch.int8)
     geometry = b.bind(torch.tensor(window, dtype=torch.int64), "window")
     b.emit(f"{run}({source(b, x)}, {into}, {n}, {h}, {w}, {c}, {shape[1]}, {shape[2]}, {_pointer(b, geometry)}, "
            f"{int(qmin)}, {int(qmax)}, {threads(b)}())")
-    if copy is not None:
-        b.emit(f"{out}.copy_({copy})")
+    if after:
+        b.emit(after)
     b.route(f"native int8 max pooling ({kernel_isa()})")
 
 
@@ -334,11 +340,11 @@ def emit_vunary(b, kind: str, x: str, out: str, shape, param: float = 0.0) -> No
     alpha)."""
     family = _chosen_family()
     run = _function(b, "vunary", _kernels().vunary)
-    into, copy = target(b, out, shape)
+    into, after = target(b, out, shape)
     b.emit(f"{run}({VOPS[kind]}, {VFAMILIES[family]}, {source(b, x)}, {into}, {math.prod(shape)}, "
            f"{b.number(float(param))}, {threads(b)}())")
-    if copy is not None:
-        b.emit(f"{out}.copy_({copy})")
+    if after:
+        b.emit(after)
     b.route(f"XNNPACK's {family} float kernel (native)")
 
 
@@ -348,9 +354,9 @@ def emit_softmax(b, x: str, out: str, shape) -> None:
     cols = shape[-1] if shape else 1
     rows = math.prod(shape) // cols if cols else 0
     run = _function(b, "softmax", _kernels().softmax)
-    into, copy = target(b, out, shape)
+    into, after = target(b, out, shape)
     if rows:
         b.emit(f"{run}({VFAMILIES[family]}, {source(b, x)}, {into}, {rows}, {cols}, {threads(b)}())")
-    if copy is not None and rows:
-        b.emit(f"{out}.copy_({copy})")
+    if after and rows:
+        b.emit(after)
     b.route(f"XNNPACK's {family} float softmax (native)")

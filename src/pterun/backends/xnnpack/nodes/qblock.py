@@ -122,8 +122,7 @@ def _native(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, family: st
     layer = b.cached(("qb4", "native", family), prepare)
     b.route(f"4-bit block product in the order of XNNPACK's {family} kernels (native, {native.qb4w_isa(layer)})")
     b.define(y.id, shape)
-    o2 = b.view(y.id, (rows, n))
-    native.emit_qb4w(b, layer, rows, n, q.int8_rows(b), k, q.zero_points, q.scales, o2)
+    native.emit_qb4w(b, layer, rows, n, q.int8_rows(b), k, q.zero_points, q.scales, b.ref(y.id))
 
 
 def _triton(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, family: str) -> bool:

@@ -230,7 +230,7 @@ def dynamic(node, b, q, w, bias, y, rows: int, k: int, n: int, shape, transposed
         raise InvalidArgument(f"XNNPACK {node.where}: {q.rows} quantized rows for {rows} input rows")
     if how == "native":
         b.define(y.id, shape)
-        native.emit_q8(b, wkn, rows, n, q.int8_rows(b), k, q.zero_points, q.scales, b.view(y.id, (rows, n)))
+        native.emit_q8(b, wkn, rows, n, q.int8_rows(b), k, q.zero_points, q.scales, b.ref(y.id))
         return True
     ints, zero_points = q.ints(b)
     o = b.define(y.id, shape)
