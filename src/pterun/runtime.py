@@ -119,7 +119,8 @@ class Runtime:
         its elementwise chains); methods it cannot express run as usual, and
         ``Method.compile_status`` says why. A method compiles on its first call, or,
         when its inputs can change shape, each set of input shapes once it comes
-        twice in a row (a language model's one-token step; its prompts run uncompiled).
+        twice in a row (a language model's one-token step; its prompts run uncompiled,
+        as the method's own generated code).
 
         Float32 is computed in float32 whatever precision switches the process
         has set (``torch.set_float32_matmul_precision``, cuDNN's TF32, autocast);

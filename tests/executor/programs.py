@@ -29,6 +29,18 @@ class Embed(torch.nn.Module):
         return self.table(tokens)
 
 
+class Accumulate(torch.nn.Module):
+    """State kept between calls (a mutable buffer) and an input of dynamic length."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.zeros(3))
+
+    def forward(self, x):
+        self.total.add_(x.sum(0))
+        return self.total * 2 + x
+
+
 def add_mul():
     return export_program("errors-add-mul", lambda: ExportSpec(AddMul(), (torch.randn(2, 3), torch.randn(2, 3))))
 
@@ -50,3 +62,11 @@ def scaled():
 def embed():
     torch.manual_seed(0)
     return export_program("errors-embed", lambda: ExportSpec(Embed(), (torch.tensor([[1, 2, 3]]),)))
+
+
+def dynamic_accumulate():
+    rows = Dim("rows", min=1, max=8)
+    return export_program(
+        "executor-accumulate-dynamic",
+        lambda: ExportSpec(Accumulate(), (torch.randn(2, 3),), dynamic_shapes=({0: rows},)),
+    )

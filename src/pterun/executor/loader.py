@@ -123,9 +123,12 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
         else:
             # Every tensor input is passed in; nothing is copied into planned memory and the function
             # returns its results, so no output needs a buffer.
-            params_in = [vi for vi in plan.inputs if isinstance(plan.values[vi], TensorSpec)]
-            outputs_unplanned = []
-            run = compiled_function = CompiledFunction(functional, dynamic=any(vi in dynamic for vi in params_in))
+            tensor_inputs = [vi for vi in plan.inputs if isinstance(plan.values[vi], TensorSpec)]
+            plain = _plain_call(plan, generated.run, tensor_inputs, params_in, objects) if not outputs_unplanned \
+                else None
+            params_in, outputs_unplanned = tensor_inputs, []
+            run = compiled_function = CompiledFunction(functional, dynamic=any(vi in dynamic for vi in params_in),
+                                                       plain=plain)
 
     where = f"method {plan.name!r}"
     binders = [_binder(context, plan, i, vi, objects, params_in) for i, vi in enumerate(plan.inputs)]
@@ -146,7 +149,7 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
         # The graph is keyed by the input shapes; a method whose inputs cannot change shape needs no key.
         graph=(_graph_runner(context, own.effects if compiled_function is None else effects, run,
                              [objects[vi] for vi in dynamic_inputs if vi not in params_in], bool(dynamic_inputs),
-                             None if compiled_function is None else compiled_function.compiles)
+                             compiled_function)
                if trace is None else None),
         owned=frozenset(pos for pos, vi in enumerate(plan.outputs)
                         if isinstance(value := plan.values[vi], TensorSpec) and not value.is_memory_planned),
@@ -154,6 +157,28 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
                             host=context.run_device.type == DeviceType.CPU and not plan.delegates),
         trace=trace,
     )
+
+
+def _plain_call(plan: Plan, run: Callable, tensor_inputs: list[int], params_in: list[int], objects: list) -> Callable:
+    """The generated code ``run`` called as the functional form is: with every tensor input as an argument (planned
+    ones copied into their memory, as a call without compile=True binds them), returning the outputs."""
+    steps: list[tuple[int, int | Binder]] = []  # per input: the generated code's argument, or what copies it
+    for k, vi in enumerate(tensor_inputs):
+        spec = plan.values[vi]
+        assert isinstance(spec, TensorSpec), "tensor inputs only"
+        where = f"method {plan.name!r} input {plan.inputs.index(vi)}"
+        steps.append((k, params_in.index(vi) if vi in params_in else tensor_binder(spec, where, target=objects[vi])))
+    arguments: list = [None] * len(params_in)
+
+    def call(*args):
+        for k, step in steps:
+            if type(step) is int:
+                arguments[step] = args[k]
+            else:
+                step(args[k], False, arguments)
+        return run(*arguments)
+
+    return call
 
 
 def _output_slot(context: LoadContext, spec: Value, argument: int, where: str) -> OutputSlot:
@@ -174,7 +199,7 @@ def _binder(context: LoadContext, plan: Plan, index: int, vi: int, objects: list
 
 
 def _graph_runner(context: LoadContext, effects: MethodEffects, run: Callable, shape_tensors: list,
-                  keyed: bool, compiles: Callable | None) -> CudaGraphRunner | None:
+                  keyed: bool, compiled: CompiledFunction | None) -> CudaGraphRunner | None:
     device = context.options.device
     if device is None or device.type != DeviceType.CUDA or not context.options.cuda_graphs:
         return None
@@ -182,4 +207,6 @@ def _graph_runner(context: LoadContext, effects: MethodEffects, run: Callable, s
     # tensor values into Python numbers.
     if effects.syncs:
         return None
-    return CudaGraphRunner(run, device.torch, shape_tensors, keyed, compiles)
+    if compiled is None:
+        return CudaGraphRunner(run, device.torch, shape_tensors, keyed)
+    return CudaGraphRunner(run, device.torch, shape_tensors, keyed, compiled.compiles, compiled.replayed)

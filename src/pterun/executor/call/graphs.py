@@ -50,12 +50,15 @@ class Captured:
 
 class CudaGraphRunner:
     def __init__(self, run: Callable, device: torch.device, shape_tensors: Sequence = (), keyed: bool = False,
-                 compiles: Callable[[Sequence], bool] | None = None) -> None:
+                 compiles: Callable[[Sequence], bool] | None = None,
+                 replayed: Callable[[tuple], None] | None = None) -> None:
         """``keyed``: some input can change shape, so a graph holds one set of shapes (of the arguments and of
         ``shape_tensors``, the planned dynamic inputs). ``compiles(args)``: whether calling ``run`` with
-        ``args`` would compile it (``compile=True``); such a call runs eagerly, never inside a capture."""
+        ``args`` would compile it (``compile=True``); such a call runs eagerly, never inside a capture.
+        ``replayed(shapes)``: told the arguments' shapes of each replay, a call ``run`` does not see."""
         self.run = run
         self.compiles = compiles
+        self.replayed = replayed
         self.device = device
         self.shape_tensors = shape_tensors
         self.keyed = keyed
@@ -109,6 +112,8 @@ class CudaGraphRunner:
     def _replay(self, captured: Captured, key) -> tuple:
         self.graphs.move_to_end(key)
         captured.graph.replay()
+        if self.replayed is not None and key is not None:
+            self.replayed(key[0])
         if key != self.shapes:
             # An eager call with other shapes resized the planned outputs the graph writes: they get back the
             # geometry the graph's kernels write them in.
