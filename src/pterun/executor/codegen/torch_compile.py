@@ -19,7 +19,7 @@ method's state in the same planned memory, so calls may alternate between them.
 Shapes are static in every compiled graph. A method whose inputs cannot change
 shape compiles on its first call. One whose inputs can (a language model's
 prompt and its one-token steps) compiles a set of input shapes once it comes
-twice in a row, and runs other calls as plain Python: what recurs (the decode
+twice in a row, and runs other calls uncompiled: what recurs (the decode
 step, a batch size used over and over, a long prompt's equal chunks) is
 compiled for exactly its shapes, and what does not costs no compilation. A
 prompt's length that comes back between generations is not compiled either: a
@@ -71,7 +71,7 @@ class CompiledFunction:
 
     @property
     def running(self) -> bool:
-        """False once compiling failed or Dynamo left the function uncompiled (it then runs as plain Python)."""
+        """False once compiling failed or Dynamo left the function uncompiled (calls then run uncompiled)."""
         return not self.status.startswith("not compiled")
 
     def compiles(self, args: Sequence) -> bool:
