@@ -124,8 +124,9 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
             # Every tensor input is passed in; nothing is copied into planned memory and the function
             # returns its results, so no output needs a buffer.
             tensor_inputs = [vi for vi in plan.inputs if isinstance(plan.values[vi], TensorSpec)]
-            plain = _plain_call(plan, generated.run, tensor_inputs, params_in, objects) if not outputs_unplanned \
-                else None
+            plain = None  # uncompiled calls run the generated code, unless it writes outputs the caller provides
+            if not outputs_unplanned:
+                plain = _plain_call(plan, generated.run, tensor_inputs, params_in, objects)
             params_in, outputs_unplanned = tensor_inputs, []
             run = compiled_function = CompiledFunction(functional, dynamic=any(vi in dynamic for vi in params_in),
                                                        plain=plain)
