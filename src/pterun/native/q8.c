@@ -65,6 +65,7 @@ static void sums_vnni(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, 
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
     const int8_t *x0 = x + r * x_stride, *x1 = x0 + x_stride, *x2 = x1 + x_stride, *x3 = x2 + x_stride;
     for (int64_t g = 0; g < full + (tail != 0); g++) {
+      _mm_prefetch((const char*)tile + g * 64 + PN_PREFETCH_AHEAD, _MM_HINT_T0);
       const __m512i w = _mm512_loadu_si512(tile + g * 64);
       const size_t bytes = g < full ? 4 : (size_t)tail; /* never past the row: the weights there are zeros */
       int32_t v0 = 0, v1 = 0, v2 = 0, v3 = 0;
@@ -86,6 +87,7 @@ static void sums_vnni(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, 
     __m512i a = _mm512_setzero_si512();
     const int8_t* xr = x + r * x_stride;
     for (int64_t g = 0; g < full + (tail != 0); g++) {
+      _mm_prefetch((const char*)tile + g * 64 + PN_PREFETCH_AHEAD, _MM_HINT_T0);
       int32_t v = 0;
       memcpy(&v, xr + 4 * g, g < full ? 4 : (size_t)tail);
       a = _mm512_dpbusd_epi32(a, _mm512_xor_si512(_mm512_set1_epi32(v), flip), _mm512_loadu_si512(tile + g * 64));
@@ -109,6 +111,8 @@ static void sums_avx2(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, 
       memcpy(&eight, xr + 8 * g, g < full ? 8 : (size_t)tail);
       const __m256i xv = _mm256_cvtepi8_epi16(_mm_set1_epi64x(eight));
       const int8_t* wg = tile + g * 128;
+      _mm_prefetch((const char*)wg + PN_PREFETCH_AHEAD, _MM_HINT_T0);
+      _mm_prefetch((const char*)wg + PN_PREFETCH_AHEAD + 64, _MM_HINT_T0);
       for (int p = 0; p < 8; p++) {
         const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(wg + 16 * p)));
         acc[p] = _mm256_add_epi32(acc[p], _mm256_madd_epi16(xv, w));

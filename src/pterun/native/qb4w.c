@@ -142,6 +142,8 @@ static inline void vnni_rows(const pn_qb4w* L, int64_t t, const int NR, const in
     for (int r = 0; r < NR; r++) a[r] = c[r] = _mm512_setzero_si512();
     const int8_t* xb = x + b * L->block;
     for (int64_t ch = 0; ch < chunks; ch++, wp += 128, xb += 16) {
+      _mm_prefetch((const char*)wp + PN_PREFETCH_AHEAD, _MM_HINT_T0);
+      _mm_prefetch((const char*)wp + PN_PREFETCH_AHEAD + 64, _MM_HINT_T0);
       const __m512i v0 = _mm512_loadu_si512(wp), v8 = _mm512_loadu_si512(wp + 64);
       const __m512i w0lo = _mm512_and_si512(_mm512_slli_epi16(v0, 4), mask), w0hi = _mm512_and_si512(v0, mask);
       const __m512i w8lo = _mm512_and_si512(_mm512_slli_epi16(v8, 4), mask), w8hi = _mm512_and_si512(v8, mask);
@@ -274,6 +276,7 @@ static inline void avx2_rows(const pn_qb4w* L, int64_t t, const int NR, const in
       for (int p = 0; p < 4; p++) sum[r][p] = _mm256_setzero_si256();
     const int8_t* xb = x + b * L->block;
     for (int64_t c = 0; c < chunks; c++, wp += 64, xb += 16) {
+      _mm_prefetch((const char*)wp + PN_PREFETCH_AHEAD, _MM_HINT_T0);
       __m256i xlo[AVX2_ROWS], xhi[AVX2_ROWS];
       for (int r = 0; r < NR; r++) {
         const int8_t* a = xb + r * x_stride;
