@@ -67,3 +67,36 @@ def test_exported_llms_on_cuda_generate_the_cpus_tokens(name):
     gpu.reset()
     assert _pieces(gpu, "The river runs", temperature=0.0, echo=False, max_new_tokens=30) == expected
     assert graph.failure is None and graph.replaying
+
+
+@pytest.mark.parametrize("options", [{}, {"compile": True}], ids=["plain", "compiled"])
+def test_a_prompt_length_seen_before_replays_its_graph_every_time(options):
+    """A prompt of a length seen before is eager, then captured, then replayed in every later generation. A
+    compiled method's graph reads its inputs where the caller passes them, so the runner passes every prompt in
+    the tensor it keeps (with a new tensor per prompt, a repeated length was captured, run eagerly when the
+    address moved, captured again)."""
+    from tests.gpu.conftest import FIXTURES
+
+    name = "transformers-static-cache"
+
+    directory = FIXTURES / "llm" / name
+    if not directory.exists():
+        pytest.skip("no fixtures: run scripts/make-gpu-fixtures.py")
+    program, tokenizer = str(directory / "program.pte"), str(directory / "tokenizer.json")
+    cpu, gpu = TextLLMRunner(program, tokenizer), TextLLMRunner(program, tokenizer, device="cuda", **options)
+    expected = _pieces(cpu, "The river runs", temperature=0.0, echo=False, max_new_tokens=1)
+    graphs = []
+    for _ in range(5):
+        gpu.reset()
+        # One new token: the generation's last call is the prompt's.
+        assert _pieces(gpu, "The river runs", temperature=0.0, echo=False, max_new_tokens=1) == expected
+        runner = gpu.prefiller.method.cuda_graph
+        assert runner.failure is None
+        graphs.append(runner.graph)
+    assert graphs[0] is None, "the first prompt runs eagerly"
+    # Captured at the second generation; with compile=True the second compiles it (eagerly, outside a capture:
+    # with no one-token steps between, the prompt's length came twice in a row) and the third captures it.
+    first = 2 if options else 1
+    assert all(g is None for g in graphs[:first]) and graphs[first] is not None, graphs
+    assert all(g is graphs[first] for g in graphs[first:]), "captured once, then replayed"
+    assert runner.replaying

@@ -132,3 +132,24 @@ def test_text_is_whole_characters_where_executorch_raises(executorch_runner, dyn
     whole = b"".join(runner.tokenizer.token_bytes(t) for t in tokens).decode("utf-8", "replace")
     assert run.text == whole
     assert len(run.pieces) < len(tokens)
+
+
+def test_a_prompt_length_seen_before_comes_at_the_same_addresses(dynamic_llama, tokenizer_path):
+    """A method run as CUDA graphs replays a prompt's graph only where its inputs come at the addresses the graph
+    was captured with: the decoder passes every call's tokens and positions in tensors it keeps."""
+    runner = TextLLMRunner(dynamic_llama, tokenizer_path)
+    runner.load()
+    decoder = runner.prefiller
+    assert decoder.parallel_prefill, "premise: the prompt goes in whole"
+    seen = []
+    method = decoder.method
+    execute = method.execute
+    method.execute = lambda inputs, **kw: seen.append([(t.data_ptr(), tuple(t.shape)) for t in inputs]) \
+        or execute(inputs, **kw)
+    first = generate(runner, PROMPT, _greedy(max_new_tokens=4))
+    runner.reset()
+    assert generate(runner, PROMPT, _greedy(max_new_tokens=4)).pieces == first.pieces
+    prompts = [call for call in seen if call[0][1][1] > 1]
+    assert len(prompts) == 2 and prompts[0] == prompts[1], prompts
+    steps = {tuple(call) for call in seen if call[0][1][1] == 1}
+    assert len(steps) == 1, "every one-token step at the same addresses too"

@@ -2,8 +2,10 @@
 
 Inputs are as the method declares them: tokens ``[1, n]`` (embeddings ``[1, n, dim]`` for a multimodal
 program's text_decoder), then (with a KV cache) the start position ``[1]`` or the cache positions ``[n]``.
-``decode_step`` is the one call per generated token, with its inputs allocated once; a faster decode
-(a CUDA graph) replaces just that method.
+``decode_step`` is the one call per generated token. Every call's inputs are views of tensors allocated
+once, so that a call of a length seen before passes the same addresses: a method that runs as CUDA graphs
+binds its inputs by address, and replays a prompt's graph only where its tokens come at the address they were
+captured with (a new tensor per prompt made a repeated prompt length capture, replay, capture again).
 """
 
 from __future__ import annotations
@@ -53,10 +55,15 @@ class TextDecoder:
             )
         self.chunk = min(max_seq_len if max_seq_len > 0 else 128, self.max_tokens)
         self._token = torch.zeros((1, 1), dtype=self.token_dtype, device=device)
+        self._tokens = torch.zeros((1, self.max_tokens), dtype=self.token_dtype, device=device)
 
     def step(self, tokens: list[int], start_pos: int) -> torch.Tensor:
         """Logits of the last of ``tokens`` fed at ``start_pos`` (the whole sequence without a KV cache)."""
-        ids = torch.tensor([tokens], dtype=self.token_dtype, device=self.device)
+        if len(tokens) <= self.max_tokens:
+            ids = self._tokens[:, :len(tokens)]
+            ids.copy_(torch.tensor([tokens], dtype=self.token_dtype))
+        else:  # more than the method takes: passed as they are, for the method to refuse
+            ids = torch.tensor([tokens], dtype=self.token_dtype, device=self.device)
         if not self.use_kv_cache:
             return self._run([ids])
         return self._run([ids, self.positions.of(start_pos, len(tokens))])
@@ -96,12 +103,15 @@ class Positions:
         self.cache_positions = sizes[0] > 1
         self.device = device
         self._one = torch.zeros((1,), dtype=self.dtype, device=device)
+        self._span = torch.zeros((sizes[0],), dtype=self.dtype, device=device)
 
     def of(self, start: int, count: int) -> torch.Tensor:
         """The positions of ``count`` entries from ``start``."""
-        if self.cache_positions:
+        if not self.cache_positions:
+            return self.one(start)
+        if count > len(self._span):  # more than the method takes: for the method to refuse
             return torch.arange(start, start + count, dtype=self.dtype, device=self.device)
-        return torch.tensor([start], dtype=self.dtype, device=self.device)
+        return torch.arange(start, start + count, dtype=self.dtype, device=self.device, out=self._span[:count])
 
     def one(self, pos: int) -> torch.Tensor:
         """The position of one entry, in a tensor allocated once (the per-token call)."""
