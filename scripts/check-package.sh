@@ -100,6 +100,14 @@ out = torch.empty(q.shape)
 assert attention._native_into(q, k, v, 5, None, True, None, out, 8, False), "the native attention kernel takes the call"
 torch.testing.assert_close(out, attention._torch_into(q, k, v, 5, None, True, None, torch.empty(q.shape), 8, False),
                            rtol=1e-5, atol=1e-6)
+# The fused float32 chains, natively and as PyTorch's steps: the same bits
+from pterun.kernels import fused
+assert fused._rms_norm_lanes(), "the native RMSNorm sums as PyTorch's steps do"
+x, w, out = torch.randn(3, 768, generator=g), torch.randn(768, generator=g), torch.empty(0)
+assert torch.equal(fused.RmsNormInto()(x, w, 1e-5, out=out), torch.rms_norm(x, (768,), w, 1e-5))
+x, cos, sin = torch.randn(1, 2, 4, 8, 2, generator=g), torch.randn(1, 2, 1, 8, generator=g), torch.randn(1, 2, 1, 8, generator=g)
+rotary = fused.RotaryInto()
+assert torch.equal(rotary(x, cos, sin, out=torch.empty(0)), fused.rotary(x, cos, sin)) and rotary._native is not None
 EOF
 "$bin/pterun" run --repeat 2 --warmup 0
 "$bin/pterun" inspect

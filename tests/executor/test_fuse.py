@@ -138,9 +138,13 @@ def test_a_float32_rms_norm_on_the_cpu_keeps_the_chains_bits():
         x = seeded(seed, *shape) * (1 + 10 * seed)
         assert all(torch.equal(a, b) for a, b in zip(fused.execute([x]), plain.execute([x]))), shape
     kernel, out = kernels.RmsNormInto(), torch.empty(0)
-    for seed, shape in enumerate([(1, 1, 768), (1, 1, 768), (3, 7, 2048), (5, 64)]):
+    for seed, shape in enumerate([(1, 1, 768), (1, 1, 768), (3, 7, 2048), (5, 64), (2, 1000), (1, 40000)]):
         x, w = seeded(10 + seed, *shape) * (1 + seed), seeded(20 + seed, shape[-1])
         assert torch.equal(kernel(x, w, 1e-5, out=out), torch.rms_norm(x, (shape[-1],), w, 1e-5)), shape
+        # The premise: one native call where the native kernels are built, but for rows torch splits over threads.
+        assert (kernel._native is not None) == (shape[-1] < kernels._TORCH_GRAIN), shape
+        expected = torch.rms_norm(x, (shape[-1],), w, 1e-5)
+        assert torch.equal(kernel(x, w, 1e-5, out=x), expected), f"{shape}: written over x"
 
 
 class _DynamicAttention(torch.nn.Module):
@@ -231,29 +235,37 @@ def test_rotate_half_embeddings_are_fused_bit_for_bit(dtype):
                        kernels.rotate_half(x, cos, sin))
 
 
-@pytest.mark.parametrize("form", ["rotary", "rotate_half"])
+@pytest.mark.parametrize("form", ["rotary", "rotary-native", "rotate_half"])
 def test_a_rotary_kernel_reads_new_values_in_the_bytes_it_kept_views_of(form):
-    """The fused rotary calls keep their views of x for the bytes a method passes at every call: a new view of
-    the same bytes holding new values, other bytes, the first bytes again and another shape each give the
-    function's result."""
+    """The fused rotary calls keep their views of x (or the native call its arguments) for the bytes a method
+    passes at every call: a new view of the same bytes holding new values, other bytes, the first bytes again
+    and another shape each give the function's result. ``rotary``: torch's steps, which pairs read through
+    strides take (a permuted view of a projection); ``rotary-native``: contiguous float32 pairs."""
     from pterun.kernels import fused as kernels
 
-    kernel, function = ((kernels.RotaryInto(), kernels.rotary) if form == "rotary"
-                        else (kernels.RotateHalfInto(), kernels.rotate_half))
-    shape = (1, 3, 4, 8, 2) if form == "rotary" else (1, 4, 3, 16)
-    table = (1, 3, 1, 8) if form == "rotary" else (1, 1, 3, 16)
-    arena, other = torch.zeros(2 * math.prod(shape)), seeded(9, *shape)
+    kernel, function = ((kernels.RotateHalfInto(), kernels.rotate_half) if form == "rotate_half"
+                        else (kernels.RotaryInto(), kernels.rotary))
+    shape = (1, 3, 4, 8, 2) if form != "rotate_half" else (1, 4, 3, 16)
+    table = (1, 3, 1, 8) if form != "rotate_half" else (1, 1, 3, 16)
+    viewed = (lambda t: t.view(1, 4, 3, 8, 2).transpose(1, 2)) if form == "rotary" else (lambda t: t.view(shape))
+    arena, other = torch.zeros(2 * math.prod(shape)), viewed(seeded(9, *shape))
     out = torch.empty(0)
-    for step, x in enumerate((arena[:math.prod(shape)].view(shape), None, other, None)):
+    kept_state = (lambda: kernel._native) if form == "rotary-native" else (lambda: kernel._views)
+    cos, sin = torch.empty(table), torch.empty(table)
+    for step, x in enumerate((viewed(arena[:math.prod(shape)]), None, other, None)):
         if x is None:  # new values in the arena's bytes, through a view made anew
             arena[:math.prod(shape)] = seeded(20 + step, math.prod(shape))
-            x = arena[:math.prod(shape)].view(shape)
-        cos, sin = seeded(30 + step, *table), seeded(40 + step, *table)
-        kept = kernel._views
+            x = viewed(arena[:math.prod(shape)])
+        if form == "rotary-native":  # a method passes the tables in the same bytes every call
+            cos.copy_(seeded(30 + step, *table)), sin.copy_(seeded(40 + step, *table))
+        else:
+            cos, sin = seeded(30 + step, *table), seeded(40 + step, *table)
+        kept = kept_state()
         assert torch.equal(kernel(x, cos, sin, out=out), function(x, cos, sin)), step
-        assert (kernel._views is kept) == (step == 1), step  # the premise: kept for the same bytes only
-    longer = seeded(50, *shape[:1], 5, *shape[2:]) if form == "rotary" else seeded(50, 1, 4, 5, 16)
-    cos, sin = (seeded(51, 1, 5, 1, 8), seeded(52, 1, 5, 1, 8)) if form == "rotary" else (
+        assert (kept_state() is kept) == (step == 1), step  # the premise: kept for the same bytes only
+        assert (getattr(kernel, "_native", None) is not None) == (form == "rotary-native"), "the premise: the way"
+    longer = seeded(50, *shape[:1], 5, *shape[2:]) if form != "rotate_half" else seeded(50, 1, 4, 5, 16)
+    cos, sin = (seeded(51, 1, 5, 1, 8), seeded(52, 1, 5, 1, 8)) if form != "rotate_half" else (
         seeded(51, 1, 1, 5, 16), seeded(52, 1, 1, 5, 16))
     assert torch.equal(kernel(longer, cos, sin, out=out), function(longer, cos, sin))
 

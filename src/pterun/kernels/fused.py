@@ -12,6 +12,13 @@ import functools
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
+from pterun import native
+
+F32 = torch.float32
+# Torch's sum over a row of at least this many values splits the row over threads (its reductions' grain size),
+# which changes the order the native RMSNorm follows: such rows take torch's steps.
+_TORCH_GRAIN = 32768
+
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale_q: float, scale_k: float,
               mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -56,29 +63,76 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 class RmsNormInto:
     """``rms_norm`` written into ``out``. In float32 on the CPU as the chain's own steps (x * x, its mean, + eps,
-    rsqrt, the products), which are torch.rms_norm's there too, bit for bit, into buffers kept for the bytes x is
-    passed in (as ``RotaryInto`` keeps its own): six calls and no allocation per call, where torch.rms_norm
-    allocates its intermediates and the result is copied. Elsewhere torch.rms_norm: device kernels that fuse
-    the steps, and for half types sums in float32."""
+    rsqrt, the products), which are torch.rms_norm's there too, bit for bit: in one native call where pterun's
+    native kernels are built (``native/fused.c``: each step as torch's CPU kernel rounds it, the mean's sum in
+    its order, checked against torch in the process before it is taken), else as six torch calls into buffers
+    kept for the bytes x is passed in (as ``RotaryInto`` keeps its own), no allocation per call either way.
+    Elsewhere torch.rms_norm: device kernels that fuse the steps, and for half types sums in float32."""
 
     def __init__(self) -> None:
         self._key: tuple = ()
         self._views: tuple = ()
+        self._native: tuple | None = None  # the native call's arguments for the key, or None: torch's steps
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, eps: float, *, out: torch.Tensor) -> torch.Tensor:
-        if x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32:
+        if x.device.type != "cpu" or x.dtype != F32 or weight.dtype != F32:
             return _into(out, rms_norm(x, weight, eps))
-        key = (x.data_ptr(), x.shape, x.stride(), x.dtype)
-        if key != self._key:
-            self._views, self._key = (torch.empty_like(x), torch.empty((*x.shape[:-1], 1), dtype=x.dtype)), key
-        scaled, mean = self._views
-        torch.mul(x, x, out=scaled)
-        torch.mean(scaled, -1, keepdim=True, out=mean)
-        mean.add_(eps).rsqrt_()
-        torch.mul(x, mean, out=scaled)
         if out.shape != x.shape:
             out.resize_(x.shape)
-        return torch.mul(scaled, weight, out=out)
+        key = (x.data_ptr(), x.shape, x.stride(), weight.data_ptr(), weight.stride(), out.data_ptr(), out.stride(),
+               eps)
+        if key != self._key:
+            (self._views, self._native), self._key = self._prepare(x, weight, eps, out), key
+        if self._native is not None:
+            native.kernels.rms_norm(*self._native)  # type: ignore[union-attr]
+            return out
+        return _torch_steps(x, weight, eps, self._views, out)
+
+    @staticmethod
+    def _prepare(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor) -> tuple[tuple, tuple | None]:
+        """The buffers of torch's steps, and the native call's arguments where it takes these tensors: rows
+        contiguous, the weight one contiguous row, out x itself or bytes apart from it."""
+        n = x.shape[-1] if x.dim() else 0
+        lanes = _rms_norm_lanes()
+        if (lanes and lanes <= n < _TORCH_GRAIN and x.is_contiguous() and out.is_contiguous()
+                and weight.shape == (n,) and weight.is_contiguous() and weight.device.type == "cpu"
+                and (out.data_ptr() == x.data_ptr() or apart(out, x)) and apart(out, weight)):
+            return (), (x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.numel() // n, n, eps, lanes)
+        return (torch.empty_like(x), torch.empty((*x.shape[:-1], 1), dtype=x.dtype)), None
+
+
+def _torch_steps(x: torch.Tensor, weight: torch.Tensor, eps: float, views: tuple, out: torch.Tensor) -> torch.Tensor:
+    """RMSNorm as the exporter's six steps, into ``views`` (x's size, and one value per row) and ``out``."""
+    scaled, mean = views
+    torch.mul(x, x, out=scaled)
+    torch.mean(scaled, -1, keepdim=True, out=mean)
+    mean.add_(eps).rsqrt_()
+    torch.mul(x, mean, out=scaled)
+    return torch.mul(scaled, weight, out=out)
+
+
+@functools.cache
+def _rms_norm_lanes() -> int:
+    """The vector width (floats) whose cascade order makes the native RMSNorm torch's steps bit for bit in this
+    process, 0 where none does or the native kernels are not built. Torch's sum kernel runs its AVX2 build on
+    AVX-512 CPUs too (8 floats); the probe decides rather than the CPU's name."""
+    kernels = native.kernels
+    if kernels is None:
+        return 0
+    generator = torch.Generator().manual_seed(0)
+    rows = [(torch.randn(r, n, generator=generator) * scale, torch.randn(n, generator=generator))
+            for r, n, scale in ((1, 768, 1.0), (3, 64, 30.0), (2, 4096, 1e-3), (5, 100, 1.0), (1, 2047, 3.0))]
+    for lanes in (8, 16, 4):
+        for x, weight in rows:
+            views = (torch.empty_like(x), torch.empty((x.shape[0], 1)))
+            expected = _torch_steps(x, weight, 1e-5, views, torch.empty_like(x))
+            actual = torch.empty_like(x)
+            kernels.rms_norm(x.data_ptr(), weight.data_ptr(), actual.data_ptr(), x.shape[0], x.shape[1], 1e-5, lanes)
+            if not torch.equal(actual, expected):
+                break
+        else:
+            return lanes
+    return 0
 
 
 def rms_norm_cast(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -105,17 +159,35 @@ class RotaryInto:
 
     A method passes the same bytes as ``x`` at every call (a new view of them each time): the halves of x and the
     buffer's views are made once for them and kept (holding x's storage, so no other tensor can take its
-    address), which leaves six products and sums and the copy per call."""
+    address), which leaves six products and sums and the copy per call. In float32 on the CPU, where pterun's
+    native kernels are built, one native call instead (``native/fused.c``: the same products and sums, each
+    rounded as torch's kernels round it), for contiguous pairs and out x itself or bytes apart from it."""
 
     def __init__(self) -> None:
         self._buffer: torch.Tensor | None = None  # the pairs (2n values), then one product (n)
-        self._key: tuple = ()
+        self._views_key: tuple = ()
         self._views: tuple = ()
+        self._key: tuple = ()
+        self._native: tuple | None = None  # the native call's arguments for the key (and the tensors they point in)
 
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+        if x.dtype is F32 and x.device.type == "cpu" and native.kernels is not None:
+            if out.shape != x.shape:
+                out.resize_(x.shape)
+            key = (x.data_ptr(), x.shape, x.stride(), cos.data_ptr(), cos.shape, cos.stride(), cos.dtype,
+                   cos.device, sin.data_ptr(), sin.shape, sin.stride(), sin.dtype, sin.device, out.data_ptr(),
+                   out.stride(), out.dtype)
+            if key != self._key:
+                self._native, self._key = _rotary_arguments(x, cos, sin, out), key
+            if self._native is not None:
+                native.kernels.rotary_pairs(*self._native[0])
+                return out
+        return self._torch_steps(x, cos, sin, out)
+
+    def _torch_steps(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         key = (x.data_ptr(), x.shape, x.stride(), x.dtype, x.device, out.dtype)
-        if key != self._key:
-            self._views, self._key = self._views_for(x, out), key
+        if key != self._views_key:
+            self._views, self._views_key = self._views_for(x, out), key
         x0, x1, first, second, other, both = self._views
         torch.mul(x0, cos, out=first)
         torch.mul(x1, sin, out=other)
@@ -133,6 +205,25 @@ class RotaryInto:
             buffer = self._buffer = torch.empty(3 * n, dtype=out.dtype, device=out.device)
         both = buffer[:2 * n].view(x.shape)
         return x0, x1, both[..., 0], both[..., 1], buffer[2 * n:3 * n].view(x0.shape), both
+
+
+def _rotary_arguments(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> tuple | None:
+    """The native rotary call's arguments (and the tensors they point in, kept so that no other tensor takes their
+    addresses), or None where it does not take these tensors."""
+    if not (2 <= x.dim() <= 5 and x.shape[-1] == 2 and x.is_contiguous() and out.dtype is F32 and out.is_contiguous()
+            and all(t.dtype is F32 and t.device.type == "cpu" for t in (cos, sin))):
+        return None
+    if not ((out.data_ptr() == x.data_ptr() or apart(out, x)) and apart(out, cos) and apart(out, sin)):
+        return None
+    pairs = x.shape[:-1]
+    try:
+        cos_strides, sin_strides = cos.expand(pairs).stride(), sin.expand(pairs).stride()
+    except RuntimeError:  # not broadcast to x's pairs: torch's steps say how
+        return None
+    pad = 4 - len(pairs)
+    sizes, cos_strides, sin_strides = (1,) * pad + tuple(pairs), (0,) * pad + cos_strides, (0,) * pad + sin_strides
+    return ((x.data_ptr(), cos.data_ptr(), sin.data_ptr(), out.data_ptr(), *sizes, *cos_strides, *sin_strides),
+            (x, cos, sin, out))
 
 
 def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

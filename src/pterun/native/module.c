@@ -2,7 +2,7 @@
  * (tensors' data pointers and sizes) so that no call converts a tensor. The stable ABI (abi3) keeps the built
  * module independent of the Python and torch versions.
  *
- * The callers (backends/xnnpack/nodes/native.py, kernels/llm/attention.py) own every buffer and check every size against the graph before packing or
+ * The callers (backends/xnnpack/nodes/native.py, kernels/llm/attention.py, kernels/fused.py) own every buffer and check every size against the graph before packing or
  * calling: these functions trust the pointers and sizes they are given. */
 #define PY_SSIZE_T_CLEAN
 #define Py_LIMITED_API 0x030B0000
@@ -368,6 +368,33 @@ static PyObject* py_sdpa_blas(PyObject* self, PyObject* unused) {
   return PyBool_FromLong(pn_sdpa_blas());
 }
 
+/* rms_norm(x, weight, out, rows, n, eps, lanes) */
+static PyObject* py_rms_norm(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[5], lanes;
+  if (!arity(nargs, 7, "rms_norm") || !ints(args, 5, a) || !ints(args + 6, 1, &lanes)) return NULL;
+  const double eps = PyFloat_AsDouble(args[5]);
+  if (PyErr_Occurred()) return NULL;
+  if (pn_rms_norm((const float*)(intptr_t)a[0], (const float*)(intptr_t)a[1], (float*)(intptr_t)a[2], a[3], a[4],
+                  (float)eps, (int)lanes)) {
+    PyErr_Format(PyExc_ValueError, "rms_norm: rows of %lld values in vectors of %lld", a[4], lanes);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+/* rotary_pairs(x, cos, sin, out, sizes (4), cos_strides (4), sin_strides (4)) */
+static PyObject* py_rotary_pairs(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[16];
+  if (!arity(nargs, 16, "rotary_pairs") || !ints(args, 16, a)) return NULL;
+  const int64_t sizes[4] = {a[4], a[5], a[6], a[7]}, cs[4] = {a[8], a[9], a[10], a[11]},
+                ss[4] = {a[12], a[13], a[14], a[15]};
+  pn_rotary_pairs((const float*)(intptr_t)a[0], (const float*)(intptr_t)a[1], (const float*)(intptr_t)a[2],
+                  (float*)(intptr_t)a[3], sizes, cs, ss);
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"q8_pack", (PyCFunction)(void (*)(void))py_q8_pack, METH_FASTCALL, "Packs an 8-bit layer."},
     {"q8_isa", py_q8_isa, METH_O, "The instruction set a packed 8-bit layer runs with."},
@@ -395,6 +422,9 @@ static PyMethodDef methods[] = {
     {"softmax", (PyCFunction)(void (*)(void))py_softmax, METH_FASTCALL, "XNNPACK's float softmax."},
     {"sdpa", (PyCFunction)(void (*)(void))py_sdpa, METH_FASTCALL, "ExecuTorch's float32 custom_sdpa."},
     {"sdpa_blas", py_sdpa_blas, METH_NOARGS, "Whether attention's products run in PyTorch's sgemm_."},
+    {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL, "RMSNorm as PyTorch's CPU steps round it."},
+    {"rotary_pairs", (PyCFunction)(void (*)(void))py_rotary_pairs, METH_FASTCALL,
+     "The rotary embedding of interleaved pairs, each step rounded as PyTorch's."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -168,4 +168,15 @@ int pn_sdpa(const pn_attention* a, int threads);
 /* Whether the products run in PyTorch's BLAS (sgemm_, as ExecuTorch's run), else in loops of sdpa.c. */
 int pn_sdpa_blas(void);
 
+/* Float32 chains in the rounding of PyTorch's CPU kernels, step for step (fused.c). RMSNorm of `rows`
+ * contiguous rows of n values: x * (1 / sqrt(mean(x * x) + eps)) * weight, the mean's sum in PyTorch's cascade
+ * order over vectors of `lanes` (8 or 16) floats; out may be x but no other bytes of it. Returns -1 (and computes
+ * nothing) for other lanes or rows shorter than a vector. */
+int pn_rms_norm(const float* x, const float* weight, float* out, int64_t rows, int64_t n, float eps, int lanes);
+/* The rotary embedding of interleaved pairs: x contiguous [sizes..., 2], each pair (x0, x1) turned into
+ * (x0 cos - x1 sin, x0 sin + x1 cos), cos and sin read at their strides (elements) for the four sizes (0 where
+ * they broadcast); out contiguous like x, and may be x but no other bytes of it. */
+void pn_rotary_pairs(const float* x, const float* cos, const float* sin, float* out, const int64_t sizes[4],
+                     const int64_t cos_strides[4], const int64_t sin_strides[4]);
+
 #endif
