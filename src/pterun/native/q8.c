@@ -6,8 +6,8 @@
  * the accumulator's start; wrapping int32 arithmetic gives the same bits in any order). Then, per output,
  * fma(float(sum) * row scale, channel scale, bias), then the clamp as x86's maxps/minps do.
  *
- * The sums come from vpdpbusd (AVX-512 VNNI: rows as unsigned bytes, x + 128, and 128 * sum(w) taken back) or
- * from vpmaddwd on values widened to 16 bits (AVX2), both exact, or from plain C.
+ * The sums come from vpdpbusd (AVX-512 VNNI: weights as unsigned bytes, w + 128, and each row's 128 * sum(x)
+ * taken back) or from vpmaddwd on values widened to 16 bits (AVX2), both exact, or from plain C.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -23,7 +23,7 @@ struct pn_q8 {
   int isa;
   int64_t n, k, kp;   /* kp: k rounded up to the kernels' groups (16), padded with zero weights */
   int64_t tiles;      /* of 16 outputs */
-  int8_t* weights;    /* [tiles][kp / 4][16][4] (AVX-512 VNNI), [tiles][kp / 8][16][8] (AVX2), [n][kp] (portable) */
+  int8_t* weights;    /* [tiles][kp / 4][16][4] of w + 128 (AVX-512 VNNI), [tiles][kp / 8][16][8] (AVX2), [n][kp] */
   int32_t* wsum;      /* [tiles * 16]: sum of each output's weights */
   float* scale;       /* channel scales [tiles * 16] */
   float* bias;        /* float bias, zeros without one [tiles * 16] */
@@ -36,10 +36,12 @@ static inline float clamp_x86(float v, float lo, float hi) {
 }
 
 /* One tile's sums for `rows` rows: sums[r][c] = sum_k x[r][k] * w[16 t + c][k] (int32), signed rows. */
-typedef void (*sums_fn)(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride, int32_t* sums);
+typedef void (*sums_fn)(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride,
+                        const int32_t* xsum, int32_t* sums);
 
 static void sums_portable(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride,
-                          int32_t* sums) {
+                          const int32_t* xsum, int32_t* sums) {
+  (void)xsum;
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c = 0; c < 16; c++) {
       const int64_t o = t * 16 + c;
@@ -54,50 +56,64 @@ static void sums_portable(const pn_q8* L, int64_t t, int64_t rows, const int8_t*
 
 #if defined(__x86_64__)
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
-static void sums_vnni(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride, int32_t* sums) {
-  const int64_t groups = L->kp / 4, full = L->k / 4, tail = L->k % 4;
-  const int8_t* tile = L->weights + t * groups * 64;
-  const __m512i correction = _mm512_slli_epi32(_mm512_loadu_si512(L->wsum + t * 16), 7); /* 128 * sum(w) */
-  const __m512i flip = _mm512_set1_epi8((char)0x80);
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-    const int8_t *x0 = x + r * x_stride, *x1 = x0 + x_stride, *x2 = x1 + x_stride, *x3 = x2 + x_stride;
-    for (int64_t g = 0; g < full + (tail != 0); g++) {
-      _mm_prefetch((const char*)tile + g * 64 + PN_PREFETCH_AHEAD, _MM_HINT_T0);
-      const __m512i w = _mm512_loadu_si512(tile + g * 64);
-      const size_t bytes = g < full ? 4 : (size_t)tail; /* never past the row: the weights there are zeros */
-      int32_t v0 = 0, v1 = 0, v2 = 0, v3 = 0;
-      memcpy(&v0, x0 + 4 * g, bytes);
-      memcpy(&v1, x1 + 4 * g, bytes);
-      memcpy(&v2, x2 + 4 * g, bytes);
-      memcpy(&v3, x3 + 4 * g, bytes);
-      a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_set1_epi32(v0), flip), w);
-      a1 = _mm512_dpbusd_epi32(a1, _mm512_xor_si512(_mm512_set1_epi32(v1), flip), w);
-      a2 = _mm512_dpbusd_epi32(a2, _mm512_xor_si512(_mm512_set1_epi32(v2), flip), w);
-      a3 = _mm512_dpbusd_epi32(a3, _mm512_xor_si512(_mm512_set1_epi32(v3), flip), w);
+#define VNNI_ROWS 8 /* rows summed side by side: as many accumulators, to cover vpdpbusd's latency */
+
+/* NR rows of one tile: inlined with NR a constant. The weights are packed as unsigned bytes (w + 128), so the rows'
+ * bytes go to vpdpbusd as they are, broadcast from memory: each output's sum is sum(x w) + 128 sum(x), and the
+ * row's 128 sum(x), computed once per call, is taken back. (XNNPACK flips the rows to unsigned and takes back
+ * 128 sum(w) per output; both give the same int32.) */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline))
+static inline void vnni_rows(const int8_t* tile, int64_t full, int64_t tail, const int NR, const int8_t* x,
+                             int64_t x_stride, const int32_t* xsum, int32_t* sums) {
+  __m512i acc[VNNI_ROWS];
+  for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_si512();
+  for (int64_t g = 0; g < full; g++) {
+    _mm_prefetch((const char*)tile + g * 64 + PN_PREFETCH_AHEAD, _MM_HINT_T0);
+    const __m512i w = _mm512_loadu_si512(tile + g * 64);
+    for (int r = 0; r < NR; r++) {
+      int32_t v;
+      memcpy(&v, x + r * x_stride + 4 * g, 4);
+      acc[r] = _mm512_dpbusd_epi32(acc[r], w, _mm512_set1_epi32(v));
     }
-    _mm512_storeu_si512(sums + (r + 0) * 16, _mm512_sub_epi32(a0, correction));
-    _mm512_storeu_si512(sums + (r + 1) * 16, _mm512_sub_epi32(a1, correction));
-    _mm512_storeu_si512(sums + (r + 2) * 16, _mm512_sub_epi32(a2, correction));
-    _mm512_storeu_si512(sums + (r + 3) * 16, _mm512_sub_epi32(a3, correction));
   }
-  for (; r < rows; r++) {
-    __m512i a = _mm512_setzero_si512();
-    const int8_t* xr = x + r * x_stride;
-    for (int64_t g = 0; g < full + (tail != 0); g++) {
-      _mm_prefetch((const char*)tile + g * 64 + PN_PREFETCH_AHEAD, _MM_HINT_T0);
+  if (tail) { /* never past the row: the rest of the group is zeros */
+    const __m512i w = _mm512_loadu_si512(tile + full * 64);
+    for (int r = 0; r < NR; r++) {
       int32_t v = 0;
-      memcpy(&v, xr + 4 * g, g < full ? 4 : (size_t)tail);
-      a = _mm512_dpbusd_epi32(a, _mm512_xor_si512(_mm512_set1_epi32(v), flip), _mm512_loadu_si512(tile + g * 64));
+      memcpy(&v, x + r * x_stride + 4 * full, (size_t)tail);
+      acc[r] = _mm512_dpbusd_epi32(acc[r], w, _mm512_set1_epi32(v));
     }
-    _mm512_storeu_si512(sums + r * 16, _mm512_sub_epi32(a, correction));
+  }
+  for (int r = 0; r < NR; r++) {
+    const __m512i correction = _mm512_set1_epi32((int32_t)((uint32_t)xsum[r] * 128u));
+    _mm512_storeu_si512(sums + r * 16, _mm512_sub_epi32(acc[r], correction));
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+static void sums_vnni(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride,
+                      const int32_t* xsum, int32_t* sums) {
+  const int64_t full = L->k / 4, tail = L->k % 4;
+  const int8_t* tile = L->weights + t * (L->kp / 4) * 64;
+  int64_t r = 0;
+  for (; r + VNNI_ROWS <= rows; r += VNNI_ROWS)
+    vnni_rows(tile, full, tail, VNNI_ROWS, x + r * x_stride, x_stride, xsum + r, sums + r * 16);
+  switch (rows - r) {
+    case 0: break;
+    case 1: vnni_rows(tile, full, tail, 1, x + r * x_stride, x_stride, xsum + r, sums + r * 16); break;
+    case 2: vnni_rows(tile, full, tail, 2, x + r * x_stride, x_stride, xsum + r, sums + r * 16); break;
+    case 3: vnni_rows(tile, full, tail, 3, x + r * x_stride, x_stride, xsum + r, sums + r * 16); break;
+    case 4: vnni_rows(tile, full, tail, 4, x + r * x_stride, x_stride, xsum + r, sums + r * 16); break;
+    case 5: vnni_rows(tile, full, tail, 5, x + r * x_stride, x_stride, xsum + r, sums + r * 16); break;
+    case 6: vnni_rows(tile, full, tail, 6, x + r * x_stride, x_stride, xsum + r, sums + r * 16); break;
+    default: vnni_rows(tile, full, tail, 7, x + r * x_stride, x_stride, xsum + r, sums + r * 16); break;
   }
 }
 
 __attribute__((target("avx2,fma")))
-static void sums_avx2(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride, int32_t* sums) {
+static void sums_avx2(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride,
+                      const int32_t* xsum, int32_t* sums) {
+  (void)xsum;
   /* per group of 8 inputs: 16 outputs x 8 weights; each vpmaddwd takes two outputs' 8 weights against the
    * row's 8 values (widened to 16 bits), giving 4 pair sums per output, added up at the end */
   const int64_t groups = L->kp / 8, full = L->k / 8, tail = L->k % 8;
@@ -168,7 +184,8 @@ pn_q8* pn_q8_pack(int isa, int64_t n, int64_t k, const int8_t* weights, int64_t 
       if (L->isa == PN_AVX512VNNI) at = ((t * (L->kp / 4) + i / 4) * 16 + c) * 4 + i % 4;
       else if (L->isa == PN_AVX2) at = ((t * (L->kp / 8) + i / 8) * 8 + c / 2) * 16 + (c % 2) * 8 + i % 8;
       else at = o * L->kp + i;
-      L->weights[at] = w[i];
+      /* AVX-512 VNNI: the unsigned byte w + 128 (vpdpbusd's unsigned operand) */
+      L->weights[at] = L->isa == PN_AVX512VNNI ? (int8_t)(uint8_t)(w[i] + 128) : w[i];
     }
   }
   return L;
@@ -189,11 +206,13 @@ typedef struct {
   const pn_q8* L;
   int64_t rows, x_stride, out_stride, tiles_per_task;
   const int8_t* x;
+  const int32_t* xsum;  /* avx512vnni: each row's sum */
   const float *zp, *xs; /* each row's zero point and scale */
   float* out;
 } q8_args;
 
 #define Q8_ROWS 64
+#define XSUM_ROWS 4096
 
 static void q8_task(void* ctx, int64_t task) {
   const q8_args* a = ctx;
@@ -209,7 +228,7 @@ static void q8_task(void* ctx, int64_t task) {
   for (int64_t t = t0; t < t1; t++)
     for (int64_t r0 = 0; r0 < a->rows; r0 += Q8_ROWS) {
       const int64_t nr = a->rows - r0 < Q8_ROWS ? a->rows - r0 : Q8_ROWS;
-      sums(L, t, nr, a->x + r0 * a->x_stride, a->x_stride, block);
+      sums(L, t, nr, a->x + r0 * a->x_stride, a->x_stride, a->xsum ? a->xsum + r0 : NULL, block);
       for (int64_t r = 0; r < nr; r++)
         for (int64_t c = 0; c < 16; c++) {
           const int64_t o = t * 16 + c;
@@ -235,6 +254,24 @@ void pn_q8_run(const pn_q8* L, int64_t rows, const int8_t* x, int64_t x_stride, 
     const int64_t least = (outputs + 15) / 16;
     if (per < least) per = least;
   }
-  q8_args a = {L, rows, x_stride, out_stride, per, x, zero_point, scale, out};
-  pn_parallel(q8_task, &a, (L->tiles + per - 1) / per, threads);
+  const int64_t tasks = (L->tiles + per - 1) / per;
+  if (L->isa != PN_AVX512VNNI) {
+    q8_args a = {L, rows, x_stride, out_stride, per, x, NULL, zero_point, scale, out};
+    pn_parallel(q8_task, &a, tasks, threads);
+    return;
+  }
+  /* The rows' sums, on the stack: rows in groups that fit it */
+  int32_t xsum[XSUM_ROWS];
+  for (int64_t r0 = 0; r0 < rows; r0 += XSUM_ROWS) {
+    const int64_t n = rows - r0 < XSUM_ROWS ? rows - r0 : XSUM_ROWS;
+    for (int64_t r = 0; r < n; r++) {
+      const int8_t* xr = x + (r0 + r) * x_stride;
+      int32_t total = 0;
+      for (int64_t i = 0; i < L->k; i++) total += xr[i];
+      xsum[r] = total;
+    }
+    q8_args a = {L, n, x_stride, out_stride, per, x + r0 * x_stride, xsum, zero_point + r0, scale + r0,
+                 out + r0 * out_stride};
+    pn_parallel(q8_task, &a, tasks, threads);
+  }
 }
