@@ -36,12 +36,10 @@ static inline float clamp_x86(float v, float lo, float hi) {
 }
 
 /* One tile's sums for `rows` rows: sums[r][c] = sum_k x[r][k] * w[16 t + c][k] (int32), signed rows. */
-typedef void (*sums_fn)(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride,
-                        const int32_t* xsum, int32_t* sums);
+typedef void (*sums_fn)(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride, int32_t* sums);
 
 static void sums_portable(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride,
-                          const int32_t* xsum, int32_t* sums) {
-  (void)xsum;
+                          int32_t* sums) {
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c = 0; c < 16; c++) {
       const int64_t o = t * 16 + c;
@@ -58,62 +56,83 @@ static void sums_portable(const pn_q8* L, int64_t t, int64_t rows, const int8_t*
 
 #define VNNI_ROWS 8 /* rows summed side by side: as many accumulators, to cover vpdpbusd's latency */
 
-/* NR rows of one tile: inlined with NR a constant. The weights are packed as unsigned bytes (w + 128), so the rows'
- * bytes go to vpdpbusd as they are, broadcast from memory: each output's sum is sum(x w) + 128 sum(x), and the
- * row's 128 sum(x), computed once per call, is taken back. (XNNPACK flips the rows to unsigned and takes back
- * 128 sum(w) per output; both give the same int32.) */
+/* NR rows of TILES adjacent tiles (16 outputs each), inlined with both constants: each row's broadcast feeds every
+ * tile. The weights are packed as unsigned bytes (w + 128), so the rows' bytes go to vpdpbusd as they are,
+ * broadcast from memory: each output's sum is sum(x w) + 128 sum(x), and the row's 128 sum(x), computed once per
+ * call, is taken back. (XNNPACK flips the rows to unsigned and takes back 128 sum(w) per output; both give the
+ * same int32.) sums: [NR][16 TILES]. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline))
-static inline void vnni_rows(const int8_t* tile, int64_t full, int64_t tail, const int NR, const int8_t* x,
-                             int64_t x_stride, const int32_t* xsum, int32_t* sums) {
-  __m512i acc[VNNI_ROWS];
-  for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_si512();
+static inline void vnni_rows(const int8_t* tile, int64_t tile_bytes, int64_t full, int64_t tail, const int NR,
+                             const int TILES, const int8_t* x, int64_t x_stride, const int32_t* xsum, int32_t* sums) {
+  __m512i acc[VNNI_ROWS][2];
+  for (int r = 0; r < NR; r++)
+    for (int j = 0; j < TILES; j++) acc[r][j] = _mm512_setzero_si512();
   for (int64_t g = 0; g < full; g++) {
-    _mm_prefetch((const char*)tile + g * 64 + PN_PREFETCH_AHEAD, _MM_HINT_T0);
-    const __m512i w = _mm512_loadu_si512(tile + g * 64);
+    __m512i w[2];
+    for (int j = 0; j < TILES; j++) {
+      _mm_prefetch((const char*)tile + j * tile_bytes + g * 64 + PN_PREFETCH_AHEAD, _MM_HINT_T0);
+      w[j] = _mm512_loadu_si512(tile + j * tile_bytes + g * 64);
+    }
     for (int r = 0; r < NR; r++) {
       int32_t v;
       memcpy(&v, x + r * x_stride + 4 * g, 4);
-      acc[r] = _mm512_dpbusd_epi32(acc[r], w, _mm512_set1_epi32(v));
+      const __m512i xv = _mm512_set1_epi32(v);
+      for (int j = 0; j < TILES; j++) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], w[j], xv);
     }
   }
   if (tail) { /* never past the row: the rest of the group is zeros */
-    const __m512i w = _mm512_loadu_si512(tile + full * 64);
+    __m512i w[2];
+    for (int j = 0; j < TILES; j++) w[j] = _mm512_loadu_si512(tile + j * tile_bytes + full * 64);
     for (int r = 0; r < NR; r++) {
       int32_t v = 0;
       memcpy(&v, x + r * x_stride + 4 * full, (size_t)tail);
-      acc[r] = _mm512_dpbusd_epi32(acc[r], w, _mm512_set1_epi32(v));
+      const __m512i xv = _mm512_set1_epi32(v);
+      for (int j = 0; j < TILES; j++) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], w[j], xv);
     }
   }
   for (int r = 0; r < NR; r++) {
     const __m512i correction = _mm512_set1_epi32((int32_t)((uint32_t)xsum[r] * 128u));
-    _mm512_storeu_si512(sums + r * 16, _mm512_sub_epi32(acc[r], correction));
+    for (int j = 0; j < TILES; j++)
+      _mm512_storeu_si512(sums + (r * TILES + j) * 16, _mm512_sub_epi32(acc[r][j], correction));
   }
 }
 
+/* rows in groups of VNNI_ROWS, then the rest, each a constant for vnni_rows */
+#define VNNI_ALL_ROWS(TILES)                                                                                  \
+  do {                                                                                                        \
+    int64_t r = 0;                                                                                            \
+    for (; r + VNNI_ROWS <= rows; r += VNNI_ROWS) VNNI_CALL(VNNI_ROWS, TILES);                                \
+    switch (rows - r) {                                                                                       \
+      case 0: break;                                                                                          \
+      case 1: VNNI_CALL(1, TILES); break;                                                                     \
+      case 2: VNNI_CALL(2, TILES); break;                                                                     \
+      case 3: VNNI_CALL(3, TILES); break;                                                                     \
+      case 4: VNNI_CALL(4, TILES); break;                                                                     \
+      case 5: VNNI_CALL(5, TILES); break;                                                                     \
+      case 6: VNNI_CALL(6, TILES); break;                                                                     \
+      default: VNNI_CALL(7, TILES); break;                                                                    \
+    }                                                                                                         \
+  } while (0)
+#define VNNI_CALL(NR, TILES) \
+  vnni_rows(tile, bytes, full, tail, NR, TILES, x + r * x_stride, x_stride, xsum + r, sums + r * 16 * (TILES))
+
+/* `count` (1 or 2) tiles from t, for `rows` rows: sums [rows][16 count] */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
-static void sums_vnni(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride,
+static void sums_vnni(const pn_q8* L, int64_t t, int64_t count, int64_t rows, const int8_t* x, int64_t x_stride,
                       const int32_t* xsum, int32_t* sums) {
-  const int64_t full = L->k / 4, tail = L->k % 4;
-  const int8_t* tile = L->weights + t * (L->kp / 4) * 64;
-  int64_t r = 0;
-  for (; r + VNNI_ROWS <= rows; r += VNNI_ROWS)
-    vnni_rows(tile, full, tail, VNNI_ROWS, x + r * x_stride, x_stride, xsum + r, sums + r * 16);
-  switch (rows - r) {
-    case 0: break;
-    case 1: vnni_rows(tile, full, tail, 1, x + r * x_stride, x_stride, xsum + r, sums + r * 16); break;
-    case 2: vnni_rows(tile, full, tail, 2, x + r * x_stride, x_stride, xsum + r, sums + r * 16); break;
-    case 3: vnni_rows(tile, full, tail, 3, x + r * x_stride, x_stride, xsum + r, sums + r * 16); break;
-    case 4: vnni_rows(tile, full, tail, 4, x + r * x_stride, x_stride, xsum + r, sums + r * 16); break;
-    case 5: vnni_rows(tile, full, tail, 5, x + r * x_stride, x_stride, xsum + r, sums + r * 16); break;
-    case 6: vnni_rows(tile, full, tail, 6, x + r * x_stride, x_stride, xsum + r, sums + r * 16); break;
-    default: vnni_rows(tile, full, tail, 7, x + r * x_stride, x_stride, xsum + r, sums + r * 16); break;
-  }
+  const int64_t full = L->k / 4, tail = L->k % 4, bytes = (L->kp / 4) * 64;
+  const int8_t* tile = L->weights + t * bytes;
+  if (count == 2)
+    VNNI_ALL_ROWS(2);
+  else
+    VNNI_ALL_ROWS(1);
 }
+
+#undef VNNI_CALL
+#undef VNNI_ALL_ROWS
 
 __attribute__((target("avx2,fma")))
-static void sums_avx2(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride,
-                      const int32_t* xsum, int32_t* sums) {
-  (void)xsum;
+static void sums_avx2(const pn_q8* L, int64_t t, int64_t rows, const int8_t* x, int64_t x_stride, int32_t* sums) {
   /* per group of 8 inputs: 16 outputs x 8 weights; each vpmaddwd takes two outputs' 8 weights against the
    * row's 8 values (widened to 16 bits), giving 4 pair sums per output, added up at the end */
   const int64_t groups = L->kp / 8, full = L->k / 8, tail = L->k % 8;
@@ -214,26 +233,90 @@ typedef struct {
 #define Q8_ROWS 64
 #define XSUM_ROWS 4096
 
+#if defined(__x86_64__)
+/* The epilogue below, 16 outputs at a time: the same integer and float steps, each rounded as there (a fused
+ * multiply-add, x86's max and min). */
+__attribute__((target("avx512f")))
+static void outputs_avx512(const pn_q8* L, int64_t t, int64_t width, int64_t rows, const int32_t* sums,
+                           const float* zp, const float* xs, float* out, int64_t out_stride) {
+  const __m512 lo = _mm512_set1_ps(L->out_min), hi = _mm512_set1_ps(L->out_max);
+  for (int64_t r = 0; r < rows; r++) {
+    const __m512i zero_point = _mm512_set1_epi32((int32_t)zp[r]);
+    const __m512 row_scale = _mm512_set1_ps(xs[r]);
+    for (int64_t c = 0; c < width; c += 16) {
+      const int64_t o = t * 16 + c;
+      if (o >= L->n) break;
+      const int64_t valid = L->n - o < 16 ? L->n - o : 16;
+      const __m512i s = _mm512_loadu_si512(sums + r * width + c);
+      const __m512i acc = _mm512_sub_epi32(s, _mm512_mullo_epi32(zero_point, _mm512_loadu_si512(L->wsum + o)));
+      __m512 v = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), row_scale), _mm512_loadu_ps(L->scale + o),
+                                 _mm512_loadu_ps(L->bias + o));
+      v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+      _mm512_mask_storeu_ps(out + r * out_stride + o, (__mmask16)(valid == 16 ? 0xFFFF : (1u << valid) - 1), v);
+    }
+  }
+}
+
+/* The same, 8 outputs at a time (AVX2 and FMA3) */
+__attribute__((target("avx2,fma")))
+static void outputs_avx2(const pn_q8* L, int64_t t, int64_t rows, const int32_t* sums, const float* zp,
+                         const float* xs, float* out, int64_t out_stride) {
+  const __m256 lo = _mm256_set1_ps(L->out_min), hi = _mm256_set1_ps(L->out_max);
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int64_t r = 0; r < rows; r++) {
+    const __m256i zero_point = _mm256_set1_epi32((int32_t)zp[r]);
+    const __m256 row_scale = _mm256_set1_ps(xs[r]);
+    for (int64_t c = 0; c < 16; c += 8) {
+      const int64_t o = t * 16 + c;
+      if (o >= L->n) break;
+      const int64_t valid = L->n - o < 8 ? L->n - o : 8;
+      const __m256i s = _mm256_loadu_si256((const __m256i*)(sums + r * 16 + c));
+      const __m256i w = _mm256_loadu_si256((const __m256i*)(L->wsum + o));
+      const __m256i acc = _mm256_sub_epi32(s, _mm256_mullo_epi32(zero_point, w));
+      __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), row_scale), _mm256_loadu_ps(L->scale + o),
+                                 _mm256_loadu_ps(L->bias + o));
+      v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+      _mm256_maskstore_ps(out + r * out_stride + o, _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)valid), lanes), v);
+    }
+  }
+}
+#endif
+
 static void q8_task(void* ctx, int64_t task) {
   const q8_args* a = ctx;
   const pn_q8* L = a->L;
   sums_fn sums = sums_portable;
 #if defined(__x86_64__)
-  if (L->isa == PN_AVX512VNNI) sums = sums_vnni;
-  else if (L->isa == PN_AVX2) sums = sums_avx2;
+  if (L->isa == PN_AVX2) sums = sums_avx2;
 #endif
-  int32_t block[Q8_ROWS * 16];
+  int32_t block[Q8_ROWS * 32];
   const int64_t t0 = task * a->tiles_per_task;
   const int64_t t1 = t0 + a->tiles_per_task < L->tiles ? t0 + a->tiles_per_task : L->tiles;
-  for (int64_t t = t0; t < t1; t++)
+  /* AVX-512 VNNI: two tiles at a time where there are two */
+  const int64_t step = L->isa == PN_AVX512VNNI ? 2 : 1;
+  for (int64_t t = t0; t < t1; t += step) {
+    const int64_t count = t + step <= t1 ? step : 1, width = 16 * count;
     for (int64_t r0 = 0; r0 < a->rows; r0 += Q8_ROWS) {
       const int64_t nr = a->rows - r0 < Q8_ROWS ? a->rows - r0 : Q8_ROWS;
-      sums(L, t, nr, a->x + r0 * a->x_stride, a->x_stride, a->xsum ? a->xsum + r0 : NULL, block);
+#if defined(__x86_64__)
+      if (L->isa == PN_AVX512VNNI) {
+        sums_vnni(L, t, count, nr, a->x + r0 * a->x_stride, a->x_stride, a->xsum + r0, block);
+        outputs_avx512(L, t, width, nr, block, a->zp + r0, a->xs + r0, a->out + r0 * a->out_stride, a->out_stride);
+        continue;
+      }
+#endif
+      sums(L, t, nr, a->x + r0 * a->x_stride, a->x_stride, block);
+#if defined(__x86_64__)
+      if (L->isa == PN_AVX2) {
+        outputs_avx2(L, t, nr, block, a->zp + r0, a->xs + r0, a->out + r0 * a->out_stride, a->out_stride);
+        continue;
+      }
+#endif
       for (int64_t r = 0; r < nr; r++)
-        for (int64_t c = 0; c < 16; c++) {
+        for (int64_t c = 0; c < width; c++) {
           const int64_t o = t * 16 + c;
           if (o >= L->n) break;
-          const int32_t s = block[r * 16 + c];
+          const int32_t s = block[r * width + c];
           const float zp = a->zp[r0 + r];
           /* sum((x - zp) w), in wrapping int32 */
           const int32_t acc = (int32_t)((uint32_t)s - (uint32_t)(int32_t)zp * (uint32_t)L->wsum[o]);
@@ -241,6 +324,7 @@ static void q8_task(void* ctx, int64_t task) {
           a->out[(r0 + r) * a->out_stride + o] = clamp_x86(v, L->out_min, L->out_max);
         }
     }
+  }
 }
 
 void pn_q8_run(const pn_q8* L, int64_t rows, const int8_t* x, int64_t x_stride, const float* zero_point,
