@@ -102,6 +102,10 @@ class BackendInterface(ABC):
     #: Whether the blobs carry native code that the backend loads into the process (a shared library).
     #: The executor loads such a delegate only when the caller trusts native code (docs/trust.md).
     native_code: bool = False
+    #: Whether a delegate loaded for a method on the CPU runs nothing but CPU kernels of this process (PyTorch's
+    #: CPU operators, native code): its calls then read only the CPU's precision switches and autocast state, so
+    #: a call finding them exact pins nothing (executor/call/precision.py), a few microseconds a call.
+    cpu_kernels_only: bool = False
 
     @abstractmethod
     def is_available(self) -> bool:

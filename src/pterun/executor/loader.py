@@ -155,7 +155,8 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
         owned=frozenset(pos for pos, vi in enumerate(plan.outputs)
                         if isinstance(value := plan.values[vi], TensorSpec) and not value.is_memory_planned),
         precision=Precision(tf32=context.options.allow_tf32,
-                            host=context.run_device.type == DeviceType.CPU and not plan.delegates),
+                            host=context.run_device.type == DeviceType.CPU
+                            and all(backend.cpu_kernels_only for backend, _ in delegates.handles)),
         trace=trace,
     )
 

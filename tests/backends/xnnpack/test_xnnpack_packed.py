@@ -101,6 +101,28 @@ def test_other_batch_sizes_translate_again():
     assert len(packed) == 5, packed  # one per convolution and linear layer, not one per shape
 
 
+def test_calls_pin_no_switch_when_they_are_exact_and_compute_float32_whatever_the_caller_set():
+    """A method on the CPU whose delegates run CPU kernels alone pins no precision switch when the CPU's are exact
+    (a few microseconds a call); when the caller lets oneDNN multiply float32 in bfloat16, or runs under autocast,
+    its products are float32 all the same."""
+    exported = _export()
+    method = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
+    assert method._precision.host, "premise: the XNNPACK delegates run CPU kernels alone"
+    default = method.execute(_inputs(3))
+    assert "linear_pw(" in _source(method), "premise: oneDNN's products, which the caller's switches reach"
+    saved = torch.get_float32_matmul_precision()  # user-set: the caller's setting, put back after
+    torch.set_float32_matmul_precision("medium")  # user-set: what the test is about
+    try:
+        assert torch._C._get_fp32_precision_getter("mkldnn", "matmul") == "bf16", "premise: the caller's switch"
+        medium = method.execute(_inputs(3))
+        assert torch._C._get_fp32_precision_getter("mkldnn", "matmul") == "bf16", "the caller's, back after"
+    finally:
+        torch.set_float32_matmul_precision(saved)  # user-set
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = method.execute(_inputs(3))
+    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(default, medium, autocast))
+
+
 def test_option_off_runs_the_plain_ops():
     exported = _export()
     method = pterun.Runtime.get().load_program(exported.pte, backend_options=OFF).load_method("forward")

@@ -208,6 +208,8 @@ def _nhwc_output(t: torch.Tensor, shape: tuple) -> torch.Tensor:
 
 
 class XnnpackBackend(BackendInterface):
+    cpu_kernels_only = True  # on the CPU: PyTorch's CPU operators (oneDNN's among them) and pterun's native kernels
+
     def is_available(self) -> bool:
         return True
 

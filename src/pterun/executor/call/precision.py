@@ -90,9 +90,9 @@ _SWITCHES = _Switches()
 class Precision:
     """A context manager: the precision a program was loaded for, for the duration of a call.
 
-    ``host``: every kernel of the method runs on the CPU (no delegate, no other device), so only the
-    CPU's switches matter; when they are already exact and no call holds them, a call sets nothing
-    (a tiny program's call is a few microseconds; pinning and restoring costs about three).
+    ``host``: every kernel of the method runs on the CPU (no other device, delegates only of backends that run
+    CPU kernels alone), so only the CPU's switches matter; when they are already exact and no call holds them,
+    a call sets nothing (a tiny program's call is a few microseconds; pinning and restoring costs about three).
     """
 
     __slots__ = ("tf32", "host", "_guards")
