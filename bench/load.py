@@ -33,6 +33,7 @@ args = torch.load(inputs)
 if way == 'executorch':
     from executorch.extension.pybindings import portable_lib
     import executorch.kernels.quantized  # noqa: F401 - the quantized operators, as bench/common loads them
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
 else:
     import pterun
 def status():

@@ -94,6 +94,18 @@ static PyObject* py_lookup_s8(PyObject* self, PyObject* const* args, Py_ssize_t 
 
 static void qb4w_destroy(PyObject* capsule) { pn_qb4w_free(PyCapsule_GetPointer(capsule, QB4W_CAPSULE)); }
 
+/* qb4w_start_sums(n, k, block, chunk, weights, scales, start) */
+static PyObject* py_qb4w_start_sums(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[7];
+  if (!arity(nargs, 7, "qb4w_start_sums") || !ints(args, 7, a)) return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  pn_qb4w_start_sums(a[0], a[1], a[2], a[3], (const uint8_t*)(intptr_t)a[4], (const float*)(intptr_t)a[5],
+                     (float*)(intptr_t)a[6]);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 /* qb4w_pack(isa, family, n, k, block, weights, scales, start, bias, out_min, out_max) -> capsule (bias 0: none) */
 static PyObject* py_qb4w_pack(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
@@ -406,6 +418,8 @@ static PyMethodDef methods[] = {
     {"quantize_s8", (PyCFunction)(void (*)(void))py_quantize_s8, METH_FASTCALL, "XNNPACK's f32 -> qs8 convert."},
     {"dequantize_s8", (PyCFunction)(void (*)(void))py_dequantize_s8, METH_FASTCALL, "XNNPACK's qs8 -> f32 convert."},
     {"lookup_s8", (PyCFunction)(void (*)(void))py_lookup_s8, METH_FASTCALL, "A table of 256 8-bit values."},
+    {"qb4w_start_sums", (PyCFunction)(void (*)(void))py_qb4w_start_sums, METH_FASTCALL,
+     "XNNPACK's start values of a 4-bit block layer."},
     {"qb4w_pack", (PyCFunction)(void (*)(void))py_qb4w_pack, METH_FASTCALL, "Packs a 4-bit block layer."},
     {"qb4w_isa", py_qb4w_isa, METH_O, "The instruction set a packed layer runs with."},
     {"qb4w_run", (PyCFunction)(void (*)(void))py_qb4w_run, METH_FASTCALL, "Runs a packed 4-bit block layer."},

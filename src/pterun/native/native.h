@@ -69,6 +69,11 @@ typedef struct pn_qb4w pn_qb4w;
  * stored plus 8), float32 block scales [n, k / block], XNNPACK's packed start values [n], an optional float32
  * bias [n] and the output's clamp. Returns NULL when memory runs out, or when block is not a multiple of 32 or
  * does not divide k. */
+/* XNNPACK's start values of a 4-bit layer (the `start` pn_qb4w_pack takes): per output, -sum(weight * scale) in
+ * float32, chunk by chunk of `chunk` inputs (16, or the block) in order, from the caller's layout (n rows of
+ * ceil(k / 2) bytes, nibbles stored plus 8) and float32 block scales [n][k / block]. */
+void pn_qb4w_start_sums(int64_t n, int64_t k, int64_t block, int64_t chunk, const uint8_t* weights,
+                        const float* scales, float* start);
 pn_qb4w* pn_qb4w_pack(int isa, int family, int64_t n, int64_t k, int64_t block, const uint8_t* weights,
                       const float* scales, const float* start, const float* bias, float out_min, float out_max);
 void pn_qb4w_free(pn_qb4w* layer);

@@ -56,6 +56,34 @@ static inline int weight_at(const uint8_t* w, int64_t row_bytes, int64_t o, int6
   return (int)((i & 1) ? (byte >> 4) : (byte & 0xF)) - 8;
 }
 
+/* XNNPACK's start value of each output: -sum(weight * scale) in float32, chunk by chunk of `chunk` inputs in order
+ * (each chunk's integer sum times its block's scale, subtracted with one rounding a step). Chunks of 16 sum their
+ * 8 bytes' nibbles at once: each byte's pair at most 30, the eight at most 240, within a byte. */
+void pn_qb4w_start_sums(int64_t n, int64_t k, int64_t block, int64_t chunk, const uint8_t* weights,
+                        const float* scales, float* start) {
+  const int64_t row_bytes = (k + 1) / 2, blocks = k / block, chunks = k / chunk;
+  const uint64_t low = UINT64_C(0x0F0F0F0F0F0F0F0F), ones = UINT64_C(0x0101010101010101);
+  for (int64_t o = 0; o < n; o++) {
+    const uint8_t* row = weights + o * row_bytes;
+    const float* so = scales + o * blocks;
+    float s = 0.0f;
+    for (int64_t c = 0; c < chunks; c++) {
+      int32_t total;
+      if (chunk == 16) {
+        uint64_t bytes;
+        memcpy(&bytes, row + c * 8, 8);
+        const uint64_t pairs = (bytes & low) + ((bytes >> 4) & low);
+        total = (int32_t)((pairs * ones) >> 56) - 8 * 16;
+      } else {
+        total = 0;
+        for (int64_t i = c * chunk; i < (c + 1) * chunk; i++) total += weight_at(weights, row_bytes, o, i);
+      }
+      s = s - (float)total * so[c * chunk / block];
+    }
+    start[o] = s;
+  }
+}
+
 /* -- portable: every family, one output at a time ---------------------------------------------------------- */
 
 static void portable_row(const pn_qb4w* L, const int8_t* x, float zp, float xs, float* out, int64_t o0, int64_t o1) {

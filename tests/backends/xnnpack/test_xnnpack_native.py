@@ -358,3 +358,21 @@ def test_a_4bit_layer_of_long_rows_and_many_of_them_gives_the_portable_codes_bit
     taken, out = run("avx512vnni")
     assert taken == "avx512vnni", "premise: the SIMD layout takes the layer"
     assert torch.equal(out, run("portable")[1])
+
+
+@pytest.mark.parametrize("block", [32, 64, 256])
+def test_4bit_start_values_from_the_packed_nibbles_are_the_pytorch_paths(block):
+    """A 4-bit layer's start values (-sum(weight * scale), chunk by chunk in XNNPACK's order) computed natively from
+    the packed nibbles are those of the PyTorch path's unpacked integers, bit for bit, at scales of every size."""
+    from pterun.backends.xnnpack.nodes import qblock, qlinear
+
+    assert native.available()[0], "premise: the native kernels are built"
+    for seed, (n, blocks, magnitude) in enumerate([(1, 1, 1.0), (7, 3, 1e-3), (130, 5, 1e3), (64, 2, 1.0)]):
+        g = torch.Generator().manual_seed(seed)
+        k = block * blocks
+        weights = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=g)
+        scales = (torch.rand(n, blocks, generator=g) * magnitude).bfloat16().float()
+        expected = qblock._start_sums(qlinear.unpack_4bit(weights, k), scales, block)
+        b = dataclasses.make_dataclass("B", ["where"])("a test layer")
+        actual = native.qb4w_start_sums(b, n, k, block, qblock._chunk(block), weights, scales)
+        assert torch.equal(actual, expected), (n, k, block)

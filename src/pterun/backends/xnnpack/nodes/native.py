@@ -127,6 +127,21 @@ def qb4w_pack(b, family: str, n: int, k: int, block: int, weights: torch.Tensor,
                              float(out_min), float(out_max))
 
 
+def qb4w_start_sums(b, n: int, k: int, block: int, chunk: int, weights: torch.Tensor,
+                    scales: torch.Tensor) -> torch.Tensor:
+    """XNNPACK's start values of a 4-bit block layer, float32 [n], from its packed nibbles and block scales."""
+    if weights.dtype != torch.uint8 or weights.numel() != n * ((k + 1) // 2) or not weights.is_contiguous():
+        raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: 4-bit weights of {weights.numel()} bytes for "
+                                           f"{n} x {k} values")
+    scales = scales.float().contiguous()
+    if block <= 0 or k % block or chunk <= 0 or block % chunk or tuple(scales.shape) != (n, k // block):
+        raise DelegateInvalidCompatibility(f"XNNPACK {b.where}: block scales of shape {list(scales.shape)} for {n} "
+                                           f"outputs of {k} inputs in blocks of {block}")
+    start = torch.empty(n, dtype=torch.float32)
+    _kernels().qb4w_start_sums(n, k, block, chunk, weights.data_ptr(), scales.data_ptr(), start.data_ptr())
+    return start
+
+
 def qb4w_isa(layer) -> str:
     return _kernels().qb4w_isa(layer)
 
