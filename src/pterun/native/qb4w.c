@@ -226,6 +226,19 @@ static void vnni_tile(const pn_qb4w* L, int64_t t, int64_t rows, const int8_t* x
   }
 }
 
+/* A chunk's 16 nibbles (8 bytes of the caller's layout, stored plus 8, k even) as the avx512vnni layout holds one
+ * output's: byte i the nibble of input i low, of input i + 8 high. BMI2's pdep puts eight nibbles in the low
+ * halves of eight bytes at once; every CPU with AVX-512 VNNI has BMI2. */
+__attribute__((target("bmi2")))
+static void spread_chunk(const uint8_t* src, uint8_t* dst) {
+  const uint64_t halves = UINT64_C(0x0F0F0F0F0F0F0F0F);
+  uint32_t first, second;
+  memcpy(&first, src, 4);
+  memcpy(&second, src + 4, 4);
+  const uint64_t v = _pdep_u64(first, halves) | (_pdep_u64(second, halves) << 4);
+  memcpy(dst, &v, 8);
+}
+
 /* Whether every block scale is a bfloat16, as ExecuTorch writes them: the SIMD layouts keep them as 16 bits (a
  * file's float32 scales take the portable code, which keeps them whole). */
 static int bf16_scales(int64_t n, int64_t k, int64_t block, const float* scales) {
@@ -261,13 +274,13 @@ static int pack_vnni(pn_qb4w* L, const uint8_t* w, const float* scales) {
       for (int64_t ch = 0; ch < chunks; ch++) {
         uint8_t* dst = packed + ((t * L->blocks + b) * chunks + ch) * 128;
         for (int64_t half = 0; half < 2; half++)
-          for (int64_t c = 0; c < 8; c++)
-            for (int64_t i = 0; i < 8; i++) {
-              const int64_t o = t * 16 + 8 * half + c, k = b * L->block + 16 * ch + i;
-              const int lo = o < L->n ? weight_at(w, row_bytes, o, k) + 8 : 8;
-              const int hi = o < L->n ? weight_at(w, row_bytes, o, k + 8) + 8 : 8;
-              dst[64 * half + 8 * c + i] = (uint8_t)(lo | (hi << 4));
-            }
+          for (int64_t c = 0; c < 8; c++) {
+            const int64_t o = t * 16 + 8 * half + c, k = b * L->block + 16 * ch;
+            if (o < L->n)
+              spread_chunk(w + o * row_bytes + k / 2, dst + 64 * half + 8 * c);
+            else
+              memset(dst + 64 * half + 8 * c, 0x88, 8); /* zeros, stored plus 8 */
+          }
       }
     }
   L->weights = packed;
