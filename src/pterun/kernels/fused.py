@@ -168,7 +168,7 @@ class RotaryInto:
         self._views_key: tuple = ()
         self._views: tuple = ()
         self._key: tuple = ()
-        self._native: tuple | None = None  # the native call's arguments for the key (and the tensors they point in)
+        self._native: tuple | None = None  # the native call's arguments for the key, or None: torch's steps
 
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
         if x.dtype is F32 and x.device.type == "cpu" and native.kernels is not None:
@@ -180,7 +180,7 @@ class RotaryInto:
             if key != self._key:
                 self._native, self._key = _rotary_arguments(x, cos, sin, out), key
             if self._native is not None:
-                native.kernels.rotary_pairs(*self._native[0])
+                native.kernels.rotary_pairs(*self._native)
                 return out
         return self._torch_steps(x, cos, sin, out)
 
@@ -208,8 +208,8 @@ class RotaryInto:
 
 
 def _rotary_arguments(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> tuple | None:
-    """The native rotary call's arguments (and the tensors they point in, kept so that no other tensor takes their
-    addresses), or None where it does not take these tensors."""
+    """The native rotary call's arguments, or None where it does not take these tensors (the key they are kept
+    under holds every address, size and stride they are made of)."""
     if not (2 <= x.dim() <= 5 and x.shape[-1] == 2 and x.is_contiguous() and out.dtype is F32 and out.is_contiguous()
             and all(t.dtype is F32 and t.device.type == "cpu" for t in (cos, sin))):
         return None
@@ -222,8 +222,7 @@ def _rotary_arguments(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out
         return None
     pad = 4 - len(pairs)
     sizes, cos_strides, sin_strides = (1,) * pad + tuple(pairs), (0,) * pad + cos_strides, (0,) * pad + sin_strides
-    return ((x.data_ptr(), cos.data_ptr(), sin.data_ptr(), out.data_ptr(), *sizes, *cos_strides, *sin_strides),
-            (x, cos, sin, out))
+    return (x.data_ptr(), cos.data_ptr(), sin.data_ptr(), out.data_ptr(), *sizes, *cos_strides, *sin_strides)
 
 
 def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

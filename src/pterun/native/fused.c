@@ -29,21 +29,22 @@ static int64_t ceil_log2(int64_t x) {
 /* PyTorch's float32 sum of the squares of x[0..n) (n >= lanes): row_sum over n / lanes vectors, then the
  * scalar tail, then the lanes of the vector sum in order, added to the zero the output starts at. */
 static float sum_of_squares(const float* x, int64_t n, int lanes) {
-  const int64_t vectors = n / lanes, rows = vectors / ILP;
-  const int64_t power = ceil_log2(rows) / LEVELS > 4 ? ceil_log2(rows) / LEVELS : 4;
+  /* ATen's multi_row_sum over `groups` groups of ILP vectors, its level step 2^power groups */
+  const int64_t vectors = n / lanes, groups = vectors / ILP;
+  const int64_t power = ceil_log2(groups) / LEVELS > 4 ? ceil_log2(groups) / LEVELS : 4;
   const int64_t step = (int64_t)1 << power, mask = step - 1;
   float acc[LEVELS][ILP][MAX_LANES];
   memset(acc, 0, sizeof(acc));
   int64_t i = 0;
-#define ADD_ROW(level, row)                                                       \
+#define ADD_GROUP(group)                                                          \
   for (int k = 0; k < ILP; k++)                                                   \
     for (int l = 0; l < lanes; l++) {                                             \
-      const float v = x[((row) * ILP + k) * lanes + l];                            \
-      acc[level][k][l] += v * v;                                                  \
+      const float v = x[((group) * ILP + k) * lanes + l];                          \
+      acc[0][k][l] += v * v;                                                      \
     }
-  while (i + step <= rows) {
+  while (i + step <= groups) {
     for (int64_t j = 0; j < step; j++, i++) {
-      ADD_ROW(0, i)
+      ADD_GROUP(i)
     }
     for (int j = 1; j < LEVELS; j++) {
       for (int k = 0; k < ILP; k++)
@@ -54,15 +55,15 @@ static float sum_of_squares(const float* x, int64_t n, int lanes) {
       if ((i & (mask << (j * power))) != 0) break;
     }
   }
-  for (; i < rows; i++) {
-    ADD_ROW(0, i)
+  for (; i < groups; i++) {
+    ADD_GROUP(i)
   }
-#undef ADD_ROW
+#undef ADD_GROUP
   for (int j = 1; j < LEVELS; j++)
     for (int k = 0; k < ILP; k++)
       for (int l = 0; l < lanes; l++) acc[0][k][l] += acc[j][k][l];
   float* partial = acc[0][0];
-  for (int64_t v = rows * ILP; v < vectors; v++)
+  for (int64_t v = groups * ILP; v < vectors; v++)
     for (int l = 0; l < lanes; l++) {
       const float e = x[v * lanes + l];
       partial[l] += e * e;
