@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import pterun
 from pterun.cli.main import app
 from pterun.cli.options import example_program
 from pterun.cli.report import visible
@@ -127,6 +128,18 @@ def test_code_says_how_attention_over_a_kv_cache_runs():
     output = _words(_invoke(pte, "--code").output)
     assert f"attention over a KV cache (float32, CPU): {attention.route()}" in output
     assert "pterun's native code, its products in PyTorch's sgemm_" in attention.route()
+
+
+def test_code_says_how_fused_rms_norm_and_rotary_run():
+    from pterun.kernels import fused
+    from tests.support.llm_programs import llama_program
+
+    pte = str(llama_program("dynamic").pte)
+    steps = {getattr(s, "name", "") for s in pterun.Runtime.get().load_program(pte).load_method("forward").steps}
+    assert set(fused.FUSED_ON_THE_CPU) <= steps, "premise: the program's RMSNorms and rotary embeddings are fused"
+    output = _words(_invoke(pte, "--code").output)
+    assert f"fused RMSNorm and rotary (float32, CPU): {fused.route()}" in output
+    assert "pterun's native code, each step rounded as PyTorch's" in fused.route()
 
 
 def test_json_has_the_documented_keys():

@@ -17,6 +17,7 @@ from pterun.cli.memory_plan import ArenaSummary, largest, picture, plot, summari
 from pterun.cli.options import DataFiles, ProgramPath, TrustNativeCode, example_program
 from pterun.cli.report import console, esc, reported, visible
 from pterun.core.dtype import name as dtype_name
+from pterun.kernels import fused
 from pterun.kernels.llm import attention
 
 SCHEMA = "pterun.inspect/1"
@@ -68,6 +69,8 @@ def inspect(
                 if any(op.split(".")[0] in attention.OPERATORS for op in meta.operators()):
                     console.print(f"attention over a KV cache (float32, CPU): {esc(attention.route())}",
                                   highlight=False)
+                if any(getattr(s, "name", "") in fused.FUSED_ON_THE_CPU for s in method.steps):
+                    console.print(f"fused RMSNorm and rotary (float32, CPU): {esc(fused.route())}", highlight=False)
                 # Generated from the file's names: printed as text, control characters made visible.
                 console.print(visible(method.source, lines=True), highlight=False, markup=False)
         if drawn is not None:

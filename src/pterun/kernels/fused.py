@@ -111,6 +111,19 @@ def _torch_steps(x: torch.Tensor, weight: torch.Tensor, eps: float, views: tuple
     return torch.mul(scaled, weight, out=out)
 
 
+FUSED_ON_THE_CPU = ("pterun::rms_norm", "pterun::rotary")  # the chains that take the native calls below
+
+
+def route() -> str:
+    """How float32 RMSNorm and rotary chains run on the CPU in this process, in a sentence."""
+    if native.kernels is None:
+        return f"PyTorch's steps ({native.missing})"
+    lanes = _rms_norm_lanes()
+    if not lanes:
+        return "rotary in pterun's native code; RMSNorm in PyTorch's steps (no native sum order matched PyTorch's here)"
+    return f"pterun's native code, each step rounded as PyTorch's (the mean summed in its order, by {lanes} floats)"
+
+
 @functools.cache
 def _rms_norm_lanes() -> int:
     """The vector width (floats) whose cascade order makes the native RMSNorm torch's steps bit for bit in this
