@@ -49,9 +49,17 @@ class MethodEffects:
             for n, s in enumerate(steps)
         ]
         self._points_to = self._bindings()
-        self._memo: dict[int, frozenset[int]] = {}
-        self.written = [self.memory(*e.writes) for e in self.effects]  # per step: memory it writes
-        self.read = [self.memory(*e.reads) for e in self.effects]
+        # A value's memory depends on the binds alone: where a rewrite leaves them as they were, what was resolved
+        # is kept, with the memory of the steps kept.
+        same = before is not None and before._points_to == self._points_to
+        self._memo: dict[int, frozenset[int]] = before._memo if before is not None and same else {}
+        old = kept if same else None
+        self.written: list[frozenset[int]] = [  # per step: memory it writes
+            old.written[n] if old is not None and old.steps[n] is s else self.memory(*e.writes)
+            for n, (s, e) in enumerate(zip(self.steps, self.effects))]
+        self.read: list[frozenset[int]] = [
+            old.read[n] if old is not None and old.steps[n] is s else self.memory(*e.reads)
+            for n, (s, e) in enumerate(zip(self.steps, self.effects))]
         self.writers: dict[int, list[int]] = {}  # memory -> steps writing it
         self.readers: dict[int, list[int]] = {}
         self.bound: set[int] = set()  # values some step binds
