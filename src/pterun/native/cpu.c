@@ -194,3 +194,21 @@ void* pn_zeroed(size_t bytes) {
   if (p) memset(p, 0, rounded ? rounded : 64);
   return p;
 }
+
+int64_t pn_tiles_per_task(int64_t tiles, int64_t tile, int64_t rows, int64_t k, int threads) {
+  if (threads <= 1) return tiles;
+  int64_t per = (tiles + 4 * threads - 1) / (4 * threads);
+  const int64_t outputs = (INT64_C(1) << 20) / (rows * (k ? k : 1)) + 1;
+  const int64_t least = (outputs + tile - 1) / tile;
+  return per < least ? least : per;
+}
+
+void pn_block_sums(const int8_t* x, int64_t x_stride, int64_t rows, int64_t blocks, int64_t block, int32_t* sums) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t b = 0; b < blocks; b++) {
+      const int8_t* xb = x + r * x_stride + b * block;
+      int32_t total = 0;
+      for (int64_t i = 0; i < block; i++) total += xb[i];
+      sums[r * blocks + b] = total;
+    }
+}

@@ -31,6 +31,14 @@ typedef void (*pn_task)(void* ctx, int64_t index);
 void pn_parallel(pn_task task, void* ctx, int64_t count, int threads);
 /* Whether pn_parallel runs on PyTorch's OpenMP team (1) or on workers of its own (0). */
 int pn_parallel_team(void);
+/* Tiles of `tile` outputs per task of a product over `rows` rows of k inputs: enough tasks to balance `threads`,
+ * each of 2^20 multiply-adds at least (at one row, a decode step, that is tens of microseconds of reading weights,
+ * about what waking a worker costs on a loaded or virtual machine, so a smaller layer runs on the calling thread
+ * alone); all tiles in one task at one thread. */
+int64_t pn_tiles_per_task(int64_t tiles, int64_t tile, int64_t rows, int64_t k, int threads);
+/* sums[r][b]: the sum of row r's block b (`blocks` blocks of `block` int8 values from the row's start), for `rows`
+ * rows `x_stride` apart. */
+void pn_block_sums(const int8_t* x, int64_t x_stride, int64_t rows, int64_t blocks, int64_t block, int32_t* sums);
 
 /* `bytes` of zeros aligned to a cache line, or NULL; freed with free(). Packed weights take it: the kernels read
  * them 64 bytes at a time, and calloc's 16-byte alignment (mmap's page plus its header, for large blocks) would

@@ -330,14 +330,7 @@ static void q8_task(void* ctx, int64_t task) {
 void pn_q8_run(const pn_q8* L, int64_t rows, const int8_t* x, int64_t x_stride, const float* zero_point,
                const float* scale, float* out, int64_t out_stride, int threads) {
   if (rows <= 0) return;
-  int64_t per = L->tiles;
-  if (threads > 1) {
-    per = (L->tiles + 4 * threads - 1) / (4 * threads);
-    /* each task 2^20 multiply-adds at least, as qb4w.c says why */
-    const int64_t outputs = (INT64_C(1) << 20) / (rows * (L->k ? L->k : 1)) + 1;
-    const int64_t least = (outputs + 15) / 16;
-    if (per < least) per = least;
-  }
+  const int64_t per = pn_tiles_per_task(L->tiles, 16, rows, L->k, threads);
   const int64_t tasks = (L->tiles + per - 1) / per;
   if (L->isa != PN_AVX512VNNI) {
     q8_args a = {L, rows, x_stride, out_stride, per, x, NULL, zero_point, scale, out};
@@ -348,12 +341,7 @@ void pn_q8_run(const pn_q8* L, int64_t rows, const int8_t* x, int64_t x_stride, 
   int32_t xsum[XSUM_ROWS];
   for (int64_t r0 = 0; r0 < rows; r0 += XSUM_ROWS) {
     const int64_t n = rows - r0 < XSUM_ROWS ? rows - r0 : XSUM_ROWS;
-    for (int64_t r = 0; r < n; r++) {
-      const int8_t* xr = x + (r0 + r) * x_stride;
-      int32_t total = 0;
-      for (int64_t i = 0; i < L->k; i++) total += xr[i];
-      xsum[r] = total;
-    }
+    pn_block_sums(x + r0 * x_stride, x_stride, n, 1, L->k, xsum);
     q8_args a = {L, n, x_stride, out_stride, per, x + r0 * x_stride, xsum, zero_point + r0, scale + r0,
                  out + r0 * out_stride};
     pn_parallel(q8_task, &a, tasks, threads);

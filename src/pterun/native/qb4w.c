@@ -503,16 +503,7 @@ static void run_task(void* ctx, int64_t task) {
 void pn_qb4w_run(const pn_qb4w* L, int64_t rows, const int8_t* x, int64_t x_stride, const float* zero_point,
                  const float* scale, float* out, int64_t out_stride, int threads) {
   if (rows <= 0) return;
-  /* tiles per task: enough tasks to balance `threads`, each of 2^20 multiply-adds at least: at one row (a decode
-   * step) that is tens of microseconds of reading weights, about what waking a worker costs on a loaded or
-   * virtual machine, so a layer smaller than that runs on the calling thread alone */
-  int64_t per = L->tiles;
-  if (threads > 1) {
-    per = (L->tiles + 4 * threads - 1) / (4 * threads);
-    const int64_t outputs = (INT64_C(1) << 20) / (rows * L->k) + 1;
-    const int64_t least = (outputs + L->tile - 1) / L->tile;
-    if (per < least) per = least;
-  }
+  const int64_t per = pn_tiles_per_task(L->tiles, L->tile, rows, L->k, threads);
   const int64_t tasks = (L->tiles + per - 1) / per;
   if (L->isa != PN_AVX512VNNI) {
     run_args a = {L, rows, x_stride, out_stride, per, x, NULL, zero_point, scale, out};
@@ -524,13 +515,7 @@ void pn_qb4w_run(const pn_qb4w* L, int64_t rows, const int8_t* x, int64_t x_stri
   const int64_t group = XSUM_ENTRIES / L->blocks >= rows ? rows : XSUM_ENTRIES / L->blocks;
   for (int64_t r0 = 0; r0 < rows; r0 += group) {
     const int64_t n = rows - r0 < group ? rows - r0 : group;
-    for (int64_t r = 0; r < n; r++)
-      for (int64_t b = 0; b < L->blocks; b++) {
-        const int8_t* xb = x + (r0 + r) * x_stride + b * L->block;
-        int32_t total = 0;
-        for (int64_t i = 0; i < L->block; i++) total += xb[i];
-        xsum[r * L->blocks + b] = total;
-      }
+    pn_block_sums(x + r0 * x_stride, x_stride, n, L->blocks, L->block, xsum);
     run_args a = {L, n, x_stride, out_stride, per, x + r0 * x_stride, xsum, zero_point + r0, scale + r0,
                   out + r0 * out_stride};
     pn_parallel(run_task, &a, tasks, threads);
