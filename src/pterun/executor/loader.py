@@ -148,9 +148,8 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
                  if vi in outputs_unplanned},
         written_inputs=written_inputs(plan, effects),
         # The graph is keyed by the input shapes; a method whose inputs cannot change shape needs no key.
-        graph=(_graph_runner(context, own.effects if compiled_function is None else effects, run,
-                             [objects[vi] for vi in dynamic_inputs if vi not in params_in], bool(dynamic_inputs),
-                             compiled_function)
+        graph=(_graph_runner(context, own, effects, run, [objects[vi] for vi in dynamic_inputs if vi not in params_in],
+                             bool(dynamic_inputs), compiled_function)
                if trace is None else None),
         owned=frozenset(pos for pos, vi in enumerate(plan.outputs)
                         if isinstance(value := plan.values[vi], TensorSpec) and not value.is_memory_planned),
@@ -200,14 +199,15 @@ def _binder(context: LoadContext, plan: Plan, index: int, vi: int, objects: list
     return tensor_binder(value, where, target=objects[vi])
 
 
-def _graph_runner(context: LoadContext, effects: MethodEffects, run: Callable, shape_tensors: list,
+def _graph_runner(context: LoadContext, own: Stage, checked: MethodEffects, run: Callable, shape_tensors: list,
                   keyed: bool, compiled: CompiledFunction | None) -> CudaGraphRunner | None:
+    """``checked``: the effects of the steps as built, which decide for a compiled method."""
     device = context.options.device
     if device is None or device.type != DeviceType.CUDA or not context.options.cuda_graphs:
         return None
     # Host synchronization cannot be captured: control flow reads conditions, and some kernels read
     # tensor values into Python numbers.
-    if effects.syncs:
+    if (own.effects if compiled is None else checked).syncs:
         return None
     if compiled is None:
         return CudaGraphRunner(run, device.torch, shape_tensors, keyed)

@@ -44,32 +44,34 @@ class MethodEffects:
         self.delegate_writes = delegate_writes  # instruction index -> argument positions it writes
         # A step left as it was has the effect it had (``before``: the effects of the steps this rewrites).
         kept = before if before is not None and len(before.steps) == len(self.steps) else None
-        self.effects: list[Effect] = [
-            kept.effects[n] if kept is not None and kept.steps[n] is s else step_effect(s, delegate_writes.get(n, ()))
-            for n, s in enumerate(steps)
-        ]
+        changed: Sequence[int] = range(len(self.steps))
+        if kept is None:
+            self.effects: list[Effect] = [step_effect(s, delegate_writes.get(n, ())) for n, s in enumerate(self.steps)]
+        else:
+            changed = [n for n, (s, k) in enumerate(zip(self.steps, kept.steps)) if s is not k]
+            self.effects = list(kept.effects)
+            for n in changed:
+                self.effects[n] = step_effect(self.steps[n], delegate_writes.get(n, ()))
         self._points_to = self._bindings()
-        # A value's memory depends on the binds alone: where a rewrite leaves them as they were, what was resolved
-        # is kept, with the memory of the steps kept.
-        same = before is not None and before._points_to == self._points_to
-        self._memo: dict[int, frozenset[int]] = before._memo if same and before is not None else {}
-        old = kept if same else None
-        self.written: list[frozenset[int]] = [  # per step: memory it writes
-            old.written[n] if old is not None and old.steps[n] is s else self.memory(*e.writes)
-            for n, (s, e) in enumerate(zip(self.steps, self.effects))]
-        self.read: list[frozenset[int]] = [
-            old.read[n] if old is not None and old.steps[n] is s else self.memory(*e.reads)
-            for n, (s, e) in enumerate(zip(self.steps, self.effects))]
-        self.writers: dict[int, list[int]] = {}  # memory -> steps writing it
-        self.readers: dict[int, list[int]] = {}
-        self.bound: set[int] = set()  # values some step binds
-        for n, e in enumerate(self.effects):
-            for m in self.written[n]:
-                self.writers.setdefault(m, []).append(n)
-            for m in self.read[n]:
-                self.readers.setdefault(m, []).append(n)
-            self.bound.update(e.binds)
+        self.bound: set[int] = {b for e in self.effects for b in e.binds}  # values some step binds
         self.syncs = any(e.syncs for e in self.effects)  # some step reads tensor values on the host
+        # A value's memory depends on the binds alone: where a rewrite leaves them as they were, what was resolved
+        # is kept, and only the steps it changed are looked at again (a pass changes tens of a method's hundreds).
+        if kept is not None and kept._points_to == self._points_to:
+            self._memo: dict[int, frozenset[int]] = kept._memo
+            self.written: list[frozenset[int]] = list(kept.written)  # per step: memory it writes
+            self.read: list[frozenset[int]] = list(kept.read)
+            for n in changed:
+                self.written[n] = self.memory(*self.effects[n].writes)
+                self.read[n] = self.memory(*self.effects[n].reads)
+            self.writers: dict[int, list[int]] = _moved(kept.writers, kept.written, self.written, changed)
+            self.readers: dict[int, list[int]] = _moved(kept.readers, kept.read, self.read, changed)
+        else:
+            self._memo = {}
+            self.written = [self.memory(*e.writes) for e in self.effects]
+            self.read = [self.memory(*e.reads) for e in self.effects]
+            self.writers = _by_memory(self.written)  # memory -> steps writing it, in step order
+            self.readers = _by_memory(self.read)
 
     def after(self, steps: Sequence) -> MethodEffects:
         """The effects of rewritten steps (the same instructions, some folded away or replaced)."""
@@ -104,7 +106,12 @@ class MethodEffects:
         found = self._memo.get(value)
         if found is not None:
             return found
-        points_to, values_, seen, stack, out = self._points_to, self.plan.values, set(), [value], set()
+        points_to, values_ = self._points_to, self.plan.values
+        item = values_[value]
+        if value not in points_to and not (isinstance(item, ListValue) and item.kind in _TENSOR_LISTS):
+            found = self._memo[value] = frozenset((value,))  # most values: their own memory, bound by no step
+            return found
+        seen, stack, out = set(), [value], set()
         while stack:
             vi = stack.pop()
             if vi in seen:
@@ -118,6 +125,33 @@ class MethodEffects:
                     out.add(m)
         found = self._memo[value] = frozenset(out)
         return found
+
+
+def _by_memory(per_step: Sequence[frozenset[int]]) -> dict[int, list[int]]:
+    """Memory -> the steps (in order) whose entry in ``per_step`` holds it."""
+    found: dict[int, list[int]] = {}
+    for n, memory in enumerate(per_step):
+        for m in memory:
+            found.setdefault(m, []).append(n)
+    return found
+
+
+def _moved(index: dict[int, list[int]], before: Sequence[frozenset[int]], after: Sequence[frozenset[int]],
+           changed: Sequence[int]) -> dict[int, list[int]]:
+    """``index`` (``_by_memory(before)``) for ``after``, which differs from ``before`` at the steps ``changed`` only;
+    ``index`` and its lists stay as they were (the effects they belong to are kept too)."""
+    found = dict(index)
+    for n in changed:
+        old, new = before[n], after[n]
+        for m in old - new:
+            rest = [k for k in found[m] if k != n]
+            if rest:
+                found[m] = rest
+            else:
+                del found[m]
+        for m in new - old:
+            found[m] = sorted((*found.get(m, ()), n))
+    return found
 
 
 def delegate_writes(plan: Plan, delegates: Sequence[tuple], objects: Sequence) -> dict[int, tuple[int, ...]]:

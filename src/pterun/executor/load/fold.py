@@ -220,13 +220,13 @@ def with_views(plan: Plan, objects: list, views: dict[int, torch.Tensor]) -> lis
 
 
 def elide_view_copies(plan: Plan, steps: list, objects: list, computed: frozenset[int], params: set[int],
-                      effects: MethodEffects) -> tuple[list, frozenset[int]]:
+                      effects: MethodEffects, original: MethodEffects) -> tuple[list, frozenset[int]]:
     """Copies of activations that can be views made in their place; returns the steps and the new locals.
 
-    ``effects`` are those of the method's steps before any were folded."""
+    ``effects`` are those of ``steps``, ``original`` those of the method's steps before any were folded."""
     if any(isinstance(s, JumpFalseCall) for s in steps):
         return steps, frozenset()
-    rw = Rewriter(plan, steps, objects, computed, effects.after(steps), effects)
+    rw = Rewriter(plan, steps, objects, computed, effects, original)
     result = list(steps)
     made: set[int] = set()
     for n, step in enumerate(steps):

@@ -51,12 +51,14 @@ class Load:
     params: Sequence[int]  # unplanned inputs: the caller's tensors, passed in on each call
     _chains: dict = field(default_factory=dict, compare=False)  # stage -> the chains found in it
 
-    def chains(self, stage: Stage) -> list[Chain]:
-        """The chains of ``stage`` that can be fused (found once: two forms fuse from the same stage)."""
+    def chains(self, stage: Stage) -> tuple[list[Chain], MethodEffects]:
+        """The chains of ``stage`` that can be fused, and the effects of its steps with them all fused (found once:
+        two forms fuse from the same stage)."""
         found = self._chains.get(stage)
         if found is None:
             matchers = patterns(self.context.registries.kernels, self.context.run_device.type)
-            found = self._chains[stage] = find_chains(self.plan, stage.steps, stage.objects, self.original, matchers)
+            found = self._chains[stage] = find_chains(self.plan, stage.steps, stage.objects, self.original,
+                                                      stage.effects, matchers)
         return found
 
 
@@ -68,12 +70,12 @@ class Stage:
     objects: list  # every value's object at load (copies folded into views included)
     constants: frozenset[int]  # values fixed at load: the file's constants and views of them
     computed: frozenset[int]  # values steps assign (results, moved values, views made in place)
-    original: MethodEffects  # the effects of the steps before any pass
+    known: MethodEffects  # the effects of this stage's steps or an earlier stage's, which a pass rewrote a few of
 
     @cached_property
     def effects(self) -> MethodEffects:
         """What these steps write, read and bind."""
-        return self.original.after(self.steps)
+        return self.known.after(self.steps)
 
 
 Pass = Callable[[Load, Stage], Stage]
@@ -83,37 +85,39 @@ def fold_constant_copies(load: Load, stage: Stage) -> Stage:
     steps, views = fold_constant_views(load.plan, stage.steps, stage.objects, stage.constants, stage.computed,
                                        stage.effects)
     return replace(stage, steps=steps, objects=with_views(load.plan, stage.objects, views),
-                   constants=stage.constants | views.keys())
+                   constants=stage.constants | views.keys(), known=stage.effects)
 
 
 def elide_activation_copies(load: Load, stage: Stage) -> Stage:
     steps, made = elide_view_copies(load.plan, stage.steps, stage.objects, stage.computed, set(load.params),
-                                    load.original)
-    return replace(stage, steps=steps, computed=stage.computed | made)
+                                    stage.effects, load.original)
+    return replace(stage, steps=steps, computed=stage.computed | made, known=stage.effects)
 
 
 def fuse_every_chain(load: Load, stage: Stage) -> Stage:
-    chains = load.chains(stage)
-    return replace(stage, steps=fused(stage.steps, chains)) if chains else stage
+    chains, effects = load.chains(stage)
+    return replace(stage, steps=fused(stage.steps, chains), known=effects) if chains else stage
 
 
 def fuse_functional_chains(load: Load, stage: Stage) -> Stage:
-    chains = [c for c in load.chains(stage) if c.binding.functional is not None]
-    return replace(stage, steps=fused(stage.steps, chains)) if chains else stage
+    found, effects = load.chains(stage)
+    chains = [c for c in found if c.binding.functional is not None]
+    return replace(stage, steps=fused(stage.steps, chains), known=effects) if chains else stage
 
 
 def buffers_in_place(load: Load, stage: Stage) -> Stage:
     steps, made = update_in_place(load.plan, stage.steps, stage.effects)
-    return replace(stage, steps=steps, computed=stage.computed | made) if made else stage
+    return replace(stage, steps=steps, computed=stage.computed | made, known=stage.effects) if made else stage
 
 
 def share_reads(load: Load, stage: Stage) -> Stage:
-    return replace(stage, steps=share_repeated_reads(load.plan, stage.steps, stage.effects))
+    return replace(stage, steps=share_repeated_reads(load.plan, stage.steps, stage.effects), known=stage.effects)
 
 
 def positions_on_device(load: Load, stage: Stage) -> Stage:
     kernels, device_type = load.context.registries.kernels, load.context.run_device.type
-    return replace(stage, steps=keep_positions_on_device(load.plan, stage.steps, stage.effects, kernels, device_type))
+    return replace(stage, steps=keep_positions_on_device(load.plan, stage.steps, stage.effects, kernels, device_type),
+                   known=stage.effects)
 
 
 FOLDS: tuple[Pass, ...] = (fold_constant_copies, elide_activation_copies)

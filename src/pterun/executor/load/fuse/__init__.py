@@ -49,22 +49,26 @@ def patterns(kernels: KernelRegistry, device_type: DeviceType) -> tuple:
     return (attention.match, rms_norm.match, rotary.match, rotate_half.match) + ((found,) if found is not None else ())
 
 
-def find_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects, matchers: tuple) -> list[Chain]:
-    """Every chain of ``steps`` that can be replaced by one fused call. ``effects`` are those of the method's
-    steps before any were folded.
+def find_chains(plan: Plan, steps: list, objects: list, original: MethodEffects, effects: MethodEffects,
+                matchers: tuple) -> tuple[list[Chain], MethodEffects]:
+    """Every chain of ``steps`` that can be replaced by one fused call, and the effects of the steps with them all
+    fused. ``original`` are the effects of the method's steps before any were folded, ``effects`` those of
+    ``steps``.
 
     Found in rounds (see the module's docstring)."""
     if any(isinstance(s, JumpFalseCall) for s in steps):
-        return []
+        return [], effects
     chains: list[Chain] = []
-    while found := _round(plan, fused(steps, chains), objects, effects, matchers):
+    while found := _round(plan, effects, objects, original, matchers):
         chains += found
-    return chains
+        effects = effects.after(fused(steps, chains))
+    return chains, effects
 
 
-def _round(plan: Plan, steps: list, objects: list, effects: MethodEffects, matchers: tuple) -> list[Chain]:
+def _round(plan: Plan, current: MethodEffects, objects: list, effects: MethodEffects,
+           matchers: tuple) -> list[Chain]:
+    steps = list(current.steps)
     g = Graph(plan, steps, objects)
-    current = effects.after(steps)
     rw = Rewriter(plan, steps, objects, set(), current, effects)
     binders: dict[int, set[int]] = {}
     for n, e in enumerate(current.effects):
