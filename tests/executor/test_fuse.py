@@ -40,6 +40,30 @@ def test_llama_attention_and_rms_norm_fused():
         check(exported, make_inputs(seed), program=program)
 
 
+def test_a_grouped_cache_is_read_by_the_attention_without_its_repeat():
+    """transformers' static cache, 4 query heads sharing 2 of keys and values: the repeat of the cache for the
+    query heads (unsqueeze, expand, clone) joins the fused attention, which reads the cache as it is; against
+    ExecuTorch over a prompt and decode steps (the same steps on a GPU are tests/gpu/test_llm_on_cuda.py's)."""
+    from tests.support.llm_programs import transformers_program
+    from tests.support.oracle import reference_module
+
+    pte = transformers_program().pte
+    program = pterun.Runtime.get().load_program(pte)
+    method = program.load_method("forward")
+    fused = _fused(method)
+    assert fused.count("pterun::grouped_attention") == _calls(method, "aten::_softmax") == 2
+    # Two clones per layer repeat the cache; they are gone from the method's code, the others stay.
+    clones = _calls(method, "dim_order_ops::_clone_dim_order")
+    assert method.source.count("_clone_dim_order_out(") == clones - 4 >= 0
+    reference = reference_module(pte)
+    position = 0
+    for tokens in ([[1, 5, 6, 7]], [[9]], [[3]]):
+        ids = torch.tensor(tokens)
+        positions = torch.arange(position, position + ids.shape[1])
+        position += ids.shape[1]
+        assert_matches(method.execute([ids, positions]), list(reference.run_method("forward", [ids, positions])))
+
+
 def test_fuse_false_runs_the_chains_as_exported():
     exported = export_model("llama", "portable")
     method = pterun.Runtime.get().load_program(exported.pte, fuse=False).load_method("forward")
@@ -302,3 +326,26 @@ def test_one_query_attention_is_float32_products_and_a_safe_softmax():
     assert ((got.double() - expected).norm() / expected.norm()).item() < 1e-6
     fused = scaled_dot_product_attention(q[:1], k[:1], v[:1], attn_mask=mask[:1], scale=scale * scale)
     torch.testing.assert_close(got[:12], fused.flatten(0, -3), rtol=1e-5, atol=1e-6)
+
+
+def test_one_query_over_a_grouped_cache_is_the_repeated_caches_attention():
+    """The CUDA decode step's grouped form (kernels/fused.py), checked here on the CPU: each cached head in
+    bfloat16 read once for its 3 query heads gives the attention over the cache cast and repeated, within float32
+    rounding (the products' rows are grouped), and a row the mask hides entirely is zeros."""
+    from pterun.kernels import fused as kernels
+
+    q = seeded(1, 2, 12, 1, 64)
+    k, v = seeded(2, 2, 4, 300, 64).to(torch.bfloat16), seeded(3, 2, 4, 300, 64).to(torch.bfloat16)
+    mask = torch.zeros(2, 1, 1, 300)
+    mask[0, ..., 200:] = -torch.inf
+    mask[1] = -torch.inf
+    scale = 64 ** -0.25
+    repeated = [x.float().repeat_interleave(3, dim=1) for x in (k, v)]
+    assert torch.equal(repeated[0][:, 4], k[:, 1].float())  # the premise: head h reads cached head h // 3
+    got = kernels._one_query_grouped(q, k, v, scale * scale, mask, 3)
+    expected = kernels._one_query(q, *repeated, scale * scale, mask)
+    assert torch.equal(got[12:], torch.zeros_like(got[12:])) and expected[:12].abs().max() > 0
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+    # Elsewhere the heads are repeated: exactly the attention over the repeated cache.
+    assert torch.equal(kernels.grouped_attention(q, k, v, scale, scale, mask),
+                       kernels.attention(q, *repeated, scale, scale, mask))

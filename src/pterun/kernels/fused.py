@@ -36,13 +36,50 @@ def _one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     per call on an H100 over 12 heads of 512 keys, half of a compiled 100M decode step. Float32 throughout, as
     the decomposed chain computes it."""
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    return torch.matmul(_safe_softmax(scores, mask), v).flatten(0, -3)
+
+
+def _safe_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     if mask is None:
-        return torch.matmul(torch.softmax(scores, -1), v).flatten(0, -3)
+        return torch.softmax(scores, -1)
     scores = scores + mask
     # A row the mask hides entirely is zeros, as the exporter's safe softmax makes it (torch._safe_softmax
     # does the same, but torch.compile will not trace it); a row of NaN stays NaN.
     hidden = scores.amax(-1, keepdim=True) == -torch.inf
-    return torch.matmul(torch.softmax(scores, -1).masked_fill(hidden, 0.0), v).flatten(0, -3)
+    return torch.softmax(scores, -1).masked_fill(hidden, 0.0)
+
+
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale_q: float, scale_k: float,
+                      mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``attention`` where each head of ``k`` and ``v`` serves a group of ``q``'s heads (grouped-query attention),
+    cast to ``q``'s dtype: the exporter's repeat of a cache for the query heads (transformers' ``repeat_kv``: a
+    whole-cache copy per layer and step, and another for the cast) made here. A decode step on CUDA reads each
+    cached head once for its group, unrepeated; elsewhere the heads are repeated (the values the exported
+    steps make, so the result is ``attention``'s)."""
+    groups = q.shape[-3] // k.shape[-3]
+    if q.shape[-2] == 1 and q.is_cuda and q.dtype == F32:
+        return _one_query_grouped(q, k, v, scale_q * scale_k, mask, groups)
+    return attention(q, _repeat(k, groups, q.dtype), _repeat(v, groups, q.dtype), scale_q, scale_k, mask)
+
+
+def _repeat(x: torch.Tensor, groups: int, dtype: torch.dtype) -> torch.Tensor:
+    *batch, heads, length, e = x.shape
+    return x.to(dtype).unsqueeze(-3).expand(*batch, heads, groups, length, e).reshape(*batch, heads * groups, length, e)
+
+
+def _one_query_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, mask: torch.Tensor | None,
+                       groups: int) -> torch.Tensor:
+    """``_one_query`` with the group's queries as the rows of one product against their shared head."""
+    *batch, heads, _, e = q.shape
+    shared, length, ev = k.shape[-3], k.shape[-2], v.shape[-1]
+    scores = torch.matmul(q.reshape(*batch, shared, groups, e), k.to(F32).transpose(-1, -2))
+    probs = _safe_softmax(scores.reshape(*batch, heads, 1, length) * scale, mask)
+    out = torch.matmul(probs.reshape(*batch, shared, groups, length), v.to(F32))
+    return out.reshape(*batch, heads, 1, ev).flatten(0, -3)
+
+
+def grouped_attention_out(q, k, v, scale_q, scale_k, mask=None, *, out: torch.Tensor) -> torch.Tensor:
+    return _into(out, grouped_attention(q, k, v, scale_q, scale_k, mask))
 
 
 def _into(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 One module per chain finds it, ending at a step (common.py: which step made
 each value a step reads): attention.py (about twenty kernels, run as
-PyTorch's fused attention), rms_norm.py (six, run as ``torch.rms_norm``, or in
+PyTorch's fused attention; with a grouped cache's repeat for the query heads
+where the cache is read in place), rms_norm.py (six, run as ``torch.rms_norm``, or in
 float32 on the CPU as its own steps into buffers kept from call to call),
 rotary.py (a rotary embedding's thirteen, as one call of the same arithmetic),
 rotate_half.py (transformers' form of it, seven steps, the same way),
@@ -46,7 +47,9 @@ def patterns(kernels: KernelRegistry, device_type: DeviceType) -> tuple:
     """The chain patterns for a method run on ``device_type``: each takes the graph and a step, and gives the
     chain ending there or None."""
     found = swiglu.matcher(kernels, device_type)
-    return (attention.match, rms_norm.match, rotary.match, rotate_half.match) + ((found,) if found is not None else ())
+    # The grouped attention first: where find_chains refuses it, the same chain from the repeated heads on.
+    return ((attention.match_grouped, attention.match, rms_norm.match, rotary.match, rotate_half.match)
+            + ((found,) if found is not None else ()))
 
 
 def find_chains(plan: Plan, steps: list, objects: list, original: MethodEffects, effects: MethodEffects,

@@ -1,10 +1,19 @@
-"""Attention as the exporter decomposes it, run as PyTorch's fused ``scaled_dot_product_attention``."""
+"""Attention as the exporter decomposes it, run as PyTorch's fused ``scaled_dot_product_attention``.
+
+Where keys and values are a grouped cache repeated for the queries' heads (transformers' ``repeat_kv``:
+unsqueeze, expand, clone, a view; then a cast where the cache is kept in half precision and attention runs in
+float32), ``match_grouped`` makes those steps part of the chain: ``grouped_attention`` reads the cache itself.
+That holds only where the repeated tensor's bytes stay untouched until the attention reads them (a cache, a
+mutable buffer: find_chains checks); elsewhere the exporter's plan may reuse them once the repeat has read
+them, and ``match`` fuses the chain from the repeated tensors on.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
-from pterun.executor.load.fuse.common import Chain, Graph, last_dim, scalar
+from pterun.executor.load.fuse.common import Chain, Graph, contiguous, last_dim, plain_cast, scalar
 from pterun.format import Dynamism, ListValue
 from pterun.kernels import Binding, Functional
 from pterun.kernels import fused as kernels
@@ -30,6 +39,15 @@ def _noop_expand(g: Graph, n: int) -> bool:
 
 def match(g: Graph, n2: int) -> Chain | None:
     """softmax(q*a @ (k^T*b) [+ mask]) @ v ending at the ``bmm`` at step ``n2``."""
+    return _match(g, n2, grouped=False)
+
+
+def match_grouped(g: Graph, n2: int) -> Chain | None:
+    """``match``'s chain with the repeat of grouped keys and values for the queries' heads, where both are."""
+    return _match(g, n2, grouped=True)
+
+
+def _match(g: Graph, n2: int, grouped: bool) -> Chain | None:
     if not g.runs(n2, "aten::bmm.out"):
         return None
     (pe, pviews), (ve, vviews) = g.maker_through_views(n2, 0), g.maker_through_views(n2, 1)
@@ -102,13 +120,75 @@ def match(g: Graph, n2: int) -> Chain | None:
                 or any(m not in (1, t) for m, t in zip(msizes[::-1], target[::-1]))):
             return None
     chain += [scores, qe, ke, qs, ks, kt]
+    name, kernel, functional = "pterun::attention", kernels.attention_out, kernels.attention
+    if grouped:
+        kr, vr = _repeated(g, kt), _repeated(g, ve)
+        if kr is None or vr is None or kr.groups != vr.groups or not kr.steps.isdisjoint(vr.steps):
+            return None
+        name, kernel, functional = "pterun::grouped_attention", kernels.grouped_attention_out, kernels.grouped_attention
+        k, v = kr.source, vr.source
+        chain += [*kr.steps, *vr.steps]
     args = (q, k, v, g.arg(qs, 1), g.arg(ks, 1)) + ((mask,) if mask is not None else ()) + (out,)
     last = len(args) - 1
     keywords = ((("mask", last - 1),) if mask is not None else ()) + (("out", last),)
-    binding = Binding(kernels.attention_out, (0, 1, 2, 3, 4), keywords, writes=(last,), strided=True,
-                      functional=Functional(kernels.attention, outputs=(last,)))
-    return Chain("pterun::attention", frozenset(chain), binding, args,
-                 (q, k, v) + ((mask,) if mask is not None else ()))
+    binding = Binding(kernel, (0, 1, 2, 3, 4), keywords, writes=(last,), strided=True,
+                      functional=Functional(functional, outputs=(last,)))
+    return Chain(name, frozenset(chain), binding, args, (q, k, v) + ((mask,) if mask is not None else ()))
+
+
+class _Repeat(NamedTuple):
+    source: int  # the grouped tensor [..., heads, length, e]
+    groups: int  # query heads per head of the source
+    steps: frozenset[int]
+
+
+_CLONE, _CAST = "dim_order_ops::_clone_dim_order.out", "dim_order_ops::_to_dim_order_copy.out"
+
+
+def _repeated(g: Graph, n: int) -> _Repeat | None:
+    """The tensor step ``n`` reads (argument 0) as the exporter repeats a grouped one for the queries' heads:
+    ``x[..., :, None].expand(..., h, groups, s, e)`` cloned and viewed as ``[..., h * groups, s, e]``, then
+    perhaps cast (contiguous to contiguous, only the dtype changes)."""
+    steps: list[int] = []
+    made, views = g.maker_through_views(n, 0)
+    steps += views
+    if g.runs(made, _CAST) and plain_cast(g, made):
+        steps.append(made)
+        made, views = g.maker_through_views(made, 0)
+        steps += views
+    if not g.runs(made, _CLONE) or g.value(g.arg(made, 1)) is not False:
+        return None
+    clone = made
+    expand = g.maker_of(clone, 0)
+    if not g.runs(expand, "aten::expand_copy.out"):
+        return None
+    unsqueeze = g.maker_of(expand, 0)
+    if not g.runs(unsqueeze, "aten::unsqueeze_copy.out"):
+        return None
+    source = g.arg(unsqueeze, 0)
+    src, cloned, read = g.tensor(source), g.tensor(g.made_value(clone)), g.tensor(g.arg(n, 0))
+    if src is None or cloned is None or read is None or len(src.sizes) < 3 or not contiguous(cloned):
+        return None
+    *batch, heads, length, e = src.sizes
+    rank = len(src.sizes)
+    if g.value(g.arg(unsqueeze, 1)) not in (rank - 2, -3):
+        return None
+    sizes = list(g.value(g.arg(expand, 1)))
+    if len(sizes) != rank + 1 or not isinstance(sizes[rank - 2], int) or sizes[rank - 2] < 1:
+        return None
+    groups = sizes[rank - 2]
+    listed = g.plan.values[g.arg(expand, 1)]
+    kept = [*batch, heads, length, e]
+    # A size computed at run time stands for the source's own there, as in a no-op expand (see _noop_expand).
+    items = list(listed.items) if isinstance(listed, ListValue) else [None] * (rank + 1)
+    del sizes[rank - 2], items[rank - 2]
+    if any(size != bound and (item is None or not g.is_dynamic_int(item))
+           for size, bound, item in zip(sizes, kept, items)):
+        return None
+    if (list(cloned.sizes) != [*batch, heads, groups, length, e]
+            or list(read.sizes) != [*batch, heads * groups, length, e]):
+        return None
+    return _Repeat(source, groups, frozenset([*steps, clone, expand, unsqueeze]))
 
 
 def _hidden_rows(g: Graph, cond: int | None, scores: int | None) -> list[int] | None:
