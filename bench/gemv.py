@@ -1,18 +1,22 @@
-"""The one-row kernels alone, at the SwiGLU benchmark's shapes: achieved bandwidth, inside CUDA graphs.
+"""The one-row kernels alone: achieved bandwidth inside CUDA graphs, against cuBLAS on the same shapes.
 
-    python bench/gemv.py            # the tilings gemv.tiling() picks, the fused gate/up kernel, the whole MLP
-    python bench/gemv.py --search   # every tiling of a grid, best first
+    python bench/gemv.py                 # the SwiGLU benchmark's shapes: the tilings gemv.tiling() picks, the
+                                         # fused gate/up kernel, the whole MLP
+    python bench/gemv.py --shapes 1b     # a 1B Llama decoder's products (bench/llm_gpu.py's "1b")
+    python bench/gemv.py --search        # every tiling of a grid, best first
 
-Each timing replays a captured graph of 8 launches over 4 weight sets in
-rotation (so the 60 MB L2 cannot hold the one being read), median of 30
-replays, CUDA events. Every result is checked against a float64 reference
-after a replay of the graph, with outputs poisoned before it.
+Each timing replays a captured graph of launches over weight sets in
+rotation, at least 8 and enough sets for 200 MB (so the L2 cannot hold the
+one being read, as in a decode step, where every product reads new weights),
+median of 30 replays, CUDA events. Every result is checked against a float64
+reference after a replay of the graph, with outputs poisoned before it.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -29,12 +33,19 @@ try:  # Triton exists where a GPU does; --help works without it
 except ImportError:
     gate_up = gemv = tiling = Tiling = None  # type: ignore[assignment,misc]
 
-SETS, PER_GRAPH = 4, 8
-SHAPES = {"gemv 11008x4096": (11008, 4096), "gemv 4096x11008": (4096, 11008), "gate+up 2x11008x4096": (11008, 4096)}
+PER_GRAPH, ROTATION_BYTES = 8, 200e6
+SHAPE_SETS = {
+    "swiglu": {"gemv 11008x4096": (11008, 4096), "gemv 4096x11008": (4096, 11008),
+               "gate+up 2x11008x4096": (11008, 4096)},
+    # Llama-3.2-1B's layers: q and o, k and v (8 of 32 heads), gate and up, down; the 32000-token head.
+    "1b": {"gemv 2048x2048": (2048, 2048), "gemv 512x2048": (512, 2048), "gate+up 2x8192x2048": (8192, 2048),
+           "gemv 2048x8192": (2048, 8192), "gemv 32000x2048": (32000, 2048)},
+}
 
 
 def graph_ms(launches: list, per_graph: int = PER_GRAPH, replays: int = 30) -> float:
-    """Median ms per launch of a graph that runs ``launches`` in rotation."""
+    """Median ms per launch of a graph that runs ``launches`` in rotation (each at least once)."""
+    per_graph = max(per_graph, len(launches))
     for launch in launches:
         launch()
     torch.cuda.synchronize()
@@ -58,20 +69,27 @@ class Case:
     """One kernel at one shape: weight sets, inputs, outputs, a float64 reference, and its launches."""
 
     def __init__(self, label: str, seed: int = 0) -> None:
-        n, k = SHAPES[label]
+        n, k = ALL_SHAPES[label]
         g = torch.Generator(device="cuda").manual_seed(seed)
         self.fused = label.startswith("gate")
         count = 2 if self.fused else 1
-        self.weights = [[(torch.randn(n, k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
-                         for _ in range(count)] for _ in range(SETS)]
-        self.x = torch.randn(k, device="cuda", generator=g).to(torch.bfloat16)
-        self.outs = [torch.empty(n, device="cuda", dtype=torch.bfloat16) for _ in range(SETS)]
         self.nbytes = count * n * k * 2
+        sets = max(4, math.ceil(ROTATION_BYTES / self.nbytes))
+        self.weights = [[(torch.randn(n, k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+                         for _ in range(count)] for _ in range(sets)]
+        self.x = torch.randn(k, device="cuda", generator=g).to(torch.bfloat16)
+        self.outs = [torch.empty(n, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
 
     def launches(self, tile: Tiling | None) -> list:
         if self.fused:
             return [lambda w=w, o=o: gate_up(w[0], w[1], self.x, o, tile) for w, o in zip(self.weights, self.outs)]
         return [lambda w=w, o=o: gemv(w[0], self.x, o, tile) for w, o in zip(self.weights, self.outs)]
+
+    def cublas_ms(self) -> float:
+        """The same products as torch.mm of the one row against the transposed weights (what Inductor calls)."""
+        x = self.x[None]
+        return graph_ms([lambda w=w, o=o: [torch.mm(x, m.t(), out=o[None]) for m in w]
+                         for w, o in zip(self.weights, self.outs)])
 
     def error(self) -> float:
         worst = 0.0
@@ -111,14 +129,17 @@ def _compile(job) -> None:
     torch.cuda.synchronize()
 
 
-def search(bandwidth: float) -> None:
+ALL_SHAPES = {label: shape for shapes in SHAPE_SETS.values() for label, shape in shapes.items()}
+
+
+def search(bandwidth: float, shapes: dict) -> None:
     tiles = grid()
-    jobs = [(label, t) for label in SHAPES for t in tiles]
+    jobs = [(label, t) for label in shapes for t in tiles]
     # Compile in parallel processes (Triton's disk cache), time here one at a time.
     context = torch.multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(min(16, os.cpu_count() or 1), mp_context=context) as pool:
         list(pool.map(_compile, jobs))
-    for label in SHAPES:
+    for label in shapes:
         case = Case(label)
         rows = []
         for t in tiles:
@@ -172,18 +193,24 @@ def whole_mlp(bandwidth: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--search", action="store_true")
+    parser.add_argument("--shapes", choices=sorted(SHAPE_SETS), default="swiglu")
     args = parser.parse_args()
     if gemv is None:
         raise SystemExit("bench/gemv.py times pterun's Triton kernels: it needs Triton and a CUDA device")
     bandwidth = copy_bandwidth()
     print(f"device-to-device copy: {bandwidth / 1e12:.2f} TB/s")
+    shapes = SHAPE_SETS[args.shapes]
     if args.search:
-        search(bandwidth)
-    for label, (n, k) in SHAPES.items():
+        search(bandwidth, shapes)
+    for label, (n, k) in shapes.items():
         case = Case(label)
         ms, err = case.measure(None)
+        cublas = case.cublas_ms()
         print(f"{label} {tuple(tiling(n, k))}: {ms * 1e3:.1f} µs, {case.nbytes / (ms / 1e3) / 1e12:.2f} TB/s = "
-              f"{case.nbytes / (ms / 1e3) / bandwidth:.0%} of copy bandwidth, err {err:.1e}")
+              f"{case.nbytes / (ms / 1e3) / bandwidth:.0%} of copy bandwidth, err {err:.1e}; "
+              f"cuBLAS {cublas * 1e3:.1f} µs = {case.nbytes / (cublas / 1e3) / bandwidth:.0%}")
+    if args.shapes != "swiglu":
+        return
     w = torch.randn(11008, 4096, device="cuda").to(torch.bfloat16)
     x = torch.randn(4096, device="cuda").to(torch.bfloat16)
     ms = graph_ms([lambda: torch.mv(w, x)])

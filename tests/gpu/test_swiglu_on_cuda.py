@@ -44,6 +44,20 @@ def test_swiglu_runs_fused_in_a_graph_with_the_unfused_outputs():
     assert fused.cuda_graph.replaying, "premise: the last calls replayed the captured graph"
 
 
+def test_a_compiled_swiglu_gives_the_plain_calls_bits():
+    """compile=True keeps the fused step: Inductor launches the one-row gate/up kernel and the one-row product
+    from its own code (kernels/triton: operators it sees into), so a compiled call of one token gives the plain
+    call's bits, where cuBLAS's products and Inductor's SiLU would round differently."""
+    pte, plain, calls, _ = _fused("swiglu-bfloat16")
+    compiled = pterun.Runtime.get().load_program(pte, device="cuda", compile=True).load_method("forward")
+    assert "pterun_swiglu(" in compiled.functional_source, "premise: the functional form keeps the fused step"
+    for _ in range(3):  # compile, capture, replay
+        for call in calls:
+            assert call[0].shape[0] == 1, "premise: one token, the shape the kernels take"
+            assert torch.equal(compiled.execute(on("cuda", call))[0], plain.execute(on("cuda", call))[0])
+    assert compiled.compile_status == "compiled"
+
+
 def test_swiglu_over_dynamic_rows_is_fused_and_sizes_its_out():
     _, method, calls, expected = _fused("swiglu-bfloat16-dynamic")
     for _ in range(2):

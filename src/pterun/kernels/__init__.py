@@ -42,19 +42,20 @@ def _cuda_mm(count: int) -> Binding:
 
     generic = aten.aten_kernel("aten::mm.out")(count)
     try:
-        from pterun.kernels.triton.gemv import mm_out
+        from pterun.kernels.triton.gemv import mm, mm_out
     except ImportError:  # no Triton: torch's kernel
         return generic
     return Binding(mm_out, (0, 1), (("out", 2),), None, (), generic.writes, accepts=generic.accepts, strided=True,
-                   functional=generic.functional)
+                   functional=Functional(mm, (2,)))
 
 
 def _cuda_swiglu(count: int) -> Binding:
     """swiglu(x, gate_t, up_t, out=h): the gate and up weights read in one pass by a Triton kernel."""
-    from pterun.kernels.triton.gated import swiglu_out
+    from pterun.kernels.triton.gated import swiglu, swiglu_out
 
     return exact_count(Binding(swiglu_out, (0, 1, 2), (("out", 3),), None, (), (3,),
-                               accepts=(frozenset({"tensor"}),) * 4, strided=True), 4, "pterun::swiglu.out")(count)
+                               accepts=(frozenset({"tensor"}),) * 4, strided=True, functional=Functional(swiglu, (3,))),
+                       4, "pterun::swiglu.out")(count)
 
 
 __all__ = ["Binding", "Functional", "KernelFactory", "KernelRegistry", "default_registry", "exact_count", "fixed_arity"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.library import triton_op, wrap_triton
 from triton.language.extra import libdevice
 
 from pterun.kernels.triton.gemv import Tiling, _row_block_dot, one_row, tiling
@@ -59,5 +60,31 @@ def swiglu_out(x: torch.Tensor, gate_t: torch.Tensor, up_t: torch.Tensor, out: t
         out.resize_(x.shape[0], gate_t.shape[1])  # a dynamic out arrives emptied: sized here, within its bound
     if applies(x, gate_t, up_t, out):
         return gate_up(gate_t.t(), up_t.t(), x[0], out[0])
+    return torch.mul(*_chain(x, gate_t, up_t), out=out)
+
+
+def _chain(x: torch.Tensor, gate_t: torch.Tensor, up_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exported steps but the last product, for shapes the kernel does not take: silu(gate) rounded, and up."""
     gate = torch.mm(x, gate_t).float()
-    return torch.mul((gate * torch.sigmoid(gate)).to(x.dtype), torch.mm(x, up_t), out=out)
+    return (gate * torch.sigmoid(gate)).to(x.dtype), torch.mm(x, up_t)
+
+
+@triton_op("pterun::one_row_swiglu", mutates_args=())
+def one_row_swiglu(x: torch.Tensor, gate_t: torch.Tensor, up_t: torch.Tensor) -> torch.Tensor:
+    """``gate_up`` as an operator TorchInductor sees into (it allocates the result and launches the kernel)."""
+    k, n = gate_t.shape
+    out = torch.empty((1, n), device=x.device, dtype=x.dtype)
+    t = tiling(n, k)
+    wrap_triton(_gate_up)[(triton.cdiv(n, t.rows),)](gate_t, up_t, x, out, n, k, gate_t.stride(1), up_t.stride(1),
+                                                     BLOCK_N=t.rows, BLOCK_K=t.cols, EVEN_N=n % t.rows == 0,
+                                                     num_warps=t.warps, num_stages=t.stages)
+    return out
+
+
+def swiglu(x: torch.Tensor, gate_t: torch.Tensor, up_t: torch.Tensor) -> torch.Tensor:
+    """The fused step's functional form for ``torch.compile``: one token through the kernel (the bits of the
+    plain call), other shapes as the exported steps, which Inductor fuses."""
+    if one_row(x, gate_t) and one_row(x, up_t) and gate_t.shape == up_t.shape:
+        return torch.ops.pterun.one_row_swiglu(x, gate_t, up_t)
+    silu, up = _chain(x, gate_t, up_t)
+    return silu * up

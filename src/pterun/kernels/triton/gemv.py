@@ -20,6 +20,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+from torch.library import triton_op, wrap_triton
 
 
 class Tiling(NamedTuple):
@@ -96,3 +97,24 @@ def mm_out(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     if applies(a, b, out):
         return gemv(b.t(), a[0], out[0])
     return torch.mm(a, b, out=out)
+
+
+@triton_op("pterun::one_row_mm", mutates_args=())
+def one_row_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``gemv`` as an operator TorchInductor sees into: it allocates the result and launches the kernel from its
+    own code. ``b`` is W^T of a row-major W, so b's storage is W's."""
+    k, n = b.shape
+    out = torch.empty((1, n), device=a.device, dtype=a.dtype)
+    t = tiling(n, k)
+    wrap_triton(_gemv)[(triton.cdiv(n, t.rows),)](b, a, out, n, k, b.stride(1), BLOCK_N=t.rows, BLOCK_K=t.cols,
+                                                  EVEN_N=n % t.rows == 0, num_warps=t.warps, num_stages=t.stages)
+    return out
+
+
+def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """mm's functional form for ``torch.compile``: a one-row product in half precision through the same kernel
+    as ``mm_out`` (so compiled and plain calls give the same bits), the rest cuBLAS's, which Inductor picks for
+    shapes of more rows."""
+    if one_row(a, b):
+        return torch.ops.pterun.one_row_mm(a, b)
+    return torch.mm(a, b)

@@ -12,8 +12,9 @@ Where the kernel registry holds ``pterun::swiglu.out`` for the method's
 device (on CUDA with Triton, kernels/triton/gated.py: both weights read in one
 pass), the seven steps become one call ``swiglu(x, Wg^T, Wu^T, out=h)``. The
 kernel rounds as the steps do, so the result is theirs. It reads ``x`` while
-it writes ``h``: the two may share no bytes. The kernel has no functional
-form: with ``compile=True`` TorchInductor fuses the steps on its own.
+it writes ``h``: the two may share no bytes. With ``compile=True`` the fused
+step stays too: one token through the same kernel (an operator Inductor
+launches from its code), other shapes as the steps, which Inductor fuses.
 """
 
 from __future__ import annotations
