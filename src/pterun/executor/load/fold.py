@@ -25,7 +25,9 @@ jumps keep their copies: their instruction order is not the order they run in.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
+from functools import cached_property
 
 import torch
 
@@ -47,38 +49,58 @@ def overlaps(a: TensorSpec, b: TensorSpec) -> bool:
             and b.memory_offset < a.memory_offset + a.nbytes)
 
 
-class Rewriter:
-    """Which copies of a method's steps could be views, and which views the exporter planned (fuse/ asks
-    the same of a chain's intermediate values)."""
+class PlannedViews:
+    """The views the exporter planned: tensors of an arena that steps read and never write, with the bytes they span.
+    Worked out once per method: they depend on its steps before any pass."""
 
-    def __init__(self, plan: Plan, steps: list, objects: list, computed: AbstractSet[int], effects: MethodEffects,
-                 original: MethodEffects) -> None:
-        """``effects`` are those of ``steps``; ``original`` those of the method's steps before any were folded
-        (a copy folded into a view of constants no longer writes its planned bytes, yet is no planned view)."""
-        self.plan, self.steps, self.objects, self.effects = plan, steps, objects, effects
-        self.outputs = set(plan.outputs)
+    def __init__(self, plan: Plan, original: MethodEffects) -> None:
+        """``original``: the effects of the method's steps before any were folded (a copy folded into a view of
+        constants no longer writes its planned bytes, yet is no planned view)."""
         written = set(original.writers) | original.bound | set(plan.inputs)
-        # The views the exporter planned: tensors of an arena read and never written, with the bytes they span.
-        self._views: dict[int, tuple[int, int, int]] = {}
+        views: dict[int, tuple[int, int, int]] = {}
         for vi in original.readers:
             value = plan.values[vi]
             if (vi not in written and isinstance(value, TensorSpec) and value.data_buffer_idx == 0
                     and (span := planned_bytes(value)) is not None):
-                self._views[vi] = span
-        # The same views by arena, ordered by where they start: a question about some bytes looks only at
-        # the views that start before those bytes end (a method has thousands of views and of questions).
-        self._by_arena: dict[int, tuple[list[int], list[tuple[int, int]]]] = {}
-        for vi, (arena, start, end) in sorted(self._views.items(), key=lambda item: item[1][1]):
+                views[vi] = span
+        # By arena, ordered by where they start: a question about some bytes looks only at the views that start
+        # before those bytes end (a method has thousands of views and of questions).
+        self._by_arena: dict[int, tuple[list[int], list[tuple[int, int, int]]]] = {}
+        for vi, (arena, start, end) in sorted(views.items(), key=lambda item: item[1][1]):
             starts, entries = self._by_arena.setdefault(arena, ([], []))
             starts.append(start)
-            entries.append((vi, end))
+            entries.append((vi, start, end))
+
+    def overlapping(self, span: tuple[int, int, int]) -> list[tuple[int, int, int]]:
+        """(view, start, end) of each view whose bytes overlap ``span``'s (arena, start, end)."""
+        found = self._by_arena.get(span[0])
+        if found is None:
+            return []
+        starts, entries = found
+        return [entry for entry in entries[:bisect.bisect_left(starts, span[2])] if entry[2] > span[1]]
+
+
+class Rewriter:
+    """Which copies of a method's steps could be views, and which views the exporter planned read what a step
+    writes (fuse/ asks the same of a chain's intermediate values)."""
+
+    def __init__(self, plan: Plan, steps: list, objects: list, computed: AbstractSet[int], effects: MethodEffects,
+                 views: PlannedViews) -> None:
+        """``effects`` are those of ``steps``, ``views`` the method's planned views."""
+        self.plan, self.steps, self.objects, self.effects, self.views = plan, steps, objects, effects, views
+        self.computed = computed
+        self.outputs = set(plan.outputs)
         self.ordered = not any(isinstance(s, JumpFalseCall) for s in steps)  # steps run in the order listed
-        self._whole = [self._whole_writes(step) for step in steps]  # per step: (arena, start, end) it writes whole
-        # Values known only at run time (symbolic sizes), directly or inside a list.
-        self.moving = set(computed)
-        for li, value in enumerate(plan.values):
-            if isinstance(value, ListValue) and value.kind == Kind.INT_LIST and self.moving.intersection(value.items):
-                self.moving.add(li)
+        self._whole: dict[int, tuple[tuple[int, int, int], ...]] = {}  # step -> (arena, start, end) it writes whole
+
+    @cached_property
+    def moving(self) -> set[int]:
+        """Values known only at run time (symbolic sizes), directly or inside a list."""
+        moving = set(self.computed)
+        for li, value in enumerate(self.plan.values):
+            if isinstance(value, ListValue) and value.kind == Kind.INT_LIST and moving.intersection(value.items):
+                moving.add(li)
+        return moving
 
     def candidate(self, n: int, step) -> tuple | None:
         """(view op, output value) when step ``n`` is a copy whose result could be a view."""
@@ -96,44 +118,45 @@ class Rewriter:
             return None
         if not all(self.effects.effects[r].strided for r in self.effects.readers.get(out, ())):
             return None
-        if spec.memory_id is not None and any(self.reads_through(a, spec, n) for a in self.overlapping(spec)):
+        if any(True for _ in self.reading_after(spec, n)):
             return None
         return view, out
 
-    def overlapping(self, spec: TensorSpec) -> list[int]:
-        """The planned views whose bytes overlap ``spec``'s (none for a tensor with no planned bytes)."""
-        span = planned_bytes(spec)
-        found = self._by_arena.get(span[0]) if span is not None else None
-        if span is None or found is None:
-            return []
-        starts, entries = found
-        end = bisect.bisect_left(starts, span[2])
-        return [vi for vi, stop in entries[:end] if stop > span[1]]
-
-    def reads_through(self, alias: int, spec: TensorSpec, n: int) -> bool:
-        """Whether the view ``alias`` the exporter planned may read, through the arena, bytes that step ``n``
-        writes.
+    def reading_after(self, spec: TensorSpec, n: int) -> Iterator[int]:
+        """The views the exporter planned that may read, through the arena, bytes of ``spec`` that step ``n``
+        writes (none for a tensor with no planned bytes).
 
         Memory planning reuses bytes, so a planned view often overlaps a copy's result without viewing
         it. It reads the copy's bytes only if one of its readers runs after step ``n`` and no step in
         between writes the whole overlap again."""
-        arena, lo, hi = self._views[alias]
         span = planned_bytes(spec)
-        if span is None or span[0] != arena or not (span[1] < hi and lo < span[2]):
-            return False
-        if not self.ordered:
-            return True
-        start, end = max(lo, span[1]), min(hi, span[2])
-        # Only the first reader after step n matters: a step that rewrites the overlap before it also
-        # comes before every later reader.
-        readers = self.effects.readers.get(alias, ())  # in step order
-        i = bisect.bisect_right(readers, n)
-        if i == len(readers):
-            return False
-        return not any(self._rewrites(k, arena, start, end) for k in range(n + 1, readers[i]))
+        if span is None:
+            return
+        arena, lo, hi = span
+        readers = self.effects.readers
+        for alias, start, end in self.views.overlapping(span):
+            if not self.ordered:
+                yield alias
+                continue
+            # Only the first reader after step n matters: a step that rewrites the overlap before it also
+            # comes before every later reader.
+            read = readers.get(alias, ())  # in step order
+            if not read or read[-1] <= n:
+                continue
+            first = read[bisect.bisect_right(read, n)]
+            if not self._rewritten(n + 1, first, arena, max(lo, start), min(hi, end)):
+                yield alias
 
-    def _rewrites(self, k: int, memory_id: int, start: int, end: int) -> bool:
-        return any(m == memory_id and lo <= start and end <= hi for m, lo, hi in self._whole[k])
+    def _rewritten(self, first: int, stop: int, memory_id: int, start: int, end: int) -> bool:
+        """Whether a step from ``first`` up to ``stop`` writes bytes ``start:end`` of arena ``memory_id`` whole."""
+        for k in range(first, stop):
+            spans = self._whole.get(k)
+            if spans is None:
+                spans = self._whole[k] = self._whole_writes(self.steps[k])
+            for m, lo, hi in spans:
+                if m == memory_id and lo <= start and end <= hi:
+                    return True
+        return False
 
     def _whole_writes(self, step) -> tuple[tuple[int, int, int], ...]:
         # A kernel's out argument of static shape is written whole, as is one it declares it covers; in-place
@@ -157,13 +180,13 @@ class Rewriter:
 
 
 def fold_constant_views(plan: Plan, steps: list, objects: list, constants: frozenset[int], computed: frozenset[int],
-                        effects: MethodEffects) -> tuple[list, dict[int, torch.Tensor]]:
+                        effects: MethodEffects, planned: PlannedViews) -> tuple[list, dict[int, torch.Tensor]]:
     """Copies of constants computed now, as views: the steps with those copies replaced by None, and the
     views made, by value (constants themselves, from now on).
 
     ``objects`` are the values made at load, ``constants`` the values that are constants, ``computed``
-    those steps assign, ``effects`` the steps' effects."""
-    rw = Rewriter(plan, steps, objects, computed, effects, effects)
+    those steps assign, ``effects`` the steps' effects, ``planned`` the views the exporter planned."""
+    rw = Rewriter(plan, steps, objects, computed, effects, planned)
     views: dict[int, torch.Tensor] = {}
     result = []
     for n, step in enumerate(steps):
@@ -220,13 +243,13 @@ def with_views(plan: Plan, objects: list, views: dict[int, torch.Tensor]) -> lis
 
 
 def elide_view_copies(plan: Plan, steps: list, objects: list, computed: frozenset[int], params: set[int],
-                      effects: MethodEffects, original: MethodEffects) -> tuple[list, frozenset[int]]:
+                      effects: MethodEffects, views: PlannedViews) -> tuple[list, frozenset[int]]:
     """Copies of activations that can be views made in their place; returns the steps and the new locals.
 
-    ``effects`` are those of ``steps``, ``original`` those of the method's steps before any were folded."""
+    ``effects`` are those of ``steps``, ``views`` the method's planned views."""
     if any(isinstance(s, JumpFalseCall) for s in steps):
         return steps, frozenset()
-    rw = Rewriter(plan, steps, objects, computed, effects, original)
+    rw = Rewriter(plan, steps, objects, computed, effects, views)
     result = list(steps)
     made: set[int] = set()
     for n, step in enumerate(steps):

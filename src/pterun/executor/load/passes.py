@@ -25,7 +25,7 @@ from functools import cached_property
 
 from pterun.executor.context import LoadContext
 from pterun.executor.load.effects import MethodEffects
-from pterun.executor.load.fold import elide_view_copies, fold_constant_views, with_views
+from pterun.executor.load.fold import PlannedViews, elide_view_copies, fold_constant_views, with_views
 from pterun.executor.load.fuse import find_chains, fused, patterns
 from pterun.executor.load.fuse.common import Chain
 from pterun.executor.load.fuse.positions import keep_positions_on_device
@@ -57,9 +57,14 @@ class Load:
         found = self._chains.get(stage)
         if found is None:
             matchers = patterns(self.context.registries.kernels, self.context.run_device.type)
-            found = self._chains[stage] = find_chains(self.plan, stage.steps, stage.objects, self.original,
-                                                      stage.effects, matchers)
+            found = self._chains[stage] = find_chains(self.plan, stage.steps, stage.objects, stage.effects,
+                                                      self.views, matchers)
         return found
+
+    @cached_property
+    def views(self) -> PlannedViews:
+        """The views the exporter planned, which every pass that turns copies into views or fuses asks about."""
+        return PlannedViews(self.plan, self.original)
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,14 +88,14 @@ Pass = Callable[[Load, Stage], Stage]
 
 def fold_constant_copies(load: Load, stage: Stage) -> Stage:
     steps, views = fold_constant_views(load.plan, stage.steps, stage.objects, stage.constants, stage.computed,
-                                       stage.effects)
+                                       stage.effects, load.views)
     return replace(stage, steps=steps, objects=with_views(load.plan, stage.objects, views),
                    constants=stage.constants | views.keys(), known=stage.effects)
 
 
 def elide_activation_copies(load: Load, stage: Stage) -> Stage:
     steps, made = elide_view_copies(load.plan, stage.steps, stage.objects, stage.computed, set(load.params),
-                                    stage.effects, load.original)
+                                    stage.effects, load.views)
     return replace(stage, steps=steps, computed=stage.computed | made, known=stage.effects)
 
 

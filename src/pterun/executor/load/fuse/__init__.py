@@ -35,7 +35,7 @@ from collections import Counter
 
 from pterun.core.device import DeviceType
 from pterun.executor.load.effects import MethodEffects
-from pterun.executor.load.fold import Rewriter, overlaps
+from pterun.executor.load.fold import PlannedViews, Rewriter, overlaps
 from pterun.executor.load.fuse import attention, rms_norm, rotary, rotate_half, swiglu
 from pterun.executor.load.fuse.common import Chain, Graph
 from pterun.executor.load.steps import KernelStep
@@ -52,27 +52,25 @@ def patterns(kernels: KernelRegistry, device_type: DeviceType) -> tuple:
             + ((found,) if found is not None else ()))
 
 
-def find_chains(plan: Plan, steps: list, objects: list, original: MethodEffects, effects: MethodEffects,
+def find_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects, views: PlannedViews,
                 matchers: tuple) -> tuple[list[Chain], MethodEffects]:
     """Every chain of ``steps`` that can be replaced by one fused call, and the effects of the steps with them all
-    fused. ``original`` are the effects of the method's steps before any were folded, ``effects`` those of
-    ``steps``.
+    fused. ``effects`` are those of ``steps``, ``views`` the method's planned views.
 
     Found in rounds (see the module's docstring)."""
     if any(isinstance(s, JumpFalseCall) for s in steps):
         return [], effects
     chains: list[Chain] = []
-    while found := _round(plan, effects, objects, original, matchers):
+    while found := _round(plan, effects, objects, views, matchers):
         chains += found
         effects = effects.after(fused(steps, chains))
     return chains, effects
 
 
-def _round(plan: Plan, current: MethodEffects, objects: list, effects: MethodEffects,
-           matchers: tuple) -> list[Chain]:
+def _round(plan: Plan, current: MethodEffects, objects: list, views: PlannedViews, matchers: tuple) -> list[Chain]:
     steps = list(current.steps)
     g = Graph(plan, steps, objects)
-    rw = Rewriter(plan, steps, objects, set(), current, effects)
+    rw = Rewriter(plan, steps, objects, set(), current, views)
     binders: dict[int, set[int]] = {}
     for n, e in enumerate(current.effects):
         for vi in e.binds:
@@ -121,9 +119,7 @@ def _unobserved(plan: Plan, rw: Rewriter, effects: MethodEffects, binders: dict[
             return False
         if not set(effects.readers.get(made, ())) <= chain.steps:
             return False
-        if (spec.memory_id is not None
-                and any(rw.reads_through(a, spec, k) and not set(effects.readers.get(a, ())) <= chain.steps
-                        for a in rw.overlapping(spec))):
+        if any(not set(effects.readers.get(a, ())) <= chain.steps for a in rw.reading_after(spec, k)):
             return False
     for vi in chain.inputs:
         first = min(k for k in chain.steps if vi in rw.steps[k].args)
