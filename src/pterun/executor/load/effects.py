@@ -55,8 +55,11 @@ class MethodEffects:
         self._points_to = self._bindings()
         self.bound: set[int] = {b for e in self.effects for b in e.binds}  # values some step binds
         self.syncs = any(e.syncs for e in self.effects)  # some step reads tensor values on the host
-        # A value's memory depends on the binds alone: where a rewrite leaves them as they were, what was resolved
-        # is kept, and only the steps it changed are looked at again (a pass changes tens of a method's hundreds).
+        # A value no step binds, and no list, is its own memory whatever the binds of others: kept for every rewrite.
+        self._own: dict[int, frozenset[int]] = kept._own if kept is not None else {}
+        # Any other value's memory depends on the binds alone: where a rewrite leaves them as they were, what was
+        # resolved is kept, and only the steps it changed are looked at again (a pass changes tens of a method's
+        # hundreds).
         if kept is not None and kept._points_to == self._points_to:
             self._memo: dict[int, frozenset[int]] = kept._memo
             self.written: list[frozenset[int]] = list(kept.written)  # per step: memory it writes
@@ -103,13 +106,17 @@ class MethodEffects:
     def _memory_of(self, value: int) -> frozenset[int]:
         # Each value's memory once per set of effects: every step's reads and writes ask for it, thousands of
         # values a load (a 100M decoder's XNNPACK program: 215 -> 202 ms warm with it kept).
+        points_to = self._points_to
+        found = self._own.get(value)
+        if found is not None and value not in points_to:
+            return found
         found = self._memo.get(value)
         if found is not None:
             return found
-        points_to, values_ = self._points_to, self.plan.values
+        values_ = self.plan.values
         item = values_[value]
         if value not in points_to and not (isinstance(item, ListValue) and item.kind in _TENSOR_LISTS):
-            found = self._memo[value] = frozenset((value,))  # most values: their own memory, bound by no step
+            found = self._own[value] = frozenset((value,))  # most values: bound by no step
             return found
         seen, stack, out = set(), [value], set()
         while stack:
@@ -140,17 +147,23 @@ def _moved(index: dict[int, list[int]], before: Sequence[frozenset[int]], after:
            changed: Sequence[int]) -> dict[int, list[int]]:
     """``index`` (``_by_memory(before)``) for ``after``, which differs from ``before`` at the steps ``changed`` only;
     ``index`` and its lists stay as they were (the effects they belong to are kept too)."""
-    found = dict(index)
+    gone: dict[int, set[int]] = {}  # memory -> the changed steps that no longer touch it
+    new: dict[int, list[int]] = {}  # memory -> the changed steps that now do
     for n in changed:
-        old, new = before[n], after[n]
-        for m in old - new:
-            rest = [k for k in found[m] if k != n]
-            if rest:
-                found[m] = rest
-            else:
-                del found[m]
-        for m in new - old:
-            found[m] = sorted((*found.get(m, ()), n))
+        for m in before[n] - after[n]:
+            gone.setdefault(m, set()).add(n)
+        for m in after[n] - before[n]:
+            new.setdefault(m, []).append(n)
+    found = dict(index)
+    for m in gone.keys() | new.keys():
+        drop = gone.get(m, ())
+        steps = [k for k in index.get(m, ()) if k not in drop]
+        if m in new:
+            steps = sorted(steps + new[m])
+        if steps:
+            found[m] = steps
+        else:
+            del found[m]
     return found
 
 
