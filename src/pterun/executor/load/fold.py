@@ -91,7 +91,8 @@ class Rewriter:
         self.computed = computed
         self.outputs = set(plan.outputs)
         self.ordered = not any(isinstance(s, JumpFalseCall) for s in steps)  # steps run in the order listed
-        self._whole: dict[int, tuple[tuple[int, int, int], ...]] = {}  # step -> (arena, start, end) it writes whole
+        # Per step, the (arena, start, end) it writes whole; None until asked.
+        self._whole: list[tuple[tuple[int, int, int], ...] | None] = [None] * len(steps)
 
     @cached_property
     def moving(self) -> set[int]:
@@ -149,10 +150,11 @@ class Rewriter:
 
     def _rewritten(self, first: int, stop: int, memory_id: int, start: int, end: int) -> bool:
         """Whether a step from ``first`` up to ``stop`` writes bytes ``start:end`` of arena ``memory_id`` whole."""
+        whole = self._whole
         for k in range(first, stop):
-            spans = self._whole.get(k)
+            spans = whole[k]
             if spans is None:
-                spans = self._whole[k] = self._whole_writes(self.steps[k])
+                spans = whole[k] = self._whole_writes(self.steps[k])
             for m, lo, hi in spans:
                 if m == memory_id and lo <= start and end <= hi:
                     return True
@@ -190,8 +192,10 @@ def fold_constant_views(plan: Plan, steps: list, objects: list, constants: froze
     views: dict[int, torch.Tensor] = {}
     result = []
     for n, step in enumerate(steps):
-        found = rw.candidate(n, step)
-        if found is not None and (view := _fold_now(rw, step, found, constants, views)) is not None:
+        # Whether the copy reads constants alone first: a copy of activations is a view of no constants, and
+        # asking whether its result could be a view at all costs more.
+        found = rw.candidate(n, step) if _reads_constants(rw, step, constants, views) else None
+        if found is not None and (view := _fold_now(rw, step, found, views)) is not None:
             views[found[1]] = view
             # None rather than removal: steps stay indexed by instruction, as jumps and errors are.
             result.append(None)
@@ -200,14 +204,19 @@ def fold_constant_views(plan: Plan, steps: list, objects: list, constants: froze
     return result, views
 
 
-def _fold_now(rw: Rewriter, step: KernelStep, found, constants: frozenset[int], views: dict):
+def _reads_constants(rw: Rewriter, step, constants: frozenset[int], views: dict) -> bool:
+    """Whether ``step`` is a view's copy whose tensors are all constants (``views``: copies of constants folded)."""
+    if not isinstance(step, KernelStep) or step.binding.view is None:
+        return False
+    inputs = rw.tensor_inputs(step)
+    return bool(inputs) and all(vi in constants or vi in views for vi in inputs)
+
+
+def _fold_now(rw: Rewriter, step: KernelStep, found, views: dict):
     """The view a copy of constants computes, or None."""
     view, out = found
     b = step.binding
     if any(step.args[p] in rw.moving for p in (*b.positional, *(i for _, i in b.keywords))):
-        return None
-    inputs = rw.tensor_inputs(step)
-    if not inputs or not all(vi in constants or vi in views for vi in inputs):
         return None
     converters = dict(b.convert)
 
