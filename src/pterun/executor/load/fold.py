@@ -135,6 +135,7 @@ class Rewriter:
             return
         arena, lo, hi = span
         readers = self.effects.readers
+        later: list[tuple[int, int, int, int]] = []  # (view, its first reader after step n, start, end)
         for alias, start, end in self.views.overlapping(span):
             if not self.ordered:
                 yield alias
@@ -142,14 +143,20 @@ class Rewriter:
             # Only the first reader after step n matters: a step that rewrites the overlap before it also
             # comes before every later reader.
             read = readers.get(alias, ())  # in step order
-            if not read or read[-1] <= n:
-                continue
-            first = read[bisect.bisect_right(read, n)]
-            if not self._rewritten(n + 1, first, arena, max(lo, start), min(hi, end)):
+            if read and read[-1] > n:
+                later.append((alias, read[bisect.bisect_right(read, n)], start, end))
+        if not later:
+            return
+        # A step that rewrites all of the tensor's bytes rewrites every overlap: the views first read after it
+        # (most of them, where planning reuses bytes) need no look of their own.
+        whole = self._first_rewrite(n + 1, max(first for _, first, _, _ in later), arena, lo, hi)
+        for alias, first, start, end in later:
+            if first <= whole and self._first_rewrite(n + 1, first, arena, max(lo, start), min(hi, end)) == first:
                 yield alias
 
-    def _rewritten(self, first: int, stop: int, memory_id: int, start: int, end: int) -> bool:
-        """Whether a step from ``first`` up to ``stop`` writes bytes ``start:end`` of arena ``memory_id`` whole."""
+    def _first_rewrite(self, first: int, stop: int, memory_id: int, start: int, end: int) -> int:
+        """The first step from ``first`` up to ``stop`` that writes bytes ``start:end`` of arena ``memory_id``
+        whole; ``stop`` where none does."""
         whole = self._whole
         for k in range(first, stop):
             spans = whole[k]
@@ -157,8 +164,8 @@ class Rewriter:
                 spans = whole[k] = self._whole_writes(self.steps[k])
             for m, lo, hi in spans:
                 if m == memory_id and lo <= start and end <= hi:
-                    return True
-        return False
+                    return k
+        return stop
 
     def _whole_writes(self, step) -> tuple[tuple[int, int, int], ...]:
         # A kernel's out argument of static shape is written whole, as is one it declares it covers; in-place

@@ -77,7 +77,9 @@ def _round(plan: Plan, current: MethodEffects, objects: list, views: PlannedView
             binders.setdefault(vi, set()).add(n)
     chains: list[Chain] = []
     taken: set[int] = set()
-    for n in range(len(steps)):
+    for n, step in enumerate(steps):
+        if not isinstance(step, KernelStep):
+            continue  # every chain ends at a kernel's step, which becomes its fused call
         for match in matchers:
             chain = match(g, n)
             if chain is None or taken & chain.steps or not _unobserved(plan, rw, current, binders, chain):
