@@ -63,30 +63,32 @@ def merge_clamps(graph: Graph) -> Graph:
     nodes = [copy.copy(n) for n in graph.nodes]
     for n in nodes:
         n.p = copy.copy(n.p)
-    changed = True
-    while changed:
-        changed = False
-        consumers = Counter(v for n in nodes for v in set(inputs_of(n)))
-        for v in graph.outputs:
-            consumers[v.id] += 1
-        producer = {v: n for n in nodes for v in outputs_of(n)}
-        for clamp in nodes:
-            if clamp.kind != "XNNClamp":
-                continue
-            source = clamp.p.input_id
-            prod = producer.get(source)
-            if prod is None or prod.kind not in _CLAMPING or consumers[source] != 1:
-                continue
-            f32 = np.float32
-            lo, hi = f32(clamp.output_min), f32(clamp.output_max)
-            prod.output_min = float(min(max(f32(prod.output_min), lo), hi))
-            prod.output_max = float(min(max(f32(prod.output_max), lo), hi))
-            prod.p.output_id = clamp.p.output_id
-            prod.fused = (*prod.fused, clamp, *clamp.fused)
-            nodes.remove(clamp)
-            changed = True
-            break
-    return Graph(graph.values, nodes, graph.num_externs, graph.inputs, graph.outputs)
+    consumers = Counter(v for n in nodes for v in set(inputs_of(n)))
+    for v in graph.outputs:
+        consumers[v.id] += 1
+    producer = {v: n for n in nodes for v in outputs_of(n)}
+    # One pass in node order: a merge changes who produces the clamp's output (a clamping kernel either way) and
+    # leaves its input unread, so no other clamp's merge is allowed or refused by it.
+    kept = []
+    for clamp in nodes:
+        if clamp.kind != "XNNClamp":
+            kept.append(clamp)
+            continue
+        source = clamp.p.input_id
+        prod = producer.get(source)
+        if prod is None or prod.kind not in _CLAMPING or consumers[source] != 1:
+            kept.append(clamp)
+            continue
+        f32 = np.float32
+        lo, hi = f32(clamp.output_min), f32(clamp.output_max)
+        prod.output_min = float(min(max(f32(prod.output_min), lo), hi))
+        prod.output_max = float(min(max(f32(prod.output_max), lo), hi))
+        prod.p.output_id = clamp.p.output_id
+        prod.fused = (*prod.fused, clamp, *clamp.fused)
+        del producer[source]
+        consumers[source] -= 1
+        producer[clamp.p.output_id] = prod
+    return Graph(graph.values, kept, graph.num_externs, graph.inputs, graph.outputs)
 
 
 def pointwise_rows(graph: Graph) -> Graph:
