@@ -329,9 +329,10 @@ def test_one_query_attention_is_float32_products_and_a_safe_softmax():
 
 
 def test_one_query_over_a_grouped_cache_is_the_repeated_caches_attention():
-    """The CUDA decode step's grouped form (kernels/fused.py), checked here on the CPU: each cached head in
+    """The CUDA decode step's grouped forms (kernels/fused.py), checked here on the CPU: each cached head in
     bfloat16 read once for its 3 query heads gives the attention over the cache cast and repeated, within float32
-    rounding (the products' rows are grouped), and a row the mask hides entirely is zeros."""
+    rounding (the products' rows are grouped, or summed as reductions), and a row the mask hides entirely is
+    zeros."""
     from pterun.kernels import fused as kernels
 
     q = seeded(1, 2, 12, 1, 64)
@@ -342,10 +343,13 @@ def test_one_query_over_a_grouped_cache_is_the_repeated_caches_attention():
     scale = 64 ** -0.25
     repeated = [x.float().repeat_interleave(3, dim=1) for x in (k, v)]
     assert torch.equal(repeated[0][:, 4], k[:, 1].float())  # the premise: head h reads cached head h // 3
-    got = kernels._one_query_grouped(q, k, v, scale * scale, mask, 3)
     expected = kernels._one_query(q, *repeated, scale * scale, mask)
-    assert torch.equal(got[12:], torch.zeros_like(got[12:])) and expected[:12].abs().max() > 0
-    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+    assert expected[:12].abs().max() > 0
+    # Its products, and the reductions torch.compile is given instead (grouped_attention_traced).
+    for got in (kernels._one_query_grouped(q, k, v, scale * scale, mask, 3),
+                kernels._one_query_reduced(q, k, v, scale * scale, mask, 3)):
+        assert torch.equal(got[12:], torch.zeros_like(got[12:]))
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
     # Elsewhere the heads are repeated: exactly the attention over the repeated cache.
     assert torch.equal(kernels.grouped_attention(q, k, v, scale, scale, mask),
                        kernels.attention(q, *repeated, scale, scale, mask))

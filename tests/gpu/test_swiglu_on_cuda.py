@@ -50,7 +50,8 @@ def test_a_compiled_swiglu_gives_the_plain_calls_bits():
     call's bits, where cuBLAS's products and Inductor's SiLU would round differently."""
     pte, plain, calls, _ = _fused("swiglu-bfloat16")
     compiled = pterun.Runtime.get().load_program(pte, device="cuda", compile=True).load_method("forward")
-    assert "pterun_swiglu(" in compiled.functional_source, "premise: the functional form keeps the fused step"
+    source = compiled.functional_source
+    assert "pterun_swiglu_out(" in source and "sigmoid" not in source, "premise: the functional form keeps the step"
     for _ in range(3):  # compile, capture, replay
         for call in calls:
             assert call[0].shape[0] == 1, "premise: one token, the shape the kernels take"

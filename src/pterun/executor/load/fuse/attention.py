@@ -125,7 +125,8 @@ def _match(g: Graph, n2: int, grouped: bool) -> Chain | None:
         kr, vr = _repeated(g, kt), _repeated(g, ve)
         if kr is None or vr is None or kr.groups != vr.groups or not kr.steps.isdisjoint(vr.steps):
             return None
-        name, kernel, functional = "pterun::grouped_attention", kernels.grouped_attention_out, kernels.grouped_attention
+        name, kernel, functional = ("pterun::grouped_attention", kernels.grouped_attention_out,
+                                    kernels.grouped_attention_traced)
         k, v = kr.source, vr.source
         chain += [*kr.steps, *vr.steps]
     args = (q, k, v, g.arg(qs, 1), g.arg(ks, 1)) + ((mask,) if mask is not None else ()) + (out,)
