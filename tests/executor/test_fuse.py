@@ -350,6 +350,10 @@ def test_one_query_over_a_grouped_cache_is_the_repeated_caches_attention():
                 kernels._one_query_reduced(q, k, v, scale * scale, mask, 3)):
         assert torch.equal(got[12:], torch.zeros_like(got[12:]))
         torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
-    # Elsewhere the heads are repeated: exactly the attention over the repeated cache.
+    # On the CPU, PyTorch's kernel over the shared heads: exactly the attention over the repeated cache, for one
+    # query and for a prompt's.
     assert torch.equal(kernels.grouped_attention(q, k, v, scale, scale, mask),
                        kernels.attention(q, *repeated, scale, scale, mask))
+    prompt = seeded(4, 2, 12, 5, 64)
+    assert torch.equal(kernels.grouped_attention(prompt, k, v, scale, scale, mask),
+                       kernels.attention(prompt, *repeated, scale, scale, mask))

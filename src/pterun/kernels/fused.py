@@ -53,10 +53,14 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale_q
                       mask: torch.Tensor | None = None) -> torch.Tensor:
     """``attention`` where each head of ``k`` and ``v`` serves a group of ``q``'s heads (grouped-query attention),
     cast to ``q``'s dtype: the exporter's repeat of a cache for the query heads (transformers' ``repeat_kv``: a
-    whole-cache copy per layer and step, and another for the cast) made here. A decode step on CUDA reads each
-    cached head once for its group, unrepeated; elsewhere the heads are repeated (the values the exported
+    whole-cache copy per layer and step, and another for the cast) made here. On the CPU PyTorch's kernel maps
+    each query head to its shared one (``enable_gqa``: the repeated heads' result, bit for bit); a decode step on
+    CUDA reads each cached head once for its group; elsewhere the heads are repeated (the values the exported
     steps make, so the result is ``attention``'s)."""
     groups = q.shape[-3] // k.shape[-3]
+    if q.device.type == "cpu":
+        return scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, scale=scale_q * scale_k,
+                                            enable_gqa=True).flatten(0, -3)
     if q.shape[-2] == 1 and q.is_cuda and q.dtype == F32:
         return _one_query_grouped(q, k, v, scale_q * scale_k, mask, groups)
     return attention(q, _repeat(k, groups, q.dtype), _repeat(v, groups, q.dtype), scale_q, scale_k, mask)
