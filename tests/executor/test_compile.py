@@ -199,3 +199,45 @@ def test_compiled_code_past_the_recompile_limit_says_so_and_other_shapes_still_r
             x, y = torch.randn(batch, 3), torch.randn(batch, 3)
             assert_matches(method.execute([x, y]), [x + y, x * y], what=f"batch {batch}")
     assert method.compile_status.startswith("compiled for 1 set of input shapes"), method.compile_status
+
+
+def test_calls_a_kernel_can_make_together_are_one_call_in_the_functional_form():
+    """A kernel whose functional form computes several calls that share their first argument in one call
+    (``Functional.together``; on CUDA a layer's query, key and value products in one launch, kernels/triton/
+    gemv.py) gets one call for them, at the first; checked on the CPU with mm given such a form, over
+    transformers' decoder: the function computes what the method computes, prompt and decode step."""
+    import dataclasses
+
+    from pterun.core.device import DeviceType
+    from pterun.executor import Registries
+    from pterun.kernels import aten, default_registry
+    from pterun.runtime import default_allocators, default_backend_registry
+    from tests.support.llm_programs import transformers_program
+
+    groups = []
+
+    def together(a, weights):
+        groups.append(len(weights))
+        return [torch.mm(a, w) for w in weights]
+
+    def mm(count):
+        binding = aten.aten_kernel("aten::mm.out")(count)
+        return dataclasses.replace(binding, functional=dataclasses.replace(binding.functional, together=together))
+
+    kernels = default_registry()
+    kernels.register("aten::mm.out", mm, DeviceType.CPU)
+    runtime = pterun.Runtime(Registries(kernels, default_backend_registry(), default_allocators()))
+    pte = transformers_program().pte
+    method = runtime.load_program(pte, compile=True).load_method("forward")
+    plain = pterun.Runtime.get().load_program(pte).load_method("forward")
+    # Two layers, each with query, key and value products of one row and gate and up products of another.
+    assert method.functional_source.count("_together(") == 4
+    position = 0
+    for tokens in ([[1, 5, 6, 7]], [[9]]):
+        ids = torch.tensor(tokens)
+        positions = torch.arange(position, position + ids.shape[1])
+        position += ids.shape[1]
+        with torch.inference_mode():
+            outputs = list(method.functional(ids, positions))
+        assert torch.equal(outputs[0], plain.execute([ids, positions])[0])
+    assert groups == [3, 2, 3, 2] * 2

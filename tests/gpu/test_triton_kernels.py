@@ -80,3 +80,23 @@ def test_rotate_half_kernel_rounds_as_the_exported_steps(dtype):
         out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
         assert rotate_half_out(x, cos, sin, out), "premise: the kernel takes these tensors"
         assert torch.equal(out, steps(x, cos, sin)), (dtype, x.shape)
+
+
+@pytest.mark.parametrize("k, sizes", [(2048, (2048, 512, 512, 300)), (2048, (8192, 8192)), (1001, (37, 64, 7)),
+                                     (9000, (301, 64, 7, 5, 3))])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_products_of_one_row_made_together_are_each_products_bits(k, sizes, dtype):
+    """mm_together (a decoder layer's query, key and value products with compile=True, or gate and up): up to three
+    weights in one launch, two with an empty third, one alone, each result the bits of its own one-row product,
+    rows of odd length and weights of rows a program's band does not divide (k > 8192: two rows a program)."""
+    from pterun.kernels.triton.gemv import mm_out, mm_together, one_row
+
+    generator = torch.Generator(device="cuda").manual_seed(k)
+    weights = [(torch.randn(n, k, device="cuda", generator=generator) / k ** 0.5).to(dtype) for n in sizes]
+    x = torch.randn(1, k, device="cuda", generator=generator).to(dtype)
+    assert all(one_row(x, w.t()) for w in weights), "premise: every product takes the one-row kernel"
+    together = mm_together(x, [w.t() for w in weights])
+    assert len(together) == len(sizes)
+    for w, got in zip(weights, together):
+        alone = torch.full((1, w.shape[0]), float("nan"), device="cuda", dtype=dtype)
+        assert torch.equal(got, mm_out(x, w.t(), alone))

@@ -42,11 +42,11 @@ def _cuda_mm(count: int) -> Binding:
 
     generic = aten.aten_kernel("aten::mm.out")(count)
     try:
-        from pterun.kernels.triton.gemv import mm, mm_out
+        from pterun.kernels.triton.gemv import mm, mm_out, mm_together
     except ImportError:  # no Triton: torch's kernel
         return generic
     return Binding(mm_out, (0, 1), (("out", 2),), None, (), generic.writes, accepts=generic.accepts, strided=True,
-                   functional=Functional(mm, (2,)))
+                   functional=Functional(mm, (2,), together=mm_together))
 
 
 def _cuda_swiglu(count: int) -> Binding:

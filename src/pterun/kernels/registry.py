@@ -32,12 +32,15 @@ class Functional:
     there are several. ``options`` names keywords ``fn`` also takes that describe the first output
     ("dtype", "device", "memory_format"): a factory's out-variant learns its dtype from ``out``, its
     functional form from a keyword. With no ``outputs``, ``fn`` is a traceable form of the kernel,
-    called as the kernel is.
+    called as the kernel is. ``together``, where set, computes several calls that share their first argument
+    and take constants for their second in one call: ``together(first, [second, ...])`` returns their values
+    in order (a decoder layer's query, key and value products of one normalized row, read in one launch).
     """
 
     fn: Callable
     outputs: tuple[int, ...] = ()
     options: tuple[str, ...] = ()
+    together: Callable | None = None
 
 
 @dataclass(frozen=True)

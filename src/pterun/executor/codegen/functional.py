@@ -10,7 +10,11 @@ out-variant of, ``aten::add.out`` -> ``aten::add.Tensor``),
 results are values, not memory, and only state the method keeps between calls
 (mutable buffers, read before they are written) stays in planned memory,
 updated in place. TorchInductor can then fuse elementwise chains and choose
-its own kernels.
+its own kernels. Calls of one kernel that share their first argument and take
+constants for the rest become one call where the kernel says how
+(``Functional.together``: a decoder layer's query, key and value products),
+placed at the first of them; their results are noted as in their memory at
+their own places, where later views of those bytes read them.
 
 Methods with delegates, control flow, or kernels that have no functional form
 (quantized and LLM custom operators) are not rewritten; :class:`Unsupported`
@@ -28,6 +32,7 @@ from pterun.core.dtype import storage_dtype
 from pterun.core.layout import CHANNELS_LAST_4D, CHANNELS_LAST_5D
 from pterun.executor.codegen.source import bind, comment, kernel_name, make_function
 from pterun.executor.load.effects import MethodEffects
+from pterun.executor.load.fuse.common import ET_VIEW
 from pterun.executor.load.steps import DelegateStep, KernelStep
 from pterun.format import Kind, ListValue, Plan, TensorSpec
 
@@ -58,6 +63,15 @@ class _Writer:
     def __init__(self, plan: Plan, steps: Sequence, effects: MethodEffects, objects: list, device: torch.device,
                  constants: frozenset[int]) -> None:
         self.plan, self.steps, self.objects, self.name, self.device = plan, steps, objects, plan.name, device
+        self.constants = constants
+        self.writes: dict[int, int] = {}  # how many steps write or bind each value
+        self.writer: dict[int, int] = {}  # the last step that does
+        self.parts: dict[int, tuple[int, int, int]] = {}  # of the calls made together: first, second, out
+        for n, e in enumerate(effects.effects):
+            for v in (*e.writes, *e.binds):
+                for t in self.targets(v):
+                    self.writes[t] = self.writes.get(t, 0) + 1
+                    self.writer[t] = n
         self.env: dict[str, object] = {}
         self.lines: list[str] = []
         self.inputs = {vi: f"p{vi}" for vi in plan.inputs if isinstance(plan.values[vi], TensorSpec)}
@@ -109,14 +123,15 @@ class _Writer:
         if isinstance(value, TensorSpec) and value.memory_id is not None:
             self.region[_region(value)] = vi
 
-    def assign(self, vi: int, expr: str) -> None:
+    def assign(self, vi: int, expr: str, note: bool = True) -> None:
         if vi in self.state:
             self.lines.append(f"        c{vi}.copy_({expr})")
         else:
             self.locals.add(vi)
             self.defined.add(vi)
             self.lines.append(f"        v{vi} = {expr}")
-        self.note_region(vi)
+        if note:
+            self.note_region(vi)
 
     def call_args(self, n: int, step: KernelStep, skip: set[int]) -> str:
         b = step.binding
@@ -187,7 +202,55 @@ class _Writer:
         self.env[name] = storage_dtype(spec.scalar_type) if key == "dtype" else _memory_format(spec)
         return name
 
+    def together(self) -> dict[int, list[int]]:
+        """The calls computed as one: the first step of each group -> the group's steps, in order. A group's
+        steps call one kernel that has a ``together`` form, on the same first argument (written by one step,
+        before them), constants for the rest, each with one output no other step writes and no state."""
+        groups: dict[tuple, list[int]] = {}
+        for n, step in enumerate(self.steps):
+            if not isinstance(step, KernelStep) or step.binding.functional is None:
+                continue
+            parts = _together_parts(step)
+            if parts is None:
+                continue
+            first, second, out = parts
+            spec = self.plan.values[out]
+            if (second not in self.constants or self.writes.get(out, 0) != 1
+                    or not isinstance(spec, TensorSpec) or spec.fqn or spec.data_buffer_idx):
+                continue
+            source, views = self.viewed(first)
+            if source in self.inputs or (self.writes.get(source) == 1 and self.writer[source] < n):
+                groups.setdefault((step.name, source, views), []).append(n)
+                self.parts[n] = parts
+        return {steps[0]: steps for steps in groups.values() if len(steps) > 1}
+
+    def viewed(self, vi: int) -> tuple[int, tuple]:
+        """The value ``vi`` views through ``et_view`` steps, and their sizes: each call of a layer's products
+        views the same normalized row for itself, and views of one value at equal sizes are equal."""
+        views: list[tuple] = []
+        while self.writes.get(vi) == 1:
+            step = self.steps[self.writer[vi]]
+            if not isinstance(step, KernelStep) or step.name != ET_VIEW:
+                break
+            sizes = self.plan.values[step.args[1]]
+            if not isinstance(sizes, ListValue):
+                break
+            views.append(tuple(("value", i) if self.writes.get(i) else ("int", self.objects[i]) for i in sizes.items))
+            vi = step.args[0]
+        return vi, tuple(views)
+
+    def kernels_together(self, steps: list[int]) -> None:
+        first = self.steps[steps[0]]
+        parts = [self.parts[n] for n in steps]
+        fn = bind(self.env, kernel_name(first.name) + "_together", first.binding.functional.together, steps[0])
+        seconds = ", ".join(self.ref(p[1], n) for p, n in zip(parts, steps))
+        self.lines.append(f"        _r = {fn}({self.ref(parts[0][0], steps[0])}, [{seconds}])")
+        for k, p in enumerate(parts):
+            self.assign(p[2], f"_r[{k}]", note=False)
+
     def write(self) -> tuple:
+        groups = self.together()
+        later = {n: steps[0] for steps in groups.values() for n in steps[1:]}
         for n, step in enumerate(self.steps):
             if step is None:
                 continue
@@ -196,7 +259,12 @@ class _Writer:
             if not isinstance(step, KernelStep):
                 self.fail(n, f"{type(step).__name__} (control flow) is not supported")
             first = len(self.lines)
-            self.kernel(n, step)
+            if n in later or n in groups:
+                if n in groups:
+                    self.kernels_together(groups[n])
+                self.note_region(self.parts[n][2])
+            else:
+                self.kernel(n, step)
             for k in range(first, len(self.lines)):
                 self.lines[k] += f"  # {comment(step.name)}"
         outputs = "".join(f"{self.ref(o, -1)}, " for o in self.plan.outputs)
@@ -204,6 +272,18 @@ class _Writer:
         body = [f"    def run({params}):", *self.lines, f"        return ({outputs})"]
         run, source, _ = make_function("functional", self.name, body, self.env)
         return run, source
+
+
+def _together_parts(step: KernelStep) -> tuple[int, int, int] | None:
+    """(first argument, second argument, output) of a call whose functional form can be made together with
+    others: two positional arguments and one output."""
+    b = step.binding
+    form = b.functional
+    if form is None or form.together is None or len(form.outputs) != 1 or len(b.positional) != 2:
+        return None
+    if any(pos not in form.outputs for _, pos in b.keywords):
+        return None
+    return step.args[b.positional[0]], step.args[b.positional[1]], step.args[form.outputs[0]]
 
 
 def functional_method(plan: Plan, steps: Sequence, effects: MethodEffects, objects: list, device: torch.device,

@@ -111,6 +111,58 @@ def one_row_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return out
 
 
+@triton.jit
+def _gemv3(w0, w1, w2, x_ptr, y0, y1, y2, N0, N1, N2, K, s0, s1, s2,
+           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_N: tl.constexpr):
+    """``_gemv`` of up to three weights in one launch: the programs cover the first weight's rows, then the
+    second's, then the third's; each row is reduced exactly as ``_gemv`` reduces it."""
+    pid = tl.program_id(0)
+    b0 = tl.cdiv(N0, BLOCK_N)
+    b1 = tl.cdiv(N1, BLOCK_N)
+    if pid < b0:
+        w, y, n, stride, first = w0, y0, N0, s0, pid
+    elif pid < b0 + b1:
+        w, y, n, stride, first = w1, y1, N1, s1, pid - b0
+    else:
+        w, y, n, stride, first = w2, y2, N2, s2, pid - b0 - b1
+    rows = first.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < n
+    out = _row_block_dot(w + rows[:, None] * stride, x_ptr, row_ok, K, BLOCK_N, BLOCK_K, EVEN_N)
+    tl.store(y + rows, out.to(y.dtype.element_ty), mask=row_ok)
+
+
+@triton_op("pterun::one_row_mm3", mutates_args=())
+def one_row_mm3(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, b2: torch.Tensor) -> list[torch.Tensor]:
+    """``one_row_mm`` of one row against three weights in one launch (a layer's query, key and value products),
+    each result the bits ``one_row_mm`` gives: the tiling depends on the rows' length alone."""
+    k = a.shape[1]
+    t = tiling(max(b0.shape[1], b1.shape[1], b2.shape[1]), k)
+    outs = [torch.empty((1, b.shape[1]), device=a.device, dtype=a.dtype) for b in (b0, b1, b2)]
+    n0, n1, n2 = b0.shape[1], b1.shape[1], b2.shape[1]
+    grid = (triton.cdiv(n0, t.rows) + triton.cdiv(n1, t.rows) + triton.cdiv(n2, t.rows),)
+    wrap_triton(_gemv3)[grid](b0, b1, b2, a, outs[0], outs[1], outs[2], n0, n1, n2, k,
+                              b0.stride(1), b1.stride(1), b2.stride(1), BLOCK_N=t.rows, BLOCK_K=t.cols,
+                              EVEN_N=n0 % t.rows == 0 and n1 % t.rows == 0 and n2 % t.rows == 0,
+                              num_warps=t.warps, num_stages=t.stages)
+    return outs
+
+
+def mm_together(a: torch.Tensor, weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``mm`` of one ``a`` against several weights: where all are one-row products, up to three in each launch
+    (two with an empty third), else one by one."""
+    if not all(one_row(a, b) for b in weights):
+        return [mm(a, b) for b in weights]
+    results: list[torch.Tensor] = []
+    for start in range(0, len(weights), 3):
+        chunk = weights[start:start + 3]
+        if len(chunk) == 1:
+            results.append(torch.ops.pterun.one_row_mm(a, chunk[0]))
+            continue
+        made = torch.ops.pterun.one_row_mm3(a, chunk[0], chunk[1], chunk[2] if len(chunk) == 3 else chunk[1][:, :0])
+        results += made[:len(chunk)]
+    return results
+
+
 def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """mm's functional form for ``torch.compile``: a one-row product in half precision through the same kernel
     as ``mm_out`` (so compiled and plain calls give the same bits), the rest cuBLAS's, which Inductor picks for
