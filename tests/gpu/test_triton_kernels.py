@@ -86,9 +86,9 @@ def test_rotate_half_kernel_rounds_as_the_exported_steps(dtype):
                                      (9000, (301, 64, 7, 5, 3))])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_products_of_one_row_made_together_are_each_products_bits(k, sizes, dtype):
-    """mm_together (a decoder layer's query, key and value products with compile=True, or gate and up): up to three
-    weights in one launch, two with an empty third, one alone, each result the bits of its own one-row product,
-    rows of odd length and weights of rows a program's band does not divide (k > 8192: two rows a program)."""
+    """mm_together (a decoder layer's query, key and value products with compile=True): three weights in one
+    launch, the rest alone (a pair too), each result the bits of its own one-row product, rows of odd length and
+    weights of rows a program's band does not divide (k > 8192: two rows a program) included."""
     from pterun.kernels.triton.gemv import mm_out, mm_together, one_row
 
     generator = torch.Generator(device="cuda").manual_seed(k)

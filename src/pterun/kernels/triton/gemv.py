@@ -148,19 +148,16 @@ def one_row_mm3(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, b2: torch.T
 
 
 def mm_together(a: torch.Tensor, weights: list[torch.Tensor]) -> list[torch.Tensor]:
-    """``mm`` of one ``a`` against several weights: where all are one-row products, up to three in each launch
-    (two with an empty third), else one by one."""
-    if not all(one_row(a, b) for b in weights):
-        return [mm(a, b) for b in weights]
+    """``mm`` of one ``a`` against several weights: three at a time in one launch where each is a one-row
+    product, the rest one by one. A pair (a SwiGLU's gate and up, where the fused step did not match) is two
+    launches: the kernel's pair with an empty third weight did not give the single launches' bits in the GPU
+    suite (left for a later look; the gate and up products are large enough to run near the bandwidth alone)."""
     results: list[torch.Tensor] = []
-    for start in range(0, len(weights), 3):
-        chunk = weights[start:start + 3]
-        if len(chunk) == 1:
-            results.append(torch.ops.pterun.one_row_mm(a, chunk[0]))
-            continue
-        made = torch.ops.pterun.one_row_mm3(a, chunk[0], chunk[1], chunk[2] if len(chunk) == 3 else chunk[1][:, :0])
-        results += made[:len(chunk)]
-    return results
+    rest = list(weights)
+    while len(rest) >= 3 and all(one_row(a, b) for b in rest[:3]):
+        results += torch.ops.pterun.one_row_mm3(a, *rest[:3])
+        rest = rest[3:]
+    return results + [mm(a, b) for b in rest]
 
 
 def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
