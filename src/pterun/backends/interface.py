@@ -42,6 +42,7 @@ from typing import Any, Protocol
 import torch
 
 from pterun.core.device import Device
+from pterun.flatbuf.verify import VerificationMarks
 from pterun.sourcecode import CompileCode
 
 
@@ -68,6 +69,9 @@ class BackendInitContext:
     # compile_code(source, filename) -> compile(source, filename, "exec") from the executor's load cache, for
     # backends that generate code (it need not be compiled again on the next load); None: no cache.
     compile_code: CompileCode | None = None
+    # Where a backend may remember that a blob's exact bytes passed its verifier, so that the next load of the
+    # same blob skips the walk (the executor's load cache, as for the program's own flatbuffer); None: no cache.
+    marks: VerificationMarks | None = None
     # release(view) gives back bytes of the file (the blob, named data) the backend has finished reading at
     # init, as ExecuTorch's FreeableBuffer.Free() does: where they are mapped from a file, their pages leave
     # this process's memory, and they are read again from the file if touched. Returns the bytes given back.

@@ -6,8 +6,9 @@ pterun's, Python's and torch's versions:
 * a method's compiled code: the marshalled code object of its generated
   source, keyed by that source itself, so an entry can only ever stand for
   the exact text that would have been compiled;
-* a verification mark: these exact program bytes (and this method of them)
-  passed the verifier, keyed by their hash and the verification level.
+* a verification mark: these exact program bytes (and this method of them),
+  or a delegate's flatbuffer, passed the verifier, keyed by their hash and
+  what verified them.
 
 Entries are written atomically (a temporary file, then ``os.replace``) and
 checked when read: an entry whose checksum does not match is a miss, rebuilt
@@ -142,10 +143,11 @@ class LoadCache:
         return code
 
     def verified(self, key: str) -> bool:
-        return self.get(key) is not None
+        # A mark holds its own key: an entry put in its place (another mark, code) is no mark of these bytes.
+        return self.get(key) == key.encode()
 
     def mark_verified(self, key: str) -> None:
-        self.put(key, b"")
+        self.put(key, key.encode())
 
 
 def _checksum(payload: bytes) -> bytes:

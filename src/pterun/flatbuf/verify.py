@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import struct
 from types import ModuleType
+from typing import Protocol
 
 from pterun.errors import InvalidProgram, PteError
 
@@ -43,6 +44,15 @@ _FOLLOWED = ("table", "union", "vtable")  # the kinds of field a shallow table d
 
 class _Failed(Exception):
     pass
+
+
+class VerificationMarks(Protocol):
+    """Where bytes, once verified, are remembered as such (the executor's load cache): a program's flatbuffer,
+    a delegate's. A key hashes the exact bytes and what verified them."""
+
+    def key(self, *parts: bytes | str) -> str: ...
+    def verified(self, key: str) -> bool: ...
+    def mark_verified(self, key: str) -> None: ...
 
 
 class Verifier:

@@ -14,12 +14,11 @@ import enum
 import hashlib
 import struct
 import threading
-from typing import Protocol
 
 from pterun.errors import InvalidArgument, InvalidProgram, NotFound, PteError
 from pterun.flatbuf.bulk import Bytes
 from pterun.flatbuf.tables import vector_span
-from pterun.flatbuf.verify import Verifier, verify_buffer
+from pterun.flatbuf.verify import VerificationMarks, Verifier, verify_buffer
 from pterun.format._generated import program_generated as fb
 from pterun.format._generated import program_layout
 from pterun.format.budget import charge, ints, read_budget, string
@@ -40,14 +39,6 @@ class Verification(enum.IntEnum):
 
     Minimal = 0
     InternalConsistency = 1
-
-
-class VerificationMarks(Protocol):
-    """Where a program's bytes, once verified, are remembered as such (the executor's load cache)."""
-
-    def key(self, *parts: bytes | str) -> str: ...
-    def verified(self, key: str) -> bool: ...
-    def mark_verified(self, key: str) -> None: ...
 
 
 class ProgramFile:

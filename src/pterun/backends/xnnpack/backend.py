@@ -215,7 +215,7 @@ class XnnpackBackend(BackendInterface):
 
     def init(self, context: BackendInitContext, processed: memoryview,
              compile_specs: tuple[CompileSpec, ...]) -> XnnpackDelegate:
-        blob = split_blob(processed)
+        blob = split_blob(processed, context.marks)
         read: list[memoryview] = []
         graph = optimize(read_graph(blob, context.named_data, read))
         delegate = XnnpackDelegate(graph, torch.device(context.device), dict(context.runtime_specs),

@@ -11,12 +11,17 @@ raises a :class:`~pterun.errors.PteError`, never a reader's exception.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
+from pterun.backends import blob as blob_header
 from pterun.backends.blob import split_header
 from pterun.backends.xnnpack._generated import xnngraph_layout
 from pterun.errors import DelegateInvalidCompatibility
-from pterun.flatbuf.verify import verify_buffer
+from pterun.flatbuf.verify import VerificationMarks, verify_buffer
 
 HEADER_MAGIC = b"XH00"
 IDENTIFIERS = (b"XN00", b"XN01")
@@ -28,8 +33,9 @@ class Blob:
     constants: memoryview | None  # None: a bare flatbuffer, constants live inside it
 
 
-def split_blob(processed: memoryview) -> Blob:
-    """Locates the flatbuffer and constant region of a blob and verifies the flatbuffer."""
+def split_blob(processed: memoryview, marks: VerificationMarks | None = None) -> Blob:
+    """Locates the flatbuffer and constant region of a blob and verifies the flatbuffer, unless ``marks`` says
+    these exact bytes passed this verifier before."""
     data = memoryview(processed).cast("B")
     size = len(data)
     if size < 8:
@@ -45,5 +51,21 @@ def split_blob(processed: memoryview) -> Blob:
             f"{' and '.join(repr(i) for i in IDENTIFIERS)}"
         )
     # The FlatBuffers Python reader follows offsets blindly; only a verified buffer is safe to read.
-    verify_buffer(flatbuffer, xnngraph_layout, error=DelegateInvalidCompatibility)
+    if marks is None:
+        verify_buffer(flatbuffer, xnngraph_layout, error=DelegateInvalidCompatibility)
+    else:
+        key = marks.key("xnnpack verified", hashlib.sha256(flatbuffer).digest(), _verifier_digest())
+        if not marks.verified(key):
+            verify_buffer(flatbuffer, xnngraph_layout, error=DelegateInvalidCompatibility)
+            marks.mark_verified(key)
     return Blob(flatbuffer, constants)
+
+
+@functools.cache
+def _verifier_digest() -> bytes:
+    # A mark vouches that these bytes passed *this* check: the layout tables the verifier walks and the checks
+    # of this module and the header's are part of its key (the verifier's own source is in every key).
+    h = hashlib.sha256()
+    for module in (sys.modules[__name__], blob_header, xnngraph_layout):
+        h.update(Path(module.__file__ or "").read_bytes())
+    return h.digest()

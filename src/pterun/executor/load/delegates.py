@@ -87,6 +87,7 @@ def _init_context(context: LoadContext, plan: Plan, d) -> BackendInitContext:
         device=context.run_device.torch,
         load_program=context.load_nested,
         compile_code=context.options.cache.code if context.options.cache is not None else None,
+        marks=context.options.cache,
         release=context.data.release,
     )
 
