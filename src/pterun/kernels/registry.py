@@ -84,7 +84,9 @@ class Binding:
       that only feeds such kernels can become a view;
     * ``view``: the kernel copies this view of its arguments into its one
       written argument (a ``<view>_copy``), so it can be that view instead;
-    * ``functional``: its pure form (None: ``torch.compile`` cannot trace it).
+    * ``functional``: its pure form (None: ``torch.compile`` cannot trace it);
+    * ``sizes_outs``: it sizes its ``writes`` itself and leaves them contiguous (pterun's fused kernels), so the
+      executor neither empties the dynamic ones before the call nor restores their strides after it.
     """
 
     fn: Callable
@@ -102,6 +104,7 @@ class Binding:
     view: Callable | None = None
     functional: Functional | None = None
     covers: tuple[int, ...] = ()
+    sizes_outs: bool = False
 
 
 KernelFactory = Callable[[int], Binding]

@@ -212,10 +212,13 @@ class _Generator:
         # ATen out-variants called through torch's Python bindings where they reach the same overload (callforms.py).
         fast = None if per_call else python_binding(step, self.plan, self.values.objects, constant)
         fn_name = self.bind(kernel_name(step.name), fast or b.fn, n)
+        # Outs of a kernel that sizes them itself, contiguous, need neither (a dim order other than contiguous does).
+        sized = {t for pos in b.writes for t in self.values.list_items.get(args[pos], (args[pos],))
+                 if b.sizes_outs and t not in self.values.dim_orders}
         for pos in b.writes:
             vi = args[pos]
             for target in self.values.list_items.get(vi, (vi,)):
-                if target in self.values.dynamic:
+                if target in self.values.dynamic and target not in sized:
                     self.emit(indent, f"{self.ref(target)}.resize_(0)", n)
         call_args = [exprs[p] for p in b.positional] + [f"{k}={exprs[p]}" for k, p in b.keywords]
         call = f"{fn_name}({', '.join(call_args)})"
@@ -225,7 +228,7 @@ class _Generator:
             self.emit(indent, call, n)
         for pos in b.writes:
             for target in self.values.list_items.get(args[pos], (args[pos],)):
-                if target not in self.values.dynamic:
+                if target not in self.values.dynamic or target in sized:
                     continue
                 order = self.values.dim_orders.get(target)
                 if order is not None:

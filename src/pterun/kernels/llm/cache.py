@@ -16,9 +16,10 @@ KERNELS = KernelTable()
 
 
 def check_cache_shapes(value: torch.Tensor, cache: torch.Tensor, what: str) -> None:
-    if value.dim() != 4 or cache.dim() != 4:
+    vs, cs = value.shape, cache.shape
+    if len(vs) != 4 or len(cs) != 4:
         raise InvalidArgument(f"{what}: value and cache must be 4-d")
-    if value.shape[0] != cache.shape[0] or value.shape[2:] != cache.shape[2:]:
+    if vs[0] != cs[0] or vs[2] != cs[2] or vs[3] != cs[3]:
         raise InvalidArgument(
             f"{what}: value {tuple(value.shape)} does not fit cache {tuple(cache.shape)} "
             "(batch, heads and head_dim must match)"

@@ -133,7 +133,7 @@ def _match(g: Graph, n2: int, grouped: bool) -> Chain | None:
     last = len(args) - 1
     keywords = ((("mask", last - 1),) if mask is not None else ()) + (("out", last),)
     binding = Binding(kernel, (0, 1, 2, 3, 4), keywords, writes=(last,), strided=True,
-                      functional=Functional(functional, outputs=(last,)))
+                      functional=Functional(functional, outputs=(last,)), sizes_outs=True)
     return Chain(name, frozenset(chain), binding, args, (q, k, v) + ((mask,) if mask is not None else ()))
 
 

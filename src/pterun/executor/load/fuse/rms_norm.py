@@ -67,15 +67,15 @@ def match(g: Graph, n: int) -> Chain | None:
     if cast is None:
         if xspec.scalar_type != ospec.scalar_type:
             return None
-        fused, functional = kernels.RmsNormInto(), kernels.rms_norm
+        fused, functional, sizes_outs = kernels.RmsNormInto(), kernels.rms_norm, True
     else:
         cast_spec = g.tensor(g.made_value(cast))
         if cast_spec is None or cast_spec.scalar_type != ospec.scalar_type:
             return None
         steps.add(cast)
-        fused, functional = kernels.rms_norm_cast_out, kernels.rms_norm_cast
+        fused, functional, sizes_outs = kernels.rms_norm_cast_out, kernels.rms_norm_cast, False  # torch's out=
     binding = Binding(fused, (0, 1, 2), (("out", 3),), convert=((2, _eps),), writes=(3,),
-                      strided=True, functional=Functional(functional, outputs=(3,)))
+                      strided=True, functional=Functional(functional, outputs=(3,)), sizes_outs=sizes_outs)
     return Chain("pterun::rms_norm", frozenset(steps), binding, (x, weight, g.arg(a, 1), out), (x, weight))
 
 

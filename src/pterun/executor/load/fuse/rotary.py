@@ -59,7 +59,7 @@ def match(g: Graph, n: int) -> Chain | None:
         return None
     steps = frozenset((n, *unsqueezes, sub, add, *products, h0, h1, first[2], second[2]))
     binding = Binding(kernels.RotaryInto(), (0, 1, 2), (("out", 3),), writes=(3,), strided=True,
-                      functional=Functional(kernels.rotary, outputs=(3,)))
+                      functional=Functional(kernels.rotary, outputs=(3,)), sizes_outs=True)
     return Chain(NAME, steps, binding, (x, cos, sin, out), (x, cos, sin))
 
 

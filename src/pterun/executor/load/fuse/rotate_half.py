@@ -46,7 +46,7 @@ def match(g: Graph, n: int) -> Chain | None:
         return None
     steps = frozenset((n, by_cos, by_sin, cat, *parts))
     binding = Binding(kernels.RotateHalfInto(), (0, 1, 2), (("out", 3),), writes=(3,), strided=True,
-                      functional=Functional(kernels.rotate_half, outputs=(3,)))
+                      functional=Functional(kernels.rotate_half, outputs=(3,)), sizes_outs=True)
     return Chain(NAME, steps, binding, (x, cos, sin, out), (x, cos, sin))
 
 
