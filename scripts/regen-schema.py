@@ -26,6 +26,9 @@ UTYPE, BOOL, BYTE, UBYTE, SHORT, USHORT, INT, UINT, LONG, ULONG, FLOAT, DOUBLE =
 STRING, VECTOR, OBJ, UNION, ARRAY, VECTOR64 = range(13, 19)
 SCALAR_SIZE = {UTYPE: 1, BOOL: 1, BYTE: 1, UBYTE: 1, SHORT: 2, USHORT: 2, INT: 4, UINT: 4,
                LONG: 8, ULONG: 8, FLOAT: 4, DOUBLE: 8}
+# NumPy's type code for each scalar, as the bulk readers (pterun/flatbuf/bulk.py) gather it.
+SCALAR_CODE = {UTYPE: "<u1", BOOL: "?", BYTE: "<i1", UBYTE: "<u1", SHORT: "<i2", USHORT: "<u2", INT: "<i4",
+               UINT: "<u4", LONG: "<i8", ULONG: "<u8", FLOAT: "<f4", DOUBLE: "<f8"}
 
 
 def find_flatc() -> str:
@@ -65,14 +68,14 @@ def layout_of(schema) -> dict:
             members[value.Value()] = name(objects[union_type.Index()])
         return members
 
-    tables, structs, unions = {}, {}, {}
+    tables, structs, unions, scalars = {}, {}, {}, {}
     for obj in objects:
         if obj.IsStruct():
             structs[name(obj)] = (obj.Bytesize(), obj.Minalign())
             continue
         fields = sorted((obj.Fields(j) for j in range(obj.FieldsLength())), key=lambda f: f.Id())
         by_id = {f.Id(): f for f in fields}
-        rows = []
+        rows, types = [], {}
         for field in fields:
             if field.Deprecated():
                 continue
@@ -81,6 +84,7 @@ def layout_of(schema) -> dict:
             voffset = field.Offset()
             if base in SCALAR_SIZE:
                 kind, arg = "scalar", SCALAR_SIZE[base]
+                types[field.Name().decode()] = (SCALAR_CODE[base], default_of(field, base))
             elif base == STRING:
                 kind, arg = "string", None
             elif base == OBJ:
@@ -97,6 +101,7 @@ def layout_of(schema) -> dict:
             elif base == VECTOR:
                 if elem in SCALAR_SIZE:
                     kind, arg = "vscalar", SCALAR_SIZE[elem]
+                    types[field.Name().decode()] = (SCALAR_CODE[elem], None)
                 elif elem == STRING:
                     kind, arg = "vstring", None
                 elif elem == OBJ:
@@ -111,6 +116,8 @@ def layout_of(schema) -> dict:
                 raise SystemExit(f"{name(obj)}.{field.Name().decode()}: unsupported base type {base}")
             rows.append((field.Name().decode(), voffset, kind, arg, bool(field.Required())))
         tables[name(obj)] = tuple(rows)
+        if types:
+            scalars[name(obj)] = types
     ident = schema.FileIdent()
     return {
         "ROOT": name(schema.RootTable()),
@@ -118,7 +125,16 @@ def layout_of(schema) -> dict:
         "TABLES": tables,
         "STRUCTS": structs,
         "UNIONS": unions,
+        # Per table, its scalar fields' and scalar vectors' elements' NumPy type codes, with each scalar's
+        # default (the value an absent field reads as; None for a vector, which reads as empty).
+        "SCALARS": scalars,
     }
+
+
+def default_of(field, base: int) -> bool | int | float:
+    if base in (FLOAT, DOUBLE):
+        return field.DefaultReal()
+    return bool(field.DefaultInteger()) if base == BOOL else field.DefaultInteger()
 
 
 def main() -> None:

@@ -20,7 +20,8 @@ import numpy as np
 
 _SPAN = {w: np.arange(w, dtype=np.int64) for w in (2, 4, 8)}
 # NumPy's type codes, and struct's for the same types.
-_CODES = {"<u1": "<B", "<i1": "<b", "<u2": "<H", "<i4": "<i", "<u4": "<I", "<i8": "<q", "<u8": "<Q", "<f8": "<d"}
+_CODES = {"?": "<?", "<u1": "<B", "<i1": "<b", "<u2": "<H", "<i2": "<h", "<i4": "<i", "<u4": "<I", "<i8": "<q",
+          "<u8": "<Q", "<f4": "<f", "<f8": "<d"}
 _DTYPES = {code: np.dtype(code) for code in _CODES}
 _UNPACK = {code: struct.Struct(packed).unpack_from for code, packed in _CODES.items()}
 _FEW = 4  # up to this many tables or positions, struct rather than NumPy
@@ -98,6 +99,15 @@ class Bytes:
         base = np.repeat(pos + 4 - width * starts, lengths)
         flat = self.gather(base + width * np.arange(total, dtype=np.int64), dtype).tolist()
         return [flat[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+
+    def span(self, pos: int, width: int) -> tuple[int, int]:
+        """(start, length) of the vector of ``width``-byte elements at ``pos``; (0, 0) where absent or empty."""
+        if pos == ABSENT:
+            return 0, 0
+        length = self.u32(pos)
+        if length and pos + 4 + length * width > self.size:
+            raise ValueError(f"a vector of {length} elements at byte {pos} runs past the {self.size}-byte buffer")
+        return (pos + 4 if length else 0), length
 
     def string(self, pos: int) -> bytes | None:
         if pos == ABSENT:

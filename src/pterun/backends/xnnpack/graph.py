@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -23,7 +23,6 @@ from pterun.backends.xnnpack._generated import xnngraph_layout as layout
 from pterun.backends.xnnpack.blob import Blob
 from pterun.errors import DelegateInvalidCompatibility, InvalidProgram, NotFound, PteError
 from pterun.flatbuf import bulk
-from pterun.flatbuf.tables import union_member, vector_span
 
 INVALID_ID = 0xFFFFFFFF
 FLAG_EXTERNAL_INPUT = 1
@@ -140,20 +139,37 @@ class Graph:
     outputs: list[Value] = field(default_factory=list)
 
 
-def _camel(name: str) -> str:
-    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+def _uncharged(elements: int) -> None:
+    """The graph's reads need no budget: its buffer was verified, which bounds what its vectors hold."""
 
 
-def _fields(obj, table: str) -> SimpleNamespace:
-    out = {}
-    for name, _, kind, _, _ in layout.TABLES[f"xnngraph.{table}"]:
+def _fields(data: bulk.Bytes, table: str, pos: np.ndarray) -> list[dict]:
+    """Each table of type ``table`` at ``pos``: its scalar fields and scalar vectors (as tuples) by their schema
+    names, in the schema's order; an absent field reads as its default."""
+    name = f"xnngraph.{table}"
+    tables = bulk.Tables(data, layout, name, pos)
+    types = cast("Mapping[str, Any]", layout.SCALARS.get(name, {}))  # generated: its values are mixed tuples
+    columns: dict[str, list] = {}
+    for field_name, _, kind, _, _ in layout.TABLES[name]:
         if kind == "scalar":
-            out[name] = getattr(obj, _camel(name))()
+            code, default = types[field_name]
+            columns[field_name] = tables.scalar(field_name, code, default).tolist()
         elif kind == "vscalar":
-            n = getattr(obj, _camel(name) + "Length")()
-            getter = getattr(obj, _camel(name))
-            out[name] = tuple(getter(i) for i in range(n))
-    return SimpleNamespace(**out)
+            code, _ = types[field_name]
+            columns[field_name] = [tuple(v) for v in data.vectors(tables.ref(field_name), code, _uncharged)]
+    return [dict(zip(columns, row)) for row in zip(*columns.values())] if columns else [{} for _ in range(len(pos))]
+
+
+def _by_kind(kinds: list[int], pos: np.ndarray, tables: Mapping[int, str], data: bulk.Bytes) -> list[dict | None]:
+    """The fields (``_fields``) of each union member at ``pos``, read a kind at a time: None where the member is
+    absent, empty where its kind names no table of ``tables``."""
+    out: list[dict | None] = [None if at == bulk.ABSENT else {} for at in pos.tolist()]
+    kind_array = np.array(kinds, np.int64)
+    for kind in sorted(set(kinds) & tables.keys()):
+        (which,) = np.nonzero((kind_array == kind) & (pos != bulk.ABSENT))
+        for index, fields in zip(which.tolist(), _fields(data, tables[kind], pos[which])):
+            out[index] = fields
+    return out
 
 
 def read_graph(blob: Blob, named_data: Mapping[str, memoryview], read: list[memoryview] | None = None) -> Graph:
@@ -169,23 +185,29 @@ def read_graph(blob: Blob, named_data: Mapping[str, memoryview], read: list[memo
 
 
 class _Reader:
+    """Reads every table of one type together (``flatbuf/bulk.py``: a graph has a thousand values and hundreds of
+    nodes, and the generated readers cost microseconds a field), each read bounds-checked."""
+
     def __init__(self, blob: Blob, named_data: Mapping[str, memoryview], read: list[memoryview] | None) -> None:
         self.blob = blob
         self.named_data = named_data
         self.named_bytes: list[memoryview] = [] if read is None else read
-        self.root = fb.XNNGraph.GetRootAs(blob.flatbuffer, 0)
+        self.data = bulk.Bytes(blob.flatbuffer)
+        self.root = bulk.Tables(self.data, layout, layout.ROOT, np.array([self.data.u32(0)], np.int64))
+        self._constant_data: tuple[list[int], list[int], list[int]] | None = None
+        self._buffers: list[int] | None = None
 
     def read(self) -> Graph:
-        root = self.root
         values: dict[int, Value] = {}
         for value in self.values():
             if value.id in values:
                 raise InvalidProgram(f"XNNPACK graph defines value {value.id} twice")
             values[value.id] = value
-        nodes = [self.node(root.Xnodes(i), i) for i in range(root.XnodesLength())]
-        if root.NumExterns() > MAX_EXTERNS:
-            raise InvalidProgram(f"XNNPACK graph claims {root.NumExterns()} external values")
-        graph = Graph(values, nodes, root.NumExterns())
+        nodes = self.nodes()
+        (num_externs,) = self.root.scalar("num_externs", "<u4").tolist()
+        if num_externs > MAX_EXTERNS:
+            raise InvalidProgram(f"XNNPACK graph claims {num_externs} external values")
+        graph = Graph(values, nodes, num_externs)
         externals = sorted(((v.external_id, v) for v in values.values() if v.external_id is not None),
                            key=lambda external: external[0])
         graph.inputs = [v for _, v in externals if v.is_input]
@@ -198,42 +220,46 @@ class _Reader:
     # -- values ----------------------------------------------------------------
 
     def values(self) -> Iterator[Value]:
-        """The graph's values in order. Their tensor values' fields are read for all of them at once
-        (``flatbuf/bulk.py``: a graph has a thousand values, the generated readers cost microseconds a field);
-        the quantization parameters of the quantized ones through the generated readers."""
-        data = bulk.Bytes(self.blob.flatbuffer)
-        graph = bulk.Tables(data, layout, layout.ROOT, np.array([data.u32(0)], np.int64))
-        xvalues = bulk.Tables(data, layout, "xnngraph.XValue", graph.vector_of_tables("xvalues")[0])
+        """The graph's values in order, their tensor values' fields and quantization parameters read for all of
+        them at once."""
+        data = self.data
+        xvalues = bulk.Tables(data, layout, "xnngraph.XValue", self.root.vector_of_tables("xvalues")[0])
         kinds, unions = xvalues.scalar("xvalue_union_type", "<u1"), xvalues.ref("xvalue_union")
         known = ((kinds == fb.XValueUnion.XNNTensorValue) | (kinds == fb.XValueUnion.XNNQuantizedTensorValue)) \
             & (unions != bulk.ABSENT)
         quantized = known & (kinds == fb.XValueUnion.XNNQuantizedTensorValue)
         tensors = np.where(known, unions, bulk.ABSENT)
-        tensors[quantized] = bulk.Tables(data, layout, "xnngraph.XNNQuantizedTensorValue",
-                                         unions[quantized]).ref("tensor_value")
+        qvalues = bulk.Tables(data, layout, "xnngraph.XNNQuantizedTensorValue", unions[quantized])
+        tensors[quantized] = qvalues.ref("tensor_value")
+        params = self.quant_params(qvalues)
         present = tensors != bulk.ABSENT
         tv = bulk.Tables(data, layout, "xnngraph.XNNTensorValue", tensors[present])
         row = (np.cumsum(present) - 1).tolist()
+        qrow = (np.cumsum(quantized) - 1).tolist()
         fields = list(zip(
-            tv.scalar("datatype", "<u2").astype(np.uint16).view(np.int16).tolist(),  # int16 fields
-            tv.scalar("num_dims", "<u4").tolist(), data.vectors(tv.ref("dims"), "<u4", lambda n: None),
+            tv.scalar("datatype", "<i2").tolist(),
+            tv.scalar("num_dims", "<u4").tolist(), data.vectors(tv.ref("dims"), "<u4", _uncharged),
             tv.scalar("constant_buffer_idx", "<u4").tolist(), tv.scalar("external_id", "<u4").tolist(),
             tv.scalar("flags", "<u4").tolist(), tv.scalar("id_out", "<u4").tolist(),
-            tv.scalar("dq_datatype", "<u2").astype(np.uint16).view(np.int16).tolist(),
+            tv.scalar("dq_datatype", "<i2").tolist(),
         ))
         for index, (kind, ok, quant) in enumerate(zip(kinds.tolist(), known.tolist(), quantized.tolist())):
             if not ok:
                 raise DelegateInvalidCompatibility(f"XNNPACK value {index} has unknown value type {kind}")
             if not present[index]:
                 raise InvalidProgram(f"XNNPACK quantized value {index} has no tensor value")
-            qvalue = None
-            if quant:
-                qvalue = fb.XNNQuantizedTensorValue()
-                qvalue.Init(self.blob.flatbuffer, int(unions[index]))
-            yield self.value(*fields[row[index]], qvalue)  # type: ignore[call-arg]  # mypy: * then one more
+            qparams = params[qrow[index]] if quant else None
+            yield self.value(*fields[row[index]], qparams)  # type: ignore[call-arg]  # mypy: * then one more
+
+    @staticmethod
+    def quant_params(qvalues: bulk.Tables) -> list[tuple[int, dict | None]]:
+        """Each quantized value's kind of parameters and their fields (``_by_kind``)."""
+        kinds = qvalues.scalar("quant_params_type", "<u1").tolist()
+        tables = {kind: name.split(".")[-1] for kind, name in layout.UNIONS["xnngraph.XNNQuantParams"].items()}
+        return list(zip(kinds, _by_kind(kinds, qvalues.ref("quant_params"), tables, qvalues.data)))
 
     def value(self, datatype: int, num_dims: int, dims: list, buffer: int, external: int, flags: int, vid: int,
-              dq_datatype: int, qvalue) -> Value:
+              dq_datatype: int, qparams: tuple[int, dict | None] | None) -> Value:
         dims = tuple(dims)
         if num_dims != len(dims):
             raise InvalidProgram(f"XNNPACK value {vid}: num_dims {num_dims} but {len(dims)} dims")
@@ -250,60 +276,58 @@ class _Reader:
             raise DelegateInvalidCompatibility(
                 f"XNNPACK value {value.id} asks for on-the-fly quantization (dq_datatype), which is not supported"
             )
-        if qvalue is not None:
-            value.quant = self.quant(qvalue, value)
+        if qparams is not None:
+            value.quant = self.quant(*qparams, value)
         if buffer:
             value.data = self.constant_tensor(buffer, value)
         return value
 
-    def quant(self, qvalue, value: Value) -> Quant:
-        kind = qvalue.QuantParamsType()
-        table = qvalue.QuantParams()
-        if table is None:
+    def quant(self, kind: int, q: dict | None, value: Value) -> Quant:
+        if q is None:
             raise InvalidProgram(f"XNNPACK value {value.id} is quantized but has no parameters")
         if kind == fb.XNNQuantParams.PerTensorQuant:
-            q = union_member(table, fb.PerTensorQuant)
-            _check_scales(value, torch.tensor([q.Scale()], dtype=torch.float64))
+            _check_scales(value, torch.tensor([q["scale"]], dtype=torch.float64))
             bounds = _ZERO_POINTS.get(value.datatype)
-            if bounds is not None and not bounds[0] <= q.ZeroPoint() <= bounds[1]:
-                raise InvalidProgram(f"XNNPACK value {value.id} ({value.type_name}): zero point {q.ZeroPoint()} is "
-                                     f"outside [{bounds[0]}, {bounds[1]}]")
-            return PerTensor(q.Scale(), q.ZeroPoint())
+            if bounds is not None and not bounds[0] <= q["zero_point"] <= bounds[1]:
+                raise InvalidProgram(f"XNNPACK value {value.id} ({value.type_name}): zero point {q['zero_point']} "
+                                     f"is outside [{bounds[0]}, {bounds[1]}]")
+            return PerTensor(q["scale"], q["zero_point"])
         if kind == fb.XNNQuantParams.PerChannelQuant:
-            q = union_member(table, fb.PerChannelQuant)
-            axis = q.ChannelDim()
+            axis = q["channel_dim"]
             if not 0 <= axis < len(value.dims):
                 raise InvalidProgram(f"XNNPACK value {value.id}: channel dim {axis} of a {len(value.dims)}-d value")
             n = value.dims[axis]
-            if q.ScaleBufferIdx():
-                scales = self.constant_bytes(q.ScaleBufferIdx(), 4 * n, f"scales of value {value.id}")
+            if q["scale_buffer_idx"]:
+                scales = self.constant_bytes(q["scale_buffer_idx"], 4 * n, f"scales of value {value.id}")
                 scales = _tensor(scales, torch.float32, (n,))
             else:
-                if q.ScaleLength() != n:
-                    raise InvalidProgram(f"XNNPACK value {value.id}: {q.ScaleLength()} scales for {n} channels")
-                scales = torch.tensor([q.Scale(i) for i in range(n)], dtype=torch.float32)
+                if len(q["scale"]) != n:
+                    raise InvalidProgram(f"XNNPACK value {value.id}: {len(q['scale'])} scales for {n} channels")
+                scales = torch.tensor(q["scale"], dtype=torch.float32)
             _check_scales(value, scales)
             return PerChannel(scales, axis)
         if kind == fb.XNNQuantParams.PerTokenDynamicQuant:
-            q = union_member(table, fb.PerTokenDynamicQuant)
-            return DynamicRows(q.NumNonbatchDims())
+            return DynamicRows(q["num_nonbatch_dims"])
         if kind == fb.XNNQuantParams.PerChannelGroupQuant:
-            q = union_member(table, fb.PerChannelGroupQuant)
-            if len(value.dims) != 2 or q.GroupSize() <= 0 or value.dims[1] % q.GroupSize():
-                raise InvalidProgram(f"XNNPACK value {value.id}: blocks of {q.GroupSize()} do not tile {value.dims}")
-            shape = (value.dims[0], value.dims[1] // q.GroupSize())
-            if q.ScaleBufferIdx():
-                raw = self.constant_bytes(q.ScaleBufferIdx(), 2 * shape[0] * shape[1], f"scales of value {value.id}")
-                scales = _tensor(raw, torch.bfloat16, shape).float()
-            else:
-                scales = torch.tensor([q.Scale(i) for i in range(q.ScaleLength())], dtype=torch.float32)
-                if scales.numel() != shape[0] * shape[1]:
-                    raise InvalidProgram(f"XNNPACK value {value.id}: {scales.numel()} scales for blocks {shape}")
-                # Inline fp32 block scales are used at bf16 precision.
-                scales = scales.reshape(shape).bfloat16().float()
-            _check_scales(value, scales)
-            return Blockwise(scales, q.ChannelDim(), q.GroupSize())
+            return self.blockwise(q, value)
         raise DelegateInvalidCompatibility(f"XNNPACK value {value.id} has unknown quantization {kind}")
+
+    def blockwise(self, q: dict, value: Value) -> Blockwise:
+        group = q["group_size"]
+        if len(value.dims) != 2 or group <= 0 or value.dims[1] % group:
+            raise InvalidProgram(f"XNNPACK value {value.id}: blocks of {group} do not tile {value.dims}")
+        shape = (value.dims[0], value.dims[1] // group)
+        if q["scale_buffer_idx"]:
+            raw = self.constant_bytes(q["scale_buffer_idx"], 2 * shape[0] * shape[1], f"scales of value {value.id}")
+            scales = _tensor(raw, torch.bfloat16, shape).float()
+        else:
+            scales = torch.tensor(q["scale"], dtype=torch.float32)
+            if scales.numel() != shape[0] * shape[1]:
+                raise InvalidProgram(f"XNNPACK value {value.id}: {scales.numel()} scales for blocks {shape}")
+            # Inline fp32 block scales are used at bf16 precision.
+            scales = scales.reshape(shape).bfloat16().float()
+        _check_scales(value, scales)
+        return Blockwise(scales, q["channel_dim"], group)
 
     # -- constants ---------------------------------------------------------------
 
@@ -325,20 +349,19 @@ class _Reader:
         return _tensor(self.constant_bytes(index, nbytes, f"value {value.id}"), dtype, value.dims)
 
     def constant_bytes(self, index: int, nbytes: int, what: str) -> memoryview:
-        root = self.root
         if self.blob.constants is None:
-            if not 0 < index < root.ConstantBufferLength():
+            buffers = self.buffers()
+            if not 0 < index < len(buffers):
                 raise InvalidProgram(f"XNNPACK {what}: constant buffer {index} does not exist")
-            buffer = root.ConstantBuffer(index)
-            start, n = vector_span(buffer)
+            start, n = self.data.span(buffers[index], 1)
             if n < nbytes:
                 raise InvalidProgram(f"XNNPACK {what}: needs {nbytes} bytes, constant buffer {index} has {n}")
             return self.blob.flatbuffer[start : start + nbytes]
-        if not 0 < index < root.ConstantDataLength():
+        offsets, sizes, keys = self.constant_data()
+        if not 0 < index < len(sizes):
             raise InvalidProgram(f"XNNPACK {what}: constant data entry {index} does not exist")
-        entry = root.ConstantData(index)
-        size = entry.Size()
-        key = entry.NamedKey()
+        size = sizes[index]
+        key = self.data.string(keys[index])
         if size < nbytes:
             raise InvalidProgram(f"XNNPACK {what}: needs {nbytes} bytes, constant data entry {index} has {size}")
         if key is not None:
@@ -351,7 +374,7 @@ class _Reader:
             view = memoryview(data).cast("B")[:nbytes]
             self.named_bytes.append(view)
             return view
-        offset = entry.Offset()
+        offset = offsets[index]
         region = self.blob.constants
         if offset > len(region) or nbytes > len(region) - offset:
             raise InvalidProgram(
@@ -359,22 +382,43 @@ class _Reader:
             )
         return region[offset : offset + nbytes]
 
+    def buffers(self) -> list[int]:
+        """Where each constant buffer's bytes (a bare flatbuffer's constants) lie."""
+        if self._buffers is None:
+            tables = bulk.Tables(self.data, layout, "xnngraph.Buffer", self.root.vector_of_tables("constant_buffer")[0])
+            self._buffers = tables.ref("storage").tolist()
+        return self._buffers
+
+    def constant_data(self) -> tuple[list[int], list[int], list[int]]:
+        """Each constant data entry's offset, size and where its named key lies."""
+        if self._constant_data is None:
+            entries = bulk.Tables(self.data, layout, "xnngraph.ConstantDataOffset",
+                                  self.root.vector_of_tables("constant_data")[0])
+            self._constant_data = (entries.scalar("offset", "<u8").tolist(), entries.scalar("size", "<u8").tolist(),
+                                   entries.ref("named_key").tolist())
+        return self._constant_data
+
     # -- nodes -------------------------------------------------------------------
 
-    def node(self, xnode, index: int) -> Node:
-        kind = xnode.XnodeUnionType()
+    def nodes(self) -> list[Node]:
+        data = self.data
+        xnodes = bulk.Tables(data, layout, "xnngraph.XNode", self.root.vector_of_tables("xnodes")[0])
+        kinds = xnodes.scalar("xnode_union_type", "<u1").tolist()
+        handles = xnodes.scalar("debug_handle", "<u4").tolist()
+        tables = _by_kind(kinds, xnodes.ref("xnode_union"), _NODE_TABLES, data)
+        bounds = _by_kind([0] * len(kinds), xnodes.ref("output_min_max"), {0: "OutputMinMax"}, data)
+        return [self.node(*node) for node in zip(range(len(kinds)), kinds, handles, tables, bounds)]
+
+    @staticmethod
+    def node(index: int, kind: int, debug_handle: int, fields: dict | None, bounds: dict | None) -> Node:
         name = NODE_NAMES.get(kind)
-        table = xnode.XnodeUnion()
-        if name is None or table is None:
+        if name is None or fields is None:
             raise DelegateInvalidCompatibility(
-                f"XNNPACK node {index} (debug handle {xnode.DebugHandle()}) has unknown node type {kind}"
+                f"XNNPACK node {index} (debug handle {debug_handle}) has unknown node type {kind}"
             )
-        table_name = _NODE_TABLES[kind]
-        obj = union_member(table, getattr(fb, table_name))
-        node = Node(index, name, xnode.DebugHandle(), _fields(obj, table_name))
-        bounds = xnode.OutputMinMax()
+        node = Node(index, name, debug_handle, SimpleNamespace(**fields))
         if bounds is not None:
-            node.output_min, node.output_max = bounds.OutputMin(), bounds.OutputMax()
+            node.output_min, node.output_max = bounds["output_min"], bounds["output_max"]
             if math.isnan(node.output_min) or math.isnan(node.output_max):
                 # XNNPACK refuses NaN bounds too; they would make no clamp.
                 raise InvalidProgram(

@@ -23,3 +23,13 @@ TABLES = {'bpte.Bool': (('bool_val', 4, 'scalar', 1, False),),
 STRUCTS = {}
 
 UNIONS = {'bpte.ValueUnion': {1: 'bpte.Tensor', 2: 'bpte.Int', 3: 'bpte.Bool', 4: 'bpte.Double'}}
+
+SCALARS = {'bpte.Bool': {'bool_val': ('?', False)},
+ 'bpte.BundledProgram': {'program': ('<u1', None), 'version': ('<u4', 0)},
+ 'bpte.Double': {'double_val': ('<f8', 0.0)},
+ 'bpte.Int': {'int_val': ('<i8', 0)},
+ 'bpte.Tensor': {'data': ('<u1', None),
+                 'dim_order': ('<u1', None),
+                 'scalar_type': ('<i1', 0),
+                 'sizes': ('<i4', None)},
+ 'bpte.Value': {'val_type': ('<u1', 0)}}

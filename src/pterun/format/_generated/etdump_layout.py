@@ -52,3 +52,25 @@ TABLES = {'etdump.AllocationEvent': (('allocator_id', 4, 'scalar', 4, False),
 STRUCTS = {}
 
 UNIONS = {}
+
+SCALARS = {'etdump.AllocationEvent': {'allocation_size': ('<u8', 0), 'allocator_id': ('<i4', 0)},
+ 'etdump.Bool': {'bool_val': ('?', False)},
+ 'etdump.DebugEvent': {'chain_index': ('<u8', 0),
+                       'delegate_debug_id_int': ('<i4', -1),
+                       'instruction_id': ('<i4', -1)},
+ 'etdump.Double': {'double_val': ('<f8', 0.0)},
+ 'etdump.ETDump': {'version': ('<u4', 0)},
+ 'etdump.Float': {'float_val': ('<f4', 0.0)},
+ 'etdump.Int': {'int_val': ('<i8', 0)},
+ 'etdump.ProfileEvent': {'chain_index': ('<i4', 0),
+                         'delegate_debug_id_int': ('<i4', -1),
+                         'delegate_debug_metadata': ('<u1', None),
+                         'end_time': ('<u8', 0),
+                         'instruction_id': ('<i4', -1),
+                         'start_time': ('<u8', 0)},
+ 'etdump.RunData': {'bundled_input_index': ('<i4', -1)},
+ 'etdump.Tensor': {'offset': ('<i8', 0),
+                   'scalar_type': ('<i1', 0),
+                   'sizes': ('<i8', None),
+                   'strides': ('<i8', None)},
+ 'etdump.Value': {'val': ('<i1', 0)}}

@@ -18,3 +18,8 @@ TABLES = {'ptd.DataSegment': (('offset', 4, 'scalar', 8, False), ('size', 6, 'sc
 STRUCTS = {}
 
 UNIONS = {}
+
+SCALARS = {'ptd.DataSegment': {'offset': ('<u8', 0), 'size': ('<u8', 0)},
+ 'ptd.FlatTensor': {'version': ('<u4', 0)},
+ 'ptd.NamedData': {'segment_index': ('<u4', 0)},
+ 'ptd.TensorLayout': {'dim_order': ('<u1', None), 'scalar_type': ('<i1', 0), 'sizes': ('<i4', None)}}
