@@ -34,14 +34,17 @@ than per image as the graph says.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+import functools
 from collections import Counter
 from types import SimpleNamespace
+from typing import TypeVar
 
 import numpy as np
 
 from pterun.backends.xnnpack.graph import INVALID_ID, Datatype, DynamicRows, Graph, Node, PerTensor
+
+T = TypeVar("T")
 
 # Node types whose kernels apply output_min/output_max themselves.
 _CLAMPING = {
@@ -51,18 +54,40 @@ _CLAMPING = {
 
 
 def inputs_of(node: Node) -> list[int]:
-    return [v for k, v in vars(node.p).items()
-            if k.endswith("_id") and not k.startswith("output") and v != INVALID_ID]
+    p = vars(node.p)
+    return [v for k in _id_fields(tuple(p))[0] if (v := p[k]) != INVALID_ID]
 
 
 def outputs_of(node: Node) -> list[int]:
-    return [v for k, v in vars(node.p).items() if k.startswith("output") and k.endswith("_id")]
+    p = vars(node.p)
+    return [p[k] for k in _id_fields(tuple(p))[1]]
+
+
+def _copy(obj: T) -> T:
+    """A shallow copy of a node or its parameters: ``copy.copy``'s, without its generic path (``__reduce_ex__``),
+    which costs a microsecond more an object, for every node of every pass."""
+    new = type(obj).__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    return new
+
+
+def _input_fields(node: Node) -> tuple[str, ...]:
+    return _id_fields(tuple(vars(node.p)))[0]
+
+
+@functools.cache
+def _id_fields(names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Of a node's parameters (by name, in order), those naming the values it reads and those naming the values it
+    writes: a graph's passes ask this of every node, and its nodes have a few dozen kinds of parameters."""
+    inputs = tuple(k for k in names if k.endswith("_id") and not k.startswith("output"))
+    outputs = tuple(k for k in names if k.startswith("output") and k.endswith("_id"))
+    return inputs, outputs
 
 
 def merge_clamps(graph: Graph) -> Graph:
-    nodes = [copy.copy(n) for n in graph.nodes]
+    nodes = [_copy(n) for n in graph.nodes]
     for n in nodes:
-        n.p = copy.copy(n.p)
+        n.p = _copy(n.p)
     consumers = Counter(v for n in nodes for v in set(inputs_of(n)))
     for v in graph.outputs:
         consumers[v.id] += 1
@@ -111,9 +136,9 @@ def _is_pointwise(p) -> bool:
 
 
 def fuse_pads(graph: Graph) -> Graph:
-    nodes = [copy.copy(n) for n in graph.nodes]
+    nodes = [_copy(n) for n in graph.nodes]
     for n in nodes:
-        n.p = copy.copy(n.p)
+        n.p = _copy(n.p)
     consumers = Counter(v for n in nodes for v in set(inputs_of(n)))
     for v in graph.outputs:
         consumers[v.id] += 1
@@ -179,7 +204,7 @@ def drop_round_trips(graph: Graph) -> Graph:
         assert isinstance(q.quant, PerTensor)  # as _round_trip found
         gone.add(opening.index)
         if table is not None:  # the values requantized by a table, then padded with the new zero point
-            lookup = copy.copy(close)
+            lookup = _copy(close)
             lookup.p = SimpleNamespace(input_id=q.id, output_id=q2.id, flags=0, lookup=table)
             lookup.fused = (opening, *opening.fused, *close.fused)
             if pad is None:
@@ -187,8 +212,8 @@ def drop_round_trips(graph: Graph) -> Graph:
                 continue
             values[next_id] = dataclasses.replace(q2, id=next_id, dims=q.dims)  # internal, as q2 is
             lookup.p.output_id = next_id
-            padded = copy.copy(pad)
-            padded.p = copy.copy(pad.p)
+            padded = _copy(pad)
+            padded.p = _copy(pad.p)
             padded.p.input_id, padded.p.output_id = next_id, q2.id
             stand_in[pad.index], stand_in[close.index] = lookup, padded
             next_id += 1
@@ -199,8 +224,8 @@ def drop_round_trips(graph: Graph) -> Graph:
             source[q2.id] = source.get(q.id, q.id)
             dropped[q2.id] = (*dropped.pop(q.id, ()), opening, *opening.fused, close, *close.fused)
             continue
-        node = copy.copy(pad)
-        node.p = copy.copy(pad.p)
+        node = _copy(pad)
+        node.p = _copy(pad.p)
         node.p.input_id, node.p.output_id = q.id, q2.id
         node.fused = (*pad.fused, opening, *opening.fused, close, *close.fused)
         gone.add(pad.index)
@@ -212,11 +237,10 @@ def drop_round_trips(graph: Graph) -> Graph:
         if n.index in gone and n.index not in stand_in:
             continue
         n = stand_in.get(n.index, n)
-        read = {k: v for k in vars(n.p) if k.endswith("_id") and not k.startswith("output")
-                and (v := getattr(n.p, k)) in source}
+        read = {k: v for k in _input_fields(n) if (v := getattr(n.p, k)) in source}
         if read:
-            n = copy.copy(n)
-            n.p = copy.copy(n.p)
+            n = _copy(n)
+            n.p = _copy(n.p)
             vars(n.p).update({k: source[v] for k, v in read.items()})
             n.fused = (*n.fused, *(m for v in read.values() for m in dropped.pop(v, ())))
         nodes.append(n)
@@ -297,11 +321,10 @@ def drop_empty_pads(graph: Graph) -> Graph:
             source[n.p.output_id] = source.get(n.p.input_id, n.p.input_id)
             dropped[n.p.output_id] = (*dropped.pop(n.p.input_id, ()), n, *n.fused)
             continue
-        read = {k: v for k in vars(n.p) if k.endswith("_id") and not k.startswith("output")
-                and (v := getattr(n.p, k)) in source}
+        read = {k: v for k in _input_fields(n) if (v := getattr(n.p, k)) in source}
         if read:
-            n = copy.copy(n)
-            n.p = copy.copy(n.p)
+            n = _copy(n)
+            n.p = _copy(n.p)
             vars(n.p).update({k: source[v] for k, v in read.items()})
             n.fused = (*n.fused, *(pad for v in read.values() for pad in dropped.pop(v, ())))
         nodes.append(n)
@@ -324,11 +347,10 @@ def share_row_quantizations(graph: Graph) -> Graph:
     source: dict[int, int] = {}  # a dropped convert's output -> the one its readers read instead
     nodes: list[Node] = []
     for n in graph.nodes:
-        read = {k: v for k in vars(n.p) if k.endswith("_id") and not k.startswith("output")
-                and (v := getattr(n.p, k)) in source}
-        n = copy.copy(n)
+        read = {k: v for k in _input_fields(n) if (v := getattr(n.p, k)) in source}
+        n = _copy(n)
         if read:
-            n.p = copy.copy(n.p)
+            n.p = _copy(n.p)
             vars(n.p).update({k: source[v] for k, v in read.items()})
         y = graph.values.get(n.p.output_id) if n.kind == "XNNConvert" else None
         if y is not None and isinstance(y.quant, DynamicRows) and y.id not in outputs:
