@@ -166,8 +166,12 @@ static inline void vnni_rows(const pn_qb4w* L, int64_t t, const int NR, const in
   const __m512 start = _mm512_loadu_ps(L->start + o0);
   for (int r = 0; r < NR; r++) acc[r] = _mm512_mul_ps(start, _mm512_set1_ps(zp[r]));
   for (int64_t b = 0; b < L->blocks; b++) {
-    __m512i a[VNNI_ROWS], c[VNNI_ROWS]; /* outputs 0..7 and 8..15, two lanes each */
-    for (int r = 0; r < NR; r++) a[r] = c[r] = _mm512_setzero_si512();
+    /* outputs 0..7 and 8..15, two lanes each. With few rows each dpbusd would wait for the one before it on the
+     * same register (a latency of 5 cycles, 2 of 4 a chunk): the high nibbles then sum apart, added at the end
+     * of the block (int32: the same sums in any order). With more rows the rows' chains overlap. */
+    __m512i a[VNNI_ROWS], c[VNNI_ROWS], ah[VNNI_ROWS], ch8[VNNI_ROWS];
+    const int apart = NR <= 2;
+    for (int r = 0; r < NR; r++) a[r] = c[r] = ah[r] = ch8[r] = _mm512_setzero_si512();
     const int8_t* xb = x + b * L->block;
     for (int64_t ch = 0; ch < chunks; ch++, wp += 128, xb += 16) {
       _mm_prefetch((const char*)wp + PN_PREFETCH_AHEAD, _MM_HINT_T0);
@@ -182,10 +186,17 @@ static inline void vnni_rows(const pn_qb4w* L, int64_t t, const int NR, const in
         const __m512i x0 = _mm512_set1_epi64(first), x8 = _mm512_set1_epi64(second);
         a[r] = _mm512_dpbusd_epi32(a[r], w0lo, x0);
         c[r] = _mm512_dpbusd_epi32(c[r], w8lo, x0);
-        a[r] = _mm512_dpbusd_epi32(a[r], w0hi, x8);
-        c[r] = _mm512_dpbusd_epi32(c[r], w8hi, x8);
+        if (apart) {
+          ah[r] = _mm512_dpbusd_epi32(ah[r], w0hi, x8);
+          ch8[r] = _mm512_dpbusd_epi32(ch8[r], w8hi, x8);
+        } else {
+          a[r] = _mm512_dpbusd_epi32(a[r], w0hi, x8);
+          c[r] = _mm512_dpbusd_epi32(c[r], w8hi, x8);
+        }
       }
     }
+    if (apart)
+      for (int r = 0; r < NR; r++) a[r] = _mm512_add_epi32(a[r], ah[r]), c[r] = _mm512_add_epi32(c[r], ch8[r]);
     /* the scale / 16: a bfloat16 widened exactly, times a power of two (the one rounding of scale / 16) */
     const __m512 scale = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(
         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(tile_s + b * 16))), 16)), sixteenth);
