@@ -24,7 +24,7 @@ _CODES = {"?": "<?", "<u1": "<B", "<i1": "<b", "<u2": "<H", "<i2": "<h", "<i4": 
           "<u8": "<Q", "<f4": "<f", "<f8": "<d"}
 _DTYPES = {code: np.dtype(code) for code in _CODES}
 _UNPACK = {code: struct.Struct(packed).unpack_from for code, packed in _CODES.items()}
-_FEW = 4  # up to this many tables or positions, struct rather than NumPy
+_FEW = 16  # up to this many tables or positions, struct: NumPy costs microseconds a call
 ABSENT = -1  # the position of an absent table, string or vector
 
 
@@ -51,7 +51,7 @@ class Bytes:
         dt = _DTYPES[dtype]
         width = dt.itemsize
         if len(pos) <= _FEW:
-            # A few positions (a plan's own fields, a delegate's): struct is cheaper than NumPy's indexing.
+            # A few positions (a plan's own fields, a small XNNPACK graph's): struct is cheaper than NumPy's indexing.
             unpack, last = _UNPACK[dtype], self.size - width
             at = pos.tolist()
             if at and not 0 <= min(at) <= max(at) <= last:
