@@ -163,6 +163,18 @@ int pn_vunary(int op, int family, const float* x, float* y, int64_t n, float par
 /* Softmax of each of `rows` contiguous rows of `cols` floats; the same conditions. */
 int pn_softmax(int family, const float* x, float* y, int64_t rows, int64_t cols, int threads);
 
+/* XNNPACK's float depthwise convolution (dwconv.c): y [n, oh, ow, c] from x [n, h, w, c], weights [kh, kw, c],
+ * bias [c] or NULL, strides sh, sw, dilations dh, dw, padding top and left (the window of output (oy, ox) starts
+ * at input row oy * sh - top, column ox * sw - left), then [out_min, out_max]. The caller checks every size
+ * against its tensors. Returns -1 (and computes nothing) for a family this CPU does not run or negative sizes. */
+typedef struct {
+  const float *x, *weights, *bias;
+  float* y;
+  int64_t n, h, w, c, kh, kw, sh, sw, dh, dw, top, left, oh, ow;
+  float out_min, out_max;
+} pn_dwconv;
+int pn_dwconv_f32(const pn_dwconv* p, int family, int threads);
+
 /* ExecuTorch's llama::custom_sdpa in float32 (sdpa.c): out = softmax(q k^T * scale + mask) v per query head, its
  * key and value heads shared by heads / kv_heads query heads, over kv_len keys (causal: a query at position
  * start_pos + row sees keys up to it). Strides are in elements, for (batch, head, sequence); each row of head_dim

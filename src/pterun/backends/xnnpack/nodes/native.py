@@ -363,6 +363,27 @@ def emit_vunary(b, kind: str, x: str, out: str, shape, param: float = 0.0) -> No
     b.route(f"XNNPACK's {family} float kernel (native)")
 
 
+def emit_dwconv(b, x: str, weights: torch.Tensor, bias: str | None, out: str, xshape, shape, window, out_min: float,
+                out_max: float) -> None:
+    """Lines computing float32 ``out`` [n, oh, ow, c], the depthwise convolution of ``x`` [n, h, w, c] with
+    ``weights`` [kh, kw, c] (contiguous, fixed) and ``bias`` [c] (or None), ``window`` = (sh, sw, dh, dw, top,
+    left), clamped to [out_min, out_max]. The sizes come from the translation's shapes, which the call's
+    arguments were checked against."""
+    family = _chosen_family()
+    n, h, w, c = xshape
+    _, oh, ow, _ = shape
+    kh, kw, _ = weights.shape
+    run = _function(b, "dwconv", _kernels().dwconv)
+    into, after = target(b, out, shape)
+    bias_pointer = source(b, bias) if bias is not None else "0"
+    b.emit(f"{run}({VFAMILIES[family]}, {source(b, x)}, {_pointer(b, b.bind(weights, 'dw'))}, {bias_pointer}, "
+           f"{into}, {n}, {h}, {w}, {c}, {kh}, {kw}, {', '.join(str(int(v)) for v in window)}, {oh}, {ow}, "
+           f"{b.number(float(out_min))}, {b.number(float(out_max))}, {threads(b)}())")
+    if after:
+        b.emit(after)
+    b.route(f"XNNPACK's {family} float depthwise convolution (native)")
+
+
 def emit_softmax(b, x: str, out: str, shape) -> None:
     """Lines computing float32 ``out``, the softmax of ``x`` along its last dimension."""
     family = _chosen_family()
