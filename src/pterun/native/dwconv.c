@@ -12,6 +12,12 @@
 struct dwconv_job {
   const pn_dwconv* p;
   int family;
+  int64_t inner0, inner1; /* the output columns whose windows lie inside the image */
+};
+
+/* Where one output row's windows lie: the first input row, and the kernel rows inside the image. */
+struct row_span {
+  int64_t y0, k0, k1;
 };
 
 #if defined(__x86_64__)
@@ -22,19 +28,13 @@ struct dwconv_job {
 #define MAX_HELD 25 /* taps held in registers: 5 x 5; larger kernels read theirs from memory (L1) */
 
 __attribute__((target("avx512f")))
-static void row_avx512(const pn_dwconv* p, int64_t image, int64_t oy) {
+static void row_avx512(const struct dwconv_job* job, const struct row_span* r, int64_t image, int64_t oy) {
+  const pn_dwconv* p = job->p;
   const __m512 lo = _mm512_set1_ps(p->out_min), hi = _mm512_set1_ps(p->out_max);
   const float* x = p->x + image * p->h * p->w * p->c;
   float* out = p->y + (image * p->oh + oy) * p->ow * p->c;
   const int64_t c = p->c, taps = p->kh * p->kw, row = p->w * c;
-  const int64_t y0 = oy * p->sh - p->top;
-  int64_t k0 = 0, k1 = p->kh; /* the kernel rows inside the image */
-  while (k0 < k1 && y0 + k0 * p->dh < 0) k0++;
-  while (k1 > k0 && y0 + (k1 - 1) * p->dh >= p->h) k1--;
-  /* the output columns whose windows lie inside the image */
-  int64_t inner0 = 0, inner1 = p->ow;
-  while (inner0 < p->ow && inner0 * p->sw - p->left < 0) inner0++;
-  while (inner1 > inner0 && (inner1 - 1) * p->sw - p->left + (p->kw - 1) * p->dw >= p->w) inner1--;
+  const int64_t y0 = r->y0, k0 = r->k0, k1 = r->k1, inner0 = job->inner0, inner1 = job->inner1;
   for (int64_t c0 = 0; c0 < c; c0 += 16) {
     const int64_t left = c - c0;
     const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
@@ -88,18 +88,13 @@ static void row_avx512(const pn_dwconv* p, int64_t image, int64_t oy) {
 }
 
 __attribute__((target("avx2,fma")))
-static void row_avx2(const pn_dwconv* p, int64_t image, int64_t oy) {
+static void row_avx2(const struct dwconv_job* job, const struct row_span* r, int64_t image, int64_t oy) {
+  const pn_dwconv* p = job->p;
   const __m256 lo = _mm256_set1_ps(p->out_min), hi = _mm256_set1_ps(p->out_max);
   const float* x = p->x + image * p->h * p->w * p->c;
   float* out = p->y + (image * p->oh + oy) * p->ow * p->c;
   const int64_t c = p->c, taps = p->kh * p->kw, row = p->w * c;
-  const int64_t y0 = oy * p->sh - p->top;
-  int64_t k0 = 0, k1 = p->kh;
-  while (k0 < k1 && y0 + k0 * p->dh < 0) k0++;
-  while (k1 > k0 && y0 + (k1 - 1) * p->dh >= p->h) k1--;
-  int64_t inner0 = 0, inner1 = p->ow;
-  while (inner0 < p->ow && inner0 * p->sw - p->left < 0) inner0++;
-  while (inner1 > inner0 && (inner1 - 1) * p->sw - p->left + (p->kw - 1) * p->dw >= p->w) inner1--;
+  const int64_t y0 = r->y0, k0 = r->k0, k1 = r->k1, inner0 = job->inner0, inner1 = job->inner1;
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (int64_t c0 = 0; c0 < c; c0 += 8) {
     const int64_t left = c - c0;
@@ -155,15 +150,18 @@ static void row_avx2(const pn_dwconv* p, int64_t image, int64_t oy) {
 static void dwconv_row(void* ctx, int64_t task) {
   const struct dwconv_job* job = ctx;
   const pn_dwconv* p = job->p;
+  const int64_t image = task / p->oh, oy = task % p->oh;
+  struct row_span r = {oy * p->sh - p->top, 0, p->kh};
+  while (r.k0 < r.k1 && r.y0 + r.k0 * p->dh < 0) r.k0++;
+  while (r.k1 > r.k0 && r.y0 + (r.k1 - 1) * p->dh >= p->h) r.k1--;
   const unsigned state = pn_denormals_off();
 #if defined(__x86_64__)
   if (job->family == PN_VFAMILY_AVX512F)
-    row_avx512(p, task / p->oh, task % p->oh);
+    row_avx512(job, &r, image, oy);
   else
-    row_avx2(p, task / p->oh, task % p->oh);
+    row_avx2(job, &r, image, oy);
 #else
-  (void)p;
-  (void)task;
+  (void)image;
 #endif
   pn_denormals_restore(state);
 }
@@ -171,7 +169,9 @@ static void dwconv_row(void* ctx, int64_t task) {
 int pn_dwconv_f32(const pn_dwconv* p, int family, int threads) {
   if (family < 0 || family > 1 || !pn_vfamily_runs(family) || p->n < 0 || p->oh < 0 || p->ow < 0 || p->c < 0)
     return -1;
-  struct dwconv_job job = {p, family};
+  struct dwconv_job job = {p, family, 0, p->ow};
+  while (job.inner0 < p->ow && job.inner0 * p->sw - p->left < 0) job.inner0++;
+  while (job.inner1 > job.inner0 && (job.inner1 - 1) * p->sw - p->left + (p->kw - 1) * p->dw >= p->w) job.inner1--;
   if (p->n > 0 && p->oh > 0 && p->ow > 0 && p->c > 0) pn_parallel(dwconv_row, &job, p->n * p->oh, threads);
   return 0;
 }

@@ -208,9 +208,7 @@ class _Writer:
         before them), constants for the rest, each with one output no other step writes and no state."""
         groups: dict[tuple, list[int]] = {}
         for n, step in enumerate(self.steps):
-            if not isinstance(step, KernelStep) or step.binding.functional is None:
-                continue
-            parts = _together_parts(step)
+            parts = _together_parts(step) if isinstance(step, KernelStep) else None
             if parts is None:
                 continue
             first, second, out = parts
