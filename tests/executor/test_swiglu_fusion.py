@@ -39,8 +39,15 @@ def _names(method) -> list[str]:
 
 
 def _swiglu(x, gate_t, up_t, out):
-    gate = torch.mm(x, gate_t).float()
-    return torch.mul((gate * torch.sigmoid(gate)).to(x.dtype), torch.mm(x, up_t), out=out)
+    """The chain's steps, for x and out of any rank (their leading dimensions the rows), as the CUDA kernel takes
+    them."""
+    n = gate_t.shape[1]
+    if out.shape[:-1] != x.shape[:-1] or out.shape[-1] != n:
+        out.resize_(*x.shape[:-1], n)
+    rows = x.view(-1, x.shape[-1])
+    gate = torch.mm(rows, gate_t).float()
+    torch.mul((gate * torch.sigmoid(gate)).to(x.dtype), torch.mm(rows, up_t), out=out.view(-1, n))
+    return out
 
 
 def _runtime_with_cpu_kernel():
@@ -63,6 +70,25 @@ def test_the_exported_bf16_chain_is_found_and_fused_where_a_kernel_is_registered
         assert torch.equal(fused.execute([x])[0], plain.execute([x])[0])
     line = next(line for line in fused.source.splitlines() if f"# {FUSED}" in line)
     assert "aten::mm.out x2" in line and "aten::sigmoid.out" in line, "the comment lists the replaced operators"
+
+
+def test_a_sequence_of_tokens_reaches_the_products_through_views_and_is_fused_with_them():
+    """transformers' exports: x of [batch, tokens, dim] with a token count that changes, its rows flattened for the
+    products by et_view steps and the results viewed back."""
+    torch.manual_seed(0)
+    module = SwiGLUMLP().to(torch.bfloat16).eval()
+    tokens = torch.export.Dim("tokens", min=1, max=16)
+    pte = export_program("swiglu-fusion-sequence", lambda: ExportSpec(
+        module, (torch.randn(1, 5, 48, dtype=torch.bfloat16),), dynamic_shapes=({1: tokens},))).pte
+    plain = pterun.Runtime.get().load_program(pte).load_method("forward")
+    assert "executorch_prim::et_view.default" in _names(plain), "premise: the products are reached through views"
+    fused = _runtime_with_cpu_kernel().load_program(pte).load_method("forward")
+    names = _names(fused)
+    assert names.count(FUSED) == 1 and names.count("aten::mm.out") == 1 and "aten::sigmoid.out" not in names
+    for count in (1, 7, 16, 3):
+        x = torch.randn(1, count, 48, generator=torch.Generator().manual_seed(count)).to(torch.bfloat16)
+        out = fused.execute([x])[0]
+        assert out.shape == (1, count, 48) and torch.equal(out, plain.execute([x])[0])
 
 
 def test_fuse_false_and_the_functional_form_keep_the_steps():

@@ -55,12 +55,17 @@ def applies(x: torch.Tensor, gate_t: torch.Tensor, up_t: torch.Tensor, out: torc
 
 
 def swiglu_out(x: torch.Tensor, gate_t: torch.Tensor, up_t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """The fused step's kernel: ``gate_t``/``up_t`` are the transposed weights the exported ``mm`` reads."""
-    if out.shape != (x.shape[0], gate_t.shape[1]):
-        out.resize_(x.shape[0], gate_t.shape[1])  # a dynamic out arrives emptied: sized here, within its bound
-    if applies(x, gate_t, up_t, out):
-        return gate_up(gate_t.t(), up_t.t(), x[0], out[0])
-    return torch.mul(*_chain(x, gate_t, up_t), out=out)
+    """The fused step's kernel: ``gate_t``/``up_t`` are the transposed weights the exported ``mm`` reads; ``x`` and
+    ``out`` contiguous, of any rank, their leading dimensions the rows."""
+    n = gate_t.shape[1]
+    if out.shape[:-1] != x.shape[:-1] or out.shape[-1:] != (n,):
+        out.resize_(*x.shape[:-1], n)  # a dynamic out arrives emptied: sized here, within its bound
+    rows, flat = x.view(-1, x.shape[-1]), out.view(-1, n)
+    if applies(rows, gate_t, up_t, flat):
+        gate_up(gate_t.t(), up_t.t(), rows[0], flat[0])
+    else:
+        torch.mul(*_chain(rows, gate_t, up_t), out=flat)
+    return out
 
 
 def _chain(x: torch.Tensor, gate_t: torch.Tensor, up_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,7 +89,10 @@ def one_row_swiglu(x: torch.Tensor, gate_t: torch.Tensor, up_t: torch.Tensor) ->
 def swiglu(x: torch.Tensor, gate_t: torch.Tensor, up_t: torch.Tensor) -> torch.Tensor:
     """The fused step's functional form for ``torch.compile``: one token through the kernel (the bits of the
     plain call), other shapes as the exported steps, which Inductor fuses."""
-    if one_row(x, gate_t) and one_row(x, up_t) and gate_t.shape == up_t.shape:
-        return torch.ops.pterun.one_row_swiglu(x, gate_t, up_t)
-    silu, up = _chain(x, gate_t, up_t)
-    return silu * up
+    rows = x.reshape(-1, x.shape[-1])
+    if one_row(rows, gate_t) and one_row(rows, up_t) and gate_t.shape == up_t.shape:
+        h = torch.ops.pterun.one_row_swiglu(rows, gate_t, up_t)
+    else:
+        silu, up = _chain(rows, gate_t, up_t)
+        h = silu * up
+    return h.view(*x.shape[:-1], gate_t.shape[1])
