@@ -37,6 +37,9 @@ def softmax(family: int, x: int, y: int, rows: int, cols: int, threads: int, /) 
 def dwconv(family: int, x: int, weights: int, bias: int, y: int, n: int, h: int, w: int, c: int, kh: int, kw: int,
            sh: int, sw: int, dh: int, dw: int, top: int, left: int, oh: int, ow: int, out_min: float, out_max: float,
            threads: int, /) -> None: ...
+def conv(family: int, x: int, packed: int, y: int, n: int, h: int, w: int, cin: int, cout: int, kh: int, kw: int,
+         sh: int, sw: int, dh: int, dw: int, top: int, left: int, oh: int, ow: int, out_min: float, out_max: float,
+         threads: int, /) -> None: ...
 def sdpa(q: int, k: int, v: int, mask: int, out: int, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int,
          head_dim: int, q_b: int, q_h: int, q_m: int, k_b: int, k_h: int, k_n: int, v_b: int, v_h: int, v_n: int,
          out_b: int, out_h: int, out_m: int, mask_stride: int, start_pos: int, causal: int, scale: float,

@@ -370,6 +370,30 @@ static PyObject* py_dwconv(PyObject* self, PyObject* const* args, Py_ssize_t nar
   Py_RETURN_NONE;
 }
 
+/* conv(family, x, packed, y, n, h, w, cin, cout, kh, kw, sh, sw, dh, dw, top, left, oh, ow, out_min, out_max,
+ * threads) */
+static PyObject* py_conv(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[19], t;
+  if (!arity(nargs, 22, "conv") || !ints(args, 19, a) || !ints(args + 21, 1, &t)) return NULL;
+  const double lo = PyFloat_AsDouble(args[19]), hi = PyFloat_AsDouble(args[20]);
+  if (PyErr_Occurred()) return NULL;
+  const pn_conv p = {(const float*)(intptr_t)a[1], (const float*)(intptr_t)a[2], (float*)(intptr_t)a[3], a[4], a[5],
+                     a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18],
+                     (float)lo, (float)hi};
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = pn_conv_f32(&p, (int)a[0], (int)t);
+  Py_END_ALLOW_THREADS
+  if (status == -2) return PyErr_NoMemory();
+  if (status) {
+    PyErr_Format(PyExc_ValueError, "conv: family %lld does not run on this CPU, a negative size, or a window of "
+                 "more than 49 taps", a[0]);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
 /* sdpa(q, k, v, mask, out, batch, heads, kv_heads, q_len, kv_len, head_dim, q_strides (3), k_strides (3),
  * v_strides (3), out_strides (3), mask_stride, start_pos, causal, scale, threads) */
 static PyObject* py_sdpa(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
@@ -457,6 +481,8 @@ static PyMethodDef methods[] = {
     {"vunary", (PyCFunction)(void (*)(void))py_vunary, METH_FASTCALL, "XNNPACK's float elementwise kernels."},
     {"softmax", (PyCFunction)(void (*)(void))py_softmax, METH_FASTCALL, "XNNPACK's float softmax."},
     {"dwconv", (PyCFunction)(void (*)(void))py_dwconv, METH_FASTCALL, "XNNPACK's float depthwise convolution."},
+    {"conv", (PyCFunction)(void (*)(void))py_conv, METH_FASTCALL,
+     "XNNPACK's float dense convolution and fully connected product."},
     {"sdpa", (PyCFunction)(void (*)(void))py_sdpa, METH_FASTCALL, "ExecuTorch's float32 custom_sdpa."},
     {"sdpa_blas", py_sdpa_blas, METH_NOARGS, "Whether attention's products run in PyTorch's sgemm_."},
     {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL, "RMSNorm as PyTorch's CPU steps round it."},

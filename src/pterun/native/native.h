@@ -175,6 +175,21 @@ typedef struct {
 } pn_dwconv;
 int pn_dwconv_f32(const pn_dwconv* p, int family, int threads);
 
+/* XNNPACK's float dense convolution and fully connected product (gemm.c): y [n, oh, ow, cout] from x [n, h, w, cin]
+ * and the weights (with their bias) packed by native.py's conv_pack, kh x kw taps (at most 7 x 7), strides sh, sw,
+ * dilations dh, dw, padding top and left (the window of output (oy, ox) starts at input row oy * sh - top,
+ * column ox * sw - left), then [out_min, out_max]; each output's accumulator from its bias through the taps and
+ * their channels in order with fused multiply-adds. A fully connected layer of `rows` rows is the 1 x 1
+ * convolution of [1, rows, 1, k]. The caller checks every size against its tensors. Returns -1 (and computes
+ * nothing) for a family this CPU does not run, negative sizes or a wider window, -2 when memory runs out. */
+typedef struct {
+  const float *x, *packed;
+  float* y;
+  int64_t n, h, w, cin, cout, kh, kw, sh, sw, dh, dw, top, left, oh, ow;
+  float out_min, out_max;
+} pn_conv;
+int pn_conv_f32(const pn_conv* p, int family, int threads);
+
 /* ExecuTorch's llama::custom_sdpa in float32 (sdpa.c): out = softmax(q k^T * scale + mask) v per query head, its
  * key and value heads shared by heads / kv_heads query heads, over kv_len keys (causal: a query at position
  * start_pos + row sees keys up to it). Strides are in elements, for (batch, head, sequence); each row of head_dim

@@ -18,7 +18,13 @@ import torch
 
 from pterun import Runtime
 from pterun.backends.xnnpack.nodes import isa
-from tests.backends.xnnpack.programs import CONV_MODELS, elementwise_inputs, quantized_inputs
+from tests.backends.xnnpack.programs import (
+    CONV_MODELS,
+    elementwise_inputs,
+    float_convs_inputs,
+    float_mlp_inputs,
+    quantized_inputs,
+)
 from tests.support.oracle import run_reference
 
 # Per program: its inputs (seed, scale, rows) and whether outputs must be equal ("exact"), the same bits, NaNs
@@ -37,6 +43,8 @@ CASES = {
     "8da4w-wide": ("exact", [(5, 1.0, 1), (6, 4.0, 3), (7, 1.0, 17), (8, 30.0, 32)]),
     # edge values open each input's first rows (programs.elementwise_inputs)
     "elementwise": ("bits", [(1, 1.0, 2), (2, 4.0, 3), (3, 30.0, 5), (4, 0.01, 64)]),
+    "float-mlp": ("bits", [(1, 1.0, 1), (2, 4.0, 3), (3, 1.0, 9), (4, 30.0, 70)]),
+    "float-convs": ("bits", [(1, 1.0, None), (2, 10.0, None)]),
 }
 SHAPES = {"mlp": (48,), "mlp256": (256,), "convnet": (3, 16, 16), "8da4w": (64,), "8da4w-wide": (512,)}
 BATCH = {"mlp": 8, "mlp256": 32, "convnet": 2}
@@ -45,6 +53,10 @@ BATCH = {"mlp": 8, "mlp256": 32, "convnet": 2}
 def _inputs(case: str, seed: int, scale: float, rows: int | None) -> list[torch.Tensor]:
     if case == "elementwise":
         return elementwise_inputs(seed, scale, rows=rows)
+    if case == "float-mlp":
+        return float_mlp_inputs(seed, scale, rows=rows if rows is not None else 9)
+    if case == "float-convs":
+        return float_convs_inputs(seed, scale)
     model = case if case.startswith("8da4w") else case.split("-")[0]
     if model in CONV_MODELS:
         return list(quantized_inputs(model, seed, scale))

@@ -269,3 +269,62 @@ def export_elementwise() -> Exported:
                           lower=partitioners)
 
     return export_program("xnnpack-elementwise", make)
+
+
+class FloatMLP(torch.nn.Module):
+    """Fully connected layers of odd widths (outputs past a multiple of 16), with and without bias, their clamps
+    fused (hardtanh, relu) and one output of a layer without an activation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(37, 70)
+        self.b = torch.nn.Linear(70, 33, bias=False)
+        self.c = torch.nn.Linear(33, 16)
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.c(torch.relu(self.b(torch.nn.functional.hardtanh(h, -0.5, 0.7)))), h
+
+
+FLOAT_MLP_ROWS = 160
+
+
+def float_mlp_inputs(seed: int, scale: float = 1.0, rows: int = 9) -> list:
+    return [torch.randn(rows, 37, generator=torch.Generator().manual_seed(200 + seed)) * scale]
+
+
+def export_float_mlp() -> Exported:
+    def make() -> ExportSpec:
+        torch.manual_seed(0)
+        rows = torch.export.Dim("rows", min=1, max=FLOAT_MLP_ROWS)
+        return ExportSpec(FloatMLP().eval(), tuple(float_mlp_inputs(0)), dynamic_shapes=({0: rows},),
+                          lower=partitioners)
+
+    return export_program("xnnpack-float-mlp", make)
+
+
+class FloatConvs(torch.nn.Module):
+    """Dense convolutions of odd channel counts: 3 x 3 padded with a stride of 2 (ReLU6), 1 x 1 with a stride of 2,
+    a dilated 3 x 3 one-sided pad (ReLU), 5 x 5 without bias, and a 1 x 1 one (also an output)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 20, 3, stride=2, padding=1)
+        self.sub = torch.nn.Conv2d(20, 33, 1, stride=2)
+        self.dilated = torch.nn.Conv2d(33, 17, 3, dilation=2, padding=2)
+        self.wide = torch.nn.Conv2d(17, 24, 5, padding=2, bias=False)
+        self.point = torch.nn.Conv2d(24, 40, 1)
+
+    def forward(self, x):
+        a = torch.nn.functional.relu6(self.stem(x))
+        b = torch.relu(self.dilated(self.sub(a)))
+        return self.point(self.wide(b)), a
+
+
+def float_convs_inputs(seed: int, scale: float = 1.0) -> list:
+    return [torch.randn(1, 3, 23, 21, generator=torch.Generator().manual_seed(300 + seed)) * scale]
+
+
+def export_float_convs() -> Exported:
+    return export_program("xnnpack-float-convs", lambda: ExportSpec(
+        FloatConvs().eval(), tuple(float_convs_inputs(0)), lower=partitioners))

@@ -27,7 +27,14 @@ import pytest
 import torch
 
 from pterun.backends.xnnpack.nodes import isa
-from tests.backends.xnnpack.programs import export_8da4w, export_8da4w_wide, export_elementwise, export_quantized
+from tests.backends.xnnpack.programs import (
+    export_8da4w,
+    export_8da4w_wide,
+    export_elementwise,
+    export_float_convs,
+    export_float_mlp,
+    export_quantized,
+)
 from tests.support.ci import on_ci
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -102,6 +109,7 @@ def programs(tmp_path_factory) -> Path:
         ("convnet", "per-channel"), ("mobilenet", "per-channel"), ("regnet", "per-channel"))}
     paths["8da4w"], paths["8da4w-wide"] = str(export_8da4w().pte), str(export_8da4w_wide().pte)
     paths["elementwise"] = str(export_elementwise().pte)
+    paths["float-mlp"], paths["float-convs"] = str(export_float_mlp().pte), str(export_float_convs().pte)
     listing = tmp_path_factory.mktemp("isa") / "programs.json"
     listing.write_text(json.dumps(paths))
     return listing
@@ -164,7 +172,7 @@ def test_exact_under_an_instruction_set_ceiling(programs, native, onednn, aten, 
 QEMU = shutil.which("qemu-x86_64")
 # qemu is slow: the cases that cover every kind of product once
 EMULATED = {"mlp256-per-channel", "mlp256-dynamic", "convnet-per-channel", "regnet-per-channel", "8da4w",
-            "8da4w-wide", "elementwise"}
+            "8da4w-wide", "elementwise", "float-mlp", "float-convs"}
 
 
 @pytest.mark.slow
@@ -181,6 +189,9 @@ def test_exact_on_an_emulated_avx2_cpu(programs, native):
     assert report["aten"] == "AVX2" and report["block_kernels"] == "avx2", report
     assert report["float_kernels"] == "avx2", report  # XNNPACK's AVX2 sigmoid, rsqrt, softmax, ...
     assert all("XNNPACK's avx2 float" in r for r in report["cases"]["elementwise"]["routes"]), report
+    # XNNPACK's AVX2 products (fma3 GEMM and IGEMM kernels), to the bit
+    assert "XNNPACK's avx2 float fully connected product (native)" in report["cases"]["float-mlp"]["routes"], report
+    assert "XNNPACK's avx2 float convolution (native)" in report["cases"]["float-convs"]["routes"], report
     # the native 8-bit kernels take their AVX2 forms: convolutions (dense, grouped, depthwise), adds, multiplies
     native_routes = [r for case in ("convnet-per-channel", "regnet-per-channel")
                      for r in report["cases"][case]["routes"] if r.startswith("native")]
@@ -190,5 +201,5 @@ def test_exact_on_an_emulated_avx2_cpu(programs, native):
     assert not report["onednn_exact"] and not report["int_mm"] and not report["onednn"], report
     _assert_exact(report, "on an emulated AVX2 CPU")
     # integer results: the same bits on every CPU (XNNPACK's float kernels differ between its families)
-    for case in EMULATED - {"8da4w", "8da4w-wide", "elementwise"}:
+    for case in EMULATED - {"8da4w", "8da4w-wide", "elementwise", "float-mlp", "float-convs"}:
         assert report["cases"][case]["digest"] == native["cases"][case]["digest"], case

@@ -3,6 +3,8 @@ max pooling by torch.max_pool2d.
 
 Each test first asserts that the generated code calls the prepacked ops (the
 premise), then compares with ExecuTorch's XNNPACK runtime on the same file.
+pterun's native kernels take the small layers first (test_xnnpack_dense.py,
+test_xnnpack_dwconv.py): the tests that count oneDNN's calls load with them off.
 oneDNN sums in another order than XNNPACK: results agree to a relative 1e-4 of
 the output's magnitude, as the plain path's do.
 """
@@ -14,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import pterun
-from pterun.backends.xnnpack.nodes import native, packed
+from pterun.backends.xnnpack.nodes import packed
 from tests.backends.xnnpack.programs import assert_relative, export_model, node_kinds, partitioners
 from tests.support.differential import flat
 from tests.support.exporting import ExportSpec, export_program
@@ -23,6 +25,7 @@ from tests.support.oracle import run_reference
 
 RTOL = 1e-4
 OFF = {"XnnpackBackend": {packed.OPTION: False}}
+NATIVE_OFF = {"XnnpackBackend": {"native": False}}
 
 pytestmark = pytest.mark.skipif(not packed._has_ops(), reason="this torch build has no oneDNN ops")
 
@@ -76,16 +79,12 @@ def test_prepacked_ops_match_executorch():
     exported = _export()
     assert {"XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d", "XNNFullyConnected"} <= set(
         node_kinds(exported.pte))
-    method = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
+    method = pterun.Runtime.get().load_program(exported.pte, backend_options=NATIVE_OFF).load_method("forward")
     source = _source(method)
-    # The 3x3 convolution (and both depthwise ones where the native float kernels do not run: test_xnnpack_dwconv.py),
-    # the 1x1 one and the linear layer as products over rows, the clamps as post-ops; the transposed convolution
-    # stays on torch.convolution.
-    depthwise_native = native.float_family() is not None
-    assert source.count("conv_pw(") == (1 if depthwise_native else 3), source
-    assert source.count("dwconv(") == (2 if depthwise_native else 0) and source.count("linear_pw(") == 2, source
-    # The first depthwise convolution's ReLU is a post-op, or the native kernel's clamp.
-    assert "'hardtanh'" in source and ("'relu'" in source) != depthwise_native, source
+    # The 3x3 convolution and both depthwise ones, the 1x1 one and the linear layer as products over rows, the
+    # clamps as post-ops; the transposed convolution stays on torch.convolution.
+    assert source.count("conv_pw(") == 3 and source.count("linear_pw(") == 2, source
+    assert "'hardtanh'" in source and "'relu'" in source, source
     assert "torch.convolution(" in source, source
     assert "torch.max_pool2d(" in source and "clamp_(min=" in source, source
     for seed in (0, 1):
@@ -95,7 +94,7 @@ def test_prepacked_ops_match_executorch():
 def test_other_batch_sizes_translate_again():
     """Batch 1 makes the 1x1 convolution small enough for addmm; other batches reuse the weights packed at load."""
     exported = _export()
-    method = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
+    method = pterun.Runtime.get().load_program(exported.pte, backend_options=NATIVE_OFF).load_method("forward")
     for batch in (1, 4, 2, 1):
         _compare(method, exported.pte, _inputs(batch, batch), f"batch {batch}")
     convs = method.delegate_handles[0]._translations  # the linear layer is a delegate of its own
@@ -103,8 +102,8 @@ def test_other_batch_sizes_translate_again():
     assert by_batch[1].count("linear_pw(") == 0 and "torch.addmm(" in by_batch[1], by_batch[1]
     assert by_batch[4].count("linear_pw(") == 1 and by_batch[2].count("linear_pw(") == 1
     packed = [k for d in method.delegate_handles for k in d._cache if k[1] == "onednn"]
-    # one per convolution and linear layer (the depthwise ones native where they can be), not one per shape
-    assert len(packed) == (3 if native.float_family() is not None else 5), packed
+    # one per convolution and linear layer, not one per shape
+    assert len(packed) == 5, packed
 
 
 def test_calls_pin_no_switch_when_they_are_exact_and_compute_float32_whatever_the_caller_set():
@@ -140,7 +139,7 @@ def test_option_off_runs_the_plain_ops():
 @pytest.mark.parametrize("name", ["mobilenet_v2", "resnet", "et_ds_cnn", "convnext"])
 def test_models_take_the_prepacked_convolutions(name):
     exported = export_model(name)
-    method = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
+    method = pterun.Runtime.get().load_program(exported.pte, backend_options=NATIVE_OFF).load_method("forward")
     assert "conv_pw(" in _source(method)
     model = build(name)
     for seed in (0, 1):

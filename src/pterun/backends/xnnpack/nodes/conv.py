@@ -13,6 +13,8 @@ Filters, in torch's layouts:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from pterun.backends.xnnpack.compiler import Builder
@@ -97,6 +99,8 @@ def convolution(node: Node, b: Builder) -> None:
         pad = (p.padding_top, p.padding_left, p.padding_bottom, p.padding_right)
         if not transposed and _native_depthwise(node, b, f, bias, x, y, xshape, shape):
             return
+        if not transposed and _native_dense(node, b, f, bias, x, y, xshape, shape):
+            return
         if packed.convolution(node, b, x, _torch_filter(node, f.data), bias, y, xshape, shape, pad):
             return
     o = b.define(y.id, shape)
@@ -159,6 +163,32 @@ def convolution(node: Node, b: Builder) -> None:
 # 70 against 69), above it oneDNN's blocked kernels win (112 x 112 x 32: 212 against 184 us); the AVX2 form,
 # half the width, breaks even near a quarter of that.
 NATIVE_DEPTHWISE_MACS = {"avx512f": 1 << 21, "avx2": 1 << 19}
+
+
+# The native dense convolution's work limit by float family (multiply-adds of a call): past it, oneDNN's blocked
+# kernels win.
+NATIVE_DENSE_MACS = {"avx512f": 1 << 21, "avx2": 1 << 20}
+
+
+def _native_dense(node: Node, b: Builder, f, bias, x, y, xshape, shape) -> bool:
+    """A float32 convolution of one group (1 x 1 ones included: a product over pixels) through the native kernel,
+    in XNNPACK's order with its clamp fused, where it runs here and the call is small enough to win: oneDNN costs
+    20-30 us a call however small the image, addmm and a clamp apart 3-9 us."""
+    p = node.p
+    lo, hi = node.output_min, node.output_max
+    taps = p.kernel_height * p.kernel_width
+    if (p.groups != 1 or not native.float_enabled(b) or not lo <= hi or taps > native.CONV_MAX_TAPS
+            or f.datatype != Datatype.FP32 or (bias is not None and bias.datatype != Datatype.FP32)):
+        return False
+    if math.prod(shape) * xshape[3] * taps > NATIVE_DENSE_MACS.get(native.float_family() or "", 0):
+        return False
+    weights = b.cached("conv", lambda: native.conv_pack(_torch_filter(node, f.data).to(torch.float32),
+                                                        None if bias is None else bias.data.to(torch.float32)))
+    o = b.define(y.id, shape)
+    window = (p.subsampling_height, p.subsampling_width, p.dilation_height, p.dilation_width, p.padding_top,
+              p.padding_left)
+    native.emit_conv(b, b.ref(x.id), weights, o, xshape, shape, (p.kernel_height, p.kernel_width), window, lo, hi)
+    return True
 
 
 def _native_depthwise(node: Node, b: Builder, f, bias, x, y, xshape, shape) -> bool:

@@ -12,7 +12,7 @@ import torch
 
 from pterun.backends.xnnpack.compiler import Builder, broadcast, numel
 from pterun.backends.xnnpack.graph import INVALID_ID, Blockwise, Datatype, DynamicRows, Node
-from pterun.backends.xnnpack.nodes import packed, qblock, qlinear, qmath
+from pterun.backends.xnnpack.nodes import native, packed, qblock, qlinear, qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, is_float, require_float, unsupported
 from pterun.errors import InvalidArgument, InvalidProgram
 
@@ -42,6 +42,8 @@ def fully_connected(node: Node, b: Builder) -> None:
         return _static_q8(node, b, x, w, bias, y, rows, k, n, shape, transposed)
     require_float(node, x, w, y, *([bias] if bias is not None else []))
     w_nk = None if w.data is None else (w.data.t() if transposed else w.data)
+    if _native_product(node, b, x, w_nk, bias, y, rows, k, n, shape):
+        return
     if packed.fully_connected(node, b, x, w_nk, bias, y, rows, k, n, shape):
         return
     o = b.define(y.id, shape)
@@ -53,6 +55,27 @@ def fully_connected(node: Node, b: Builder) -> None:
     else:
         b.emit(f"torch.addmm({b.ref(bias.id)}, {x2}, {wt}, out={o2})")
     emit_float_clamp(node, b, o)
+
+
+# The native product's work limit by float family (multiply-adds of a call): past it, oneDNN's packed kernels win.
+NATIVE_GEMM_MACS = {"avx512f": 1 << 21, "avx2": 1 << 20}
+
+
+def _native_product(node: Node, b: Builder, x, w_nk: torch.Tensor | None, bias, y, rows: int, k: int, n: int,
+                    shape) -> bool:
+    """A float32 product of ``x``'s rows with a constant filter [n, k] and bias through the native kernel (XNNPACK's
+    order, its clamp fused), where it runs here and the call is small enough to win: PyTorch's addmm and the clamp
+    apart cost 3-9 us a call."""
+    lo, hi = node.output_min, node.output_max
+    if (w_nk is None or w_nk.dtype != torch.float32 or not native.float_enabled(b) or not lo <= hi
+            or x.datatype != Datatype.FP32 or y.datatype != Datatype.FP32
+            or (bias is not None and (bias.data is None or bias.datatype != Datatype.FP32))
+            or rows * k * n > NATIVE_GEMM_MACS.get(native.float_family() or "", 0)):
+        return False
+    weights = b.cached("gemm", lambda: native.conv_pack(w_nk, None if bias is None else bias.data))
+    o = b.define(y.id, shape)
+    native.emit_fully_connected(b, b.ref(x.id), weights, o, rows, k, n, shape, lo, hi)
+    return True
 
 
 def _kn(b: Builder, vid: int, transposed: bool) -> str:

@@ -384,6 +384,54 @@ def emit_dwconv(b, x: str, weights: torch.Tensor, bias: str | None, out: str, xs
     b.route(f"XNNPACK's {family} float depthwise convolution (native)")
 
 
+CONV_TILE = 16  # output channels per tile of gemm.c's packed weights
+CONV_MAX_TAPS = 49  # gemm.c's widest window
+
+
+def conv_pack(filt: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """A float filter [cout, cin, kh, kw] (torch's layout; [n, k] for a fully connected layer) and its bias [cout]
+    (or none) as gemm.c reads them: per tile of 16 output channels, their biases, then each tap's (kernel row,
+    then column) input channels' 16 weights; zeros past the last output channel."""
+    cout = filt.shape[0]
+    taps = filt.reshape(cout, filt.shape[1], -1).permute(2, 1, 0).reshape(-1, cout)  # [taps * cin, cout]
+    tiles = -(-cout // CONV_TILE)
+    weights = torch.zeros(taps.shape[0], tiles * CONV_TILE, dtype=torch.float32)
+    weights[:, :cout] = taps
+    packed = torch.zeros(tiles, taps.shape[0] + 1, CONV_TILE, dtype=torch.float32)
+    packed[:, 1:, :] = weights.view(-1, tiles, CONV_TILE).permute(1, 0, 2)
+    if bias is not None:
+        first = torch.zeros(tiles * CONV_TILE, dtype=torch.float32)
+        first[:cout] = bias
+        packed[:, 0, :] = first.view(tiles, CONV_TILE)
+    return packed
+
+
+def emit_conv(b, x: str, packed: torch.Tensor, out: str, xshape, shape, kernel: tuple[int, int], window,
+              out_min: float, out_max: float) -> None:
+    """Lines computing float32 ``out`` [n, oh, ow, cout], the dense convolution of ``x`` [n, h, w, cin] with the
+    filter and bias ``conv_pack`` made, ``kernel`` = (kh, kw) taps, ``window`` = (sh, sw, dh, dw, top, left),
+    clamped to [out_min, out_max]. A fully connected layer of ``rows`` rows of ``k``: xshape (1, rows, 1, k)."""
+    family = _chosen_family()
+    n, h, w, cin = xshape
+    _, oh, ow, cout = shape
+    run = _function(b, "conv", _kernels().conv)
+    into, after = target(b, out, shape)
+    b.emit(f"{run}({VFAMILIES[family]}, {source(b, x)}, {_pointer(b, b.bind(packed, 'packed'))}, {into}, {n}, {h}, "
+           f"{w}, {cin}, {cout}, {kernel[0]}, {kernel[1]}, {', '.join(str(int(v)) for v in window)}, {oh}, {ow}, "
+           f"{b.number(float(out_min))}, {b.number(float(out_max))}, {threads(b)}())")
+    if after:
+        b.emit(after)
+    b.route(f"XNNPACK's {family} float convolution (native)")
+
+
+def emit_fully_connected(b, x: str, packed: torch.Tensor, out: str, rows: int, k: int, n: int, shape,
+                         out_min: float, out_max: float) -> None:
+    """Lines computing float32 ``out`` (``rows`` rows of ``n``, of the elements of ``shape``) = ``x`` (rows of
+    ``k``) times the weights ``conv_pack`` made of an [n, k] filter, plus their bias, clamped."""
+    emit_conv(b, x, packed, out, (1, rows, 1, k), (1, rows, 1, n), (1, 1), (1, 1, 1, 1, 0, 0), out_min, out_max)
+    b.route(f"XNNPACK's {_chosen_family()} float fully connected product (native)")
+
+
 def emit_softmax(b, x: str, out: str, shape) -> None:
     """Lines computing float32 ``out``, the softmax of ``x`` along its last dimension."""
     family = _chosen_family()
