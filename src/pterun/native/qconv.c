@@ -37,6 +37,7 @@
 
 struct pn_qconv {
   int isa, depthwise;
+  int narrow;      /* depthwise with AVX-512 VNNI and 16 channels past a multiple of 32: the 16-channel kernel */
   int direct;      /* pointwise, unit strides, no padding, cin_g a multiple of 8: rows are the image's pixels */
   int64_t groups, cin_g, cout_g, cin, cout;
   int64_t kh, kw, sh, sw, dh, dw, pt, pl;
@@ -489,8 +490,8 @@ static void dw_task(void* ctx, int64_t row) {
     return;
   }
 #if defined(__x86_64__)
-  if (L->isa == PN_AVX512VNNI) return dw_avx512(L, a, row, pointers);
-  if (L->isa == PN_AVX2) return dw_avx2(L, a, row, pointers);
+  if (L->isa == PN_AVX512VNNI && !L->narrow) return dw_avx512(L, a, row, pointers);
+  if (L->isa == PN_AVX2 || L->narrow) return dw_avx2(L, a, row, pointers);
 #endif
   dw_portable_row(L, a, row, pointers);
 }
@@ -575,6 +576,9 @@ pn_qconv* pn_qconv_pack(int isa, int64_t groups, int64_t cin_g, int64_t cout_g, 
   L->izp = input_zero_point, L->ozp = out_zero_point, L->qmin = qmin, L->qmax = qmax;
   const int64_t taps = kh * kw;
   if (L->depthwise) {
+    /* 32 channels a step would leave half of the last one's lanes idle (a 16-channel layer: all of its steps);
+     * the AVX2 kernel's 16 channels a step fit, and its sums and requantization are the same per channel */
+    L->narrow = L->isa == PN_AVX512VNNI && L->cin % 32 == 16;
     const int64_t cp = L->cp = (L->cin + 31) / 32 * 32, pairs = (taps + 1) / 2;
     L->weights = pn_zeroed((size_t)(taps * cp));
     L->wide = calloc((size_t)(pairs * 2 * cp), sizeof(int16_t));
@@ -595,14 +599,14 @@ pn_qconv* pn_qconv_pack(int isa, int64_t groups, int64_t cin_g, int64_t cout_g, 
       }
       /* where the SIMD kernels keep channel c: in-lane order for AVX-512 (see dw_avx512_body) */
       int64_t at = c;
-      if (L->isa == PN_AVX512VNNI) {
+      if (L->isa == PN_AVX512VNNI && !L->narrow) {
         const int64_t j = c % 32, lane = (j % 16) / 8 * 16 + (j / 16) * 8 + j % 8;
         at = c - j + lane;
       }
       L->init[at] = (int32_t)((uint32_t)(bias ? bias[c] : 0) - (uint32_t)input_zero_point * total);
       L->scale[at] = scale[c];
       if (L->isa == PN_PORTABLE) continue;
-      const int64_t block = L->isa == PN_AVX512VNNI ? 32 : 16, in = at % block; /* accumulator lane */
+      const int64_t block = L->isa == PN_AVX512VNNI && !L->narrow ? 32 : 16, in = at % block; /* accumulator lane */
       for (int64_t t = 0; t < taps; t++)
         L->wide[((c / block) * pairs + t / 2) * 2 * block + 2 * in + t % 2] = weights[c * taps + t];
     }

@@ -59,6 +59,7 @@ def _conv_reference(x, w, bias, scale, izp, ozp, qmin, qmax, groups, strides, di
 # (groups, cin / groups, cout / groups, kernel, strides, dilations, (top, left, bottom, right), input h, w, batch)
 CONVOLUTIONS = [
     (16, 1, 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 9, 7, 2),       # depthwise, a 32-channel block's half
+    (48, 1, 1, (3, 3), (2, 1), (1, 1), (1, 0, 1, 1), 7, 6, 1),       # one and a half blocks: 16 channels a step
     (33, 1, 1, (3, 3), (2, 2), (1, 1), (0, 0, 1, 1), 11, 10, 1),     # an odd tail, TensorFlow's padding
     (70, 1, 1, (5, 5), (1, 2), (1, 1), (2, 1, 2, 3), 8, 9, 1),       # 25 taps: an odd last pair
     (7, 1, 1, (2, 3), (1, 1), (2, 1), (1, 0, 0, 2), 6, 6, 1),        # dilated, 6 taps
@@ -225,6 +226,7 @@ def test_tables_of_8bit_values(kernel):
     ((2, 2, 2, 2, 1, 1, 0, 0), (2, 9, 8, 16)),    # (kh, kw, sh, sw, dh, dw, top, left); n, h, w, c
     ((3, 3, 2, 2, 1, 1, 1, 1), (1, 11, 10, 37)),  # ResNet's stem pooling, padded
     ((3, 2, 1, 2, 2, 1, 0, 1), (1, 7, 9, 300)),   # dilated, over 256 channels
+    ((2, 3, 2, 1, 1, 2, 1, 1), (1, 6, 7, 48)),    # 32 channels and 16 a step
 ])
 def test_max_pooling_takes_the_largest_value(window, size, threads):
     if not native.available()[0]:
