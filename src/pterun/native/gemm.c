@@ -18,7 +18,7 @@
 #define NR 16
 #define GROUP 4 /* tiles a task covers */
 #define ROWS_PER_TASK 64
-#define MAX_TAPS 49 /* 7 x 7: a wider window takes PyTorch's convolution */
+#define MAX_TAPS 256 /* 16 x 16 (a vision transformer's patches); a wider window takes PyTorch's convolution */
 
 struct conv_job {
   const pn_conv* p;

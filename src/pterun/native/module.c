@@ -388,7 +388,7 @@ static PyObject* py_conv(PyObject* self, PyObject* const* args, Py_ssize_t nargs
   if (status == -2) return PyErr_NoMemory();
   if (status) {
     PyErr_Format(PyExc_ValueError, "conv: family %lld does not run on this CPU, a negative size, or a window of "
-                 "more than 49 taps", a[0]);
+                 "more than 256 taps", a[0]);
     return NULL;
   }
   Py_RETURN_NONE;

@@ -176,7 +176,7 @@ typedef struct {
 int pn_dwconv_f32(const pn_dwconv* p, int family, int threads);
 
 /* XNNPACK's float dense convolution and fully connected product (gemm.c): y [n, oh, ow, cout] from x [n, h, w, cin]
- * and the weights (with their bias) packed by native.py's conv_pack, kh x kw taps (at most 7 x 7), strides sh, sw,
+ * and the weights (with their bias) packed by native.py's conv_pack, kh x kw taps (at most 256), strides sh, sw,
  * dilations dh, dw, padding top and left (the window of output (oy, ox) starts at input row oy * sh - top,
  * column ox * sw - left), then [out_min, out_max]; each output's accumulator from its bias through the taps and
  * their channels in order with fused multiply-adds. A fully connected layer of `rows` rows is the 1 x 1

@@ -123,6 +123,7 @@ CASES = [  # (n, h, w, cin, cout, kh, kw, sh, sw, dh, dw, top, left, bottom, rig
     (2, 9, 7, 5, 33, 3, 3, 2, 1, 1, 1, 1, 1, 1, 0),
     (1, 11, 13, 3, 65, 5, 3, 1, 2, 2, 1, 2, 0, 3, 1),
     (1, 4, 4, 7, 16, 7, 7, 1, 1, 1, 1, 3, 3, 3, 3),
+    (2, 32, 32, 3, 20, 16, 16, 16, 16, 1, 1, 0, 0, 0, 0),  # a vision transformer's patches: 256 taps
 ]
 
 
@@ -159,7 +160,7 @@ def test_a_family_this_cpu_does_not_run_a_negative_size_or_a_wider_window_is_ref
     kernels = native._kernels()
     good = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1]
     for bad_family, sizes in ((7, good), (family, [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, -1, 1]),
-                              (family, [1, 8, 8, 1, 1, 8, 8, 1, 1, 1, 1, 0, 0, 1, 1])):
+                              (family, [1, 17, 16, 1, 1, 17, 16, 1, 1, 1, 1, 0, 0, 1, 1])):
         with pytest.raises(ValueError, match="conv"):
             kernels.conv(bad_family, 0, 0, 0, *sizes, 0.0, 1.0, 1)
 

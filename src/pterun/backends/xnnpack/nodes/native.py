@@ -385,7 +385,7 @@ def emit_dwconv(b, x: str, weights: torch.Tensor, bias: str | None, out: str, xs
 
 
 CONV_TILE = 16  # output channels per tile of gemm.c's packed weights
-CONV_MAX_TAPS = 49  # gemm.c's widest window
+CONV_MAX_TAPS = 256  # gemm.c's widest window
 
 
 def conv_pack(filt: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
