@@ -410,7 +410,7 @@ def conv_pack(filt: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
 
 
 def emit_conv(b, x: str, packed: torch.Tensor, out: str, xshape, shape, kernel: tuple[int, int], window,
-              out_min: float, out_max: float) -> None:
+              out_min: float, out_max: float, what: str = "convolution") -> None:
     """Lines computing float32 ``out`` [n, oh, ow, cout], the dense convolution of ``x`` [n, h, w, cin] with the
     filter and bias ``conv_pack`` made, ``kernel`` = (kh, kw) taps, ``window`` = (sh, sw, dh, dw, top, left),
     clamped to [out_min, out_max]. A fully connected layer of ``rows`` rows of ``k``: xshape (1, rows, 1, k)."""
@@ -424,15 +424,15 @@ def emit_conv(b, x: str, packed: torch.Tensor, out: str, xshape, shape, kernel: 
            f"{b.number(float(out_min))}, {b.number(float(out_max))}, {threads(b)}())")
     if after:
         b.emit(after)
-    b.route(f"XNNPACK's {family} float convolution (native)")
+    b.route(f"XNNPACK's {family} float {what} (native)")
 
 
 def emit_fully_connected(b, x: str, packed: torch.Tensor, out: str, rows: int, k: int, n: int, shape,
                          out_min: float, out_max: float) -> None:
     """Lines computing float32 ``out`` (``rows`` rows of ``n``, of the elements of ``shape``) = ``x`` (rows of
     ``k``) times the weights ``conv_pack`` made of an [n, k] filter, plus their bias, clamped."""
-    emit_conv(b, x, packed, out, (1, rows, 1, k), (1, rows, 1, n), (1, 1), (1, 1, 1, 1, 0, 0), out_min, out_max)
-    b.route(f"XNNPACK's {_chosen_family()} float fully connected product (native)")
+    emit_conv(b, x, packed, out, (1, rows, 1, k), (1, rows, 1, n), (1, 1), (1, 1, 1, 1, 0, 0), out_min, out_max,
+              "fully connected product")
 
 
 def emit_softmax(b, x: str, out: str, shape) -> None:
