@@ -27,6 +27,9 @@ struct conv_job {
   const float* zeros; /* cin of them */
 };
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+
 /* The input row (cin channels) of each tap of output pixel `pixel`, or the zeros where the tap is padding. */
 static void taps_of(const struct conv_job* job, int64_t pixel, const float** at) {
   const pn_conv* p = job->p;
@@ -40,8 +43,6 @@ static void taps_of(const struct conv_job* job, int64_t pixel, const float** at)
     }
 }
 
-#if defined(__x86_64__)
-#include <immintrin.h>
 
 /* MR pixels of one tile: each pixel's 16 accumulators in one register; the weights' vector read once per input
  * for all MR pixels. */
@@ -179,7 +180,7 @@ static void conv_task(void* ctx, int64_t task) {
       pixel_avx2(p, w, tiles, at, taps, p->y + r * p->cout + first * NR, p->cout - first * NR);
   }
 #else
-  (void)w, (void)r0, (void)r1, (void)at;
+  (void)w, (void)tiles, (void)r0, (void)r1, (void)at;
 #endif
   pn_denormals_restore(state);
 }

@@ -52,6 +52,11 @@ int pn_qmean_s8(const int8_t* x, int8_t* y, int64_t n, int64_t h, int64_t w, int
   return a.failed ? -1 : 0;
 }
 
+static int8_t clamp8(int32_t v, int32_t lo, int32_t hi) { return (int8_t)(v < lo ? lo : v > hi ? hi : v); }
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
 /* The window's taps of output pixel (oy, ox) inside the image: kernel rows [ky0, ky1), columns [kx0, kx1). */
 static void window_inside(const pool_args* a, int64_t oy, int64_t ox, int64_t* ky0, int64_t* ky1, int64_t* kx0,
                           int64_t* kx1) {
@@ -62,10 +67,6 @@ static void window_inside(const pool_args* a, int64_t oy, int64_t ox, int64_t* k
   while (*kx1 > *kx0 && ox * a->sw - a->pl + (*kx1 - 1) * a->dw >= a->w) (*kx1)--;
 }
 
-static int8_t clamp8(int32_t v, int32_t lo, int32_t hi) { return (int8_t)(v < lo ? lo : v > hi ? hi : v); }
-
-#if defined(__x86_64__)
-#include <immintrin.h>
 
 __attribute__((target("avx2"))) static void max_pixel_avx2(const pool_args* a, const int8_t* image, int64_t oy,
                                                            int64_t ox, int8_t* y) {
