@@ -525,7 +525,7 @@ static void gemm_task(void* ctx, int64_t task) {
 #endif
     gather_portable(L, &a->base, r0, nr, g, (int8_t*)rows);
   memset(rows + nr * L->kp * width, 0, (size_t)((padded - nr) * L->kp) * width);
-  (void)image;
+  (void)image, (void)direct; /* read by the x86 kernels alone */
   const int64_t t0 = chunk * a->tiles_per_chunk;
   const int64_t t1 = t0 + a->tiles_per_chunk < L->tiles ? t0 + a->tiles_per_chunk : L->tiles;
   const int64_t tile_bytes = L->kp * TILE * (int64_t)width;
