@@ -204,4 +204,29 @@ int pn_rms_norm(const float* x, const float* weight, float* out, int64_t rows, i
 void pn_rotary_pairs(const float* x, const float* cos, const float* sin, float* out, const int64_t sizes[4],
                      const int64_t cos_strides[4], const int64_t sin_strides[4]);
 
+/* A layer's attention over a KV cache in one call (cached_attention.c): rows of `row` floats written into a cache
+ * [batch, cache_len, row] at a position; the rotary embeddings of pn_rotary_pairs; pn_sdpa's arguments but the
+ * start position and the keys, given per call. */
+typedef struct {
+  const float* src;
+  float* cache;
+  int64_t batch, seq, row, src_stride, cache_stride, cache_len;
+} pn_cache_write;
+typedef struct {
+  const float *x, *cos, *sin;
+  float* out;
+  int64_t sizes[4], cos_strides[4], sin_strides[4];
+} pn_rotary;
+typedef struct {
+  pn_cache_write v_write, k_write;
+  pn_rotary q_rotary, k_rotary;
+  pn_attention attention;
+  int64_t cache_len;
+} pn_cached_attention;
+/* The value rows written at v_pos, queries and keys rotated, the keys written at k_pos, attention from start_pos
+ * over start_pos + q_len keys. Returns 1 (and writes nothing) where a position does not fit the caches, else
+ * pn_sdpa's status. */
+int pn_cached_attention_run(const pn_cached_attention* c, int64_t v_pos, int64_t k_pos, int64_t start_pos,
+                        int threads);
+
 #endif

@@ -8,7 +8,9 @@ float32 on the CPU as its own steps into buffers kept from call to call),
 rotary.py (a rotary embedding's thirteen, as one call of the same arithmetic),
 rotate_half.py (transformers' form of it, seven steps, the same way),
 swiglu.py (a SwiGLU MLP's two products and SiLU-product, only where the
-kernel registry holds a kernel for the method's device). Each chain found
+kernel registry holds a kernel for the method's device), cached_attention.py
+(on the CPU, a layer's cache writes, rotary embeddings and attention over the
+cache, ten calls, once the rotary chains are fused). Each chain found
 whole is replaced by one call, placed where its last step was; the other
 steps are folded away (None). The fused step's comment in the generated code
 lists the operators it replaced. A fused call without a functional form is
@@ -36,7 +38,7 @@ from collections import Counter
 from pterun.core.device import DeviceType
 from pterun.executor.load.effects import MethodEffects
 from pterun.executor.load.fold import PlannedViews, Rewriter, overlaps
-from pterun.executor.load.fuse import attention, rms_norm, rotary, rotate_half, swiglu
+from pterun.executor.load.fuse import attention, cached_attention, rms_norm, rotary, rotate_half, swiglu
 from pterun.executor.load.fuse.common import Chain, Graph
 from pterun.executor.load.steps import KernelStep
 from pterun.format import JumpFalseCall, Plan, TensorSpec
@@ -49,7 +51,8 @@ def patterns(kernels: KernelRegistry, device_type: DeviceType) -> tuple:
     found = swiglu.matcher(kernels, device_type)
     # The grouped attention first: where find_chains refuses it, the same chain from the repeated heads on.
     return ((attention.match_grouped, attention.match, rms_norm.match, rotary.match, rotate_half.match)
-            + ((found,) if found is not None else ()))
+            + ((found,) if found is not None else ())
+            + ((cached_attention.match,) if device_type == DeviceType.CPU else ()))
 
 
 def find_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects, views: PlannedViews,
@@ -95,7 +98,8 @@ def fused(steps: list, chains: list[Chain]) -> list:
     result = list(steps)
     for chain in chains:
         last = max(chain.steps)
-        replaced = Counter(steps[k].name for k in sorted(chain.steps))
+        # A chain found in a later round names the fused calls of earlier rounds it takes in.
+        replaced = Counter(result[k].name for k in sorted(chain.steps))
         for k in chain.steps:
             result[k] = None
         result[last] = KernelStep(chain.name, chain.binding, chain.args, replaces=tuple(
