@@ -164,6 +164,72 @@ class RmsNormInto:
         return (torch.empty_like(x), torch.empty((*x.shape[:-1], 1), dtype=x.dtype)), None
 
 
+class AddRmsNormInto:
+    """``a + b`` written into ``total`` and its ``rms_norm`` into ``out``: a residual stream's add and the norm that
+    reads it (executor/load/fuse/add_rms_norm.py). In float32 on the CPU one native call (``native/fused.c``: the
+    sum, then ``RmsNormInto``'s native steps) where the operands are contiguous, of one shape, and their bytes allow
+    it, on arguments kept for the tensors of the call before (a method passes the same planned tensors at every
+    call, so a call compares their addresses and shapes); else ``torch.add`` and ``RmsNormInto``, the steps' own
+    calls."""
+
+    def __init__(self) -> None:
+        self._norm = RmsNormInto()
+        self._key: tuple = ()
+        self._native: tuple | None = None
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, eps: float, *, total: torch.Tensor,
+                 out: torch.Tensor) -> torch.Tensor:
+        kernels = native.kernels
+        if kernels is not None and a.dtype is F32:
+            if _add_rms_norm_key(a, b, weight, eps, total, out) != self._key:
+                self._native = _add_rms_norm_arguments(a, b, weight, eps, total, out)
+                self._key = _add_rms_norm_key(a, b, weight, eps, total, out)
+            if self._native is not None:
+                kernels.add_rms_norm(*self._native)
+                return out
+        if total.shape != torch.broadcast_shapes(a.shape, b.shape):
+            total.resize_(0)  # as the executor empties a dynamic out before torch writes it
+        torch.add(a, b, out=total)
+        if not total.is_contiguous():  # torch gives an emptied out an input's strides; the plan's are contiguous
+            values = total.contiguous()
+            total.as_strided_(total.shape, values.stride())
+            total.copy_(values)
+        return self._norm(total, weight, eps, out=out)
+
+
+def _add_rms_norm_key(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, eps: float, total: torch.Tensor,
+                      out: torch.Tensor) -> tuple:
+    """What the native call's arguments are made of: addresses, shapes, and the layouts they assume."""
+    return (a.data_ptr(), b.data_ptr(), total.data_ptr(), weight.data_ptr(), out.data_ptr(), a.shape, b.shape,
+            total.shape, out.shape, eps, a.is_contiguous(), b.is_contiguous(), total.is_contiguous(),
+            out.is_contiguous())
+
+
+def _add_rms_norm_arguments(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, eps: float, total: torch.Tensor,
+                            out: torch.Tensor) -> tuple | None:
+    """The native call's arguments for these tensors, or None: float32 on the CPU, a and b of one shape and
+    contiguous, ``total`` and ``out`` sized (as the steps size them) and laid out to match, bytes apart where the
+    kernel reads while it writes (pn_add_rms_norm's rules)."""
+    lanes = _rms_norm_lanes()
+    n = a.shape[-1] if a.dim() else 0
+    if not (lanes and lanes <= n < _TORCH_GRAIN and a.shape == b.shape and a.is_contiguous() and b.is_contiguous()
+            and all(t.dtype is F32 and t.device.type == "cpu" for t in (b, weight, total, out))
+            and weight.shape == (n,) and weight.is_contiguous()):
+        return None
+    for t in (total, out):
+        if t.shape != a.shape:
+            t.resize_(a.shape)
+    if not (total.is_contiguous() and out.is_contiguous()):
+        return None
+    if not all(total.data_ptr() == t.data_ptr() or apart(total, t) for t in (a, b)) or not apart(total, weight):
+        return None
+    # The sum is whole before the norm writes: out may take the operands' bytes, as the plan gives it theirs.
+    if not (out.data_ptr() == total.data_ptr() or apart(out, total)) or not apart(out, weight):
+        return None
+    return (a.data_ptr(), b.data_ptr(), total.data_ptr(), weight.data_ptr(), out.data_ptr(), a.numel() // n, n, eps,
+            lanes)
+
+
 def _torch_steps(x: torch.Tensor, weight: torch.Tensor, eps: float, views: tuple, out: torch.Tensor) -> torch.Tensor:
     """RMSNorm as the exporter's six steps, into ``views`` (x's size, and one value per row) and ``out``."""
     scaled, mean = views

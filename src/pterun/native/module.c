@@ -418,6 +418,21 @@ static PyObject* py_rms_norm(PyObject* self, PyObject* const* args, Py_ssize_t n
   Py_RETURN_NONE;
 }
 
+/* add_rms_norm(a, b, total, weight, out, rows, n, eps, lanes) */
+static PyObject* py_add_rms_norm(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[7], lanes;
+  if (!arity(nargs, 9, "add_rms_norm") || !ints(args, 7, a) || !ints(args + 8, 1, &lanes)) return NULL;
+  const double eps = PyFloat_AsDouble(args[7]);
+  if (PyErr_Occurred()) return NULL;
+  if (pn_add_rms_norm((const float*)(intptr_t)a[0], (const float*)(intptr_t)a[1], (float*)(intptr_t)a[2],
+                      (const float*)(intptr_t)a[3], (float*)(intptr_t)a[4], a[5], a[6], (float)eps, (int)lanes)) {
+    PyErr_Format(PyExc_ValueError, "add_rms_norm: rows of %lld values in vectors of %lld", a[6], lanes);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
 /* rotary_pairs(x, cos, sin, out, sizes (4), cos_strides (4), sin_strides (4)) */
 static PyObject* py_rotary_pairs(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
@@ -526,6 +541,8 @@ static PyMethodDef methods[] = {
     {"sdpa", (PyCFunction)(void (*)(void))py_sdpa, METH_FASTCALL, "ExecuTorch's float32 custom_sdpa."},
     {"sdpa_blas", py_sdpa_blas, METH_NOARGS, "Whether attention's products run in PyTorch's sgemm_."},
     {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL, "RMSNorm as PyTorch's CPU steps round it."},
+    {"add_rms_norm", (PyCFunction)(void (*)(void))py_add_rms_norm, METH_FASTCALL,
+     "A residual add and the RMSNorm of its sum, each rounded as PyTorch's."},
     {"rotary_pairs", (PyCFunction)(void (*)(void))py_rotary_pairs, METH_FASTCALL,
      "The rotary embedding of interleaved pairs, each step rounded as PyTorch's."},
     {"cached_attention_make", (PyCFunction)(void (*)(void))py_cached_attention_make, METH_FASTCALL,

@@ -198,6 +198,10 @@ int pn_sdpa_blas(void);
  * order over vectors of `lanes` (8 or 16) floats; out may be x but no other bytes of it. Returns -1 (and computes
  * nothing) for other lanes or rows shorter than a vector. */
 int pn_rms_norm(const float* x, const float* weight, float* out, int64_t rows, int64_t n, float eps, int lanes);
+/* total = a + b over rows * n contiguous floats, then pn_rms_norm of total into out: the residual add before a
+ * norm. total may be a or b but no other bytes of them; out may be total but no other bytes of it. */
+int pn_add_rms_norm(const float* a, const float* b, float* total, const float* weight, float* out, int64_t rows,
+                    int64_t n, float eps, int lanes);
 /* The rotary embedding of interleaved pairs: x contiguous [sizes..., 2], each pair (x0, x1) turned into
  * (x0 cos - x1 sin, x0 sin + x1 cos), cos and sin read at their strides (elements) for the four sizes (0 where
  * they broadcast); out contiguous like x, and may be x but no other bytes of it. */

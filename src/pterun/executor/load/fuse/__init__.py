@@ -10,14 +10,16 @@ rotate_half.py (transformers' form of it, seven steps, the same way),
 swiglu.py (a SwiGLU MLP's two products and SiLU-product, only where the
 kernel registry holds a kernel for the method's device), cached_attention.py
 (on the CPU, a layer's cache writes, rotary embeddings and attention over the
-cache, ten calls, once the rotary chains are fused). Each chain found
+cache, ten calls, once the rotary chains are fused), add_rms_norm.py (on the
+CPU, a residual add and the fused RMSNorm of its sum). Each chain found
 whole is replaced by one call, placed where its last step was; the other
 steps are folded away (None). The fused step's comment in the generated code
 lists the operators it replaced. A fused call without a functional form is
 left out of the functional form for ``torch.compile``, which keeps the steps.
 
 A chain is replaced only when nothing outside it can tell: every value it
-computes on the way is read by its own steps only (no method output, no
+computes on the way (but those the fused call writes too, where and as the
+steps did: ``Chain.kept``) is read by its own steps only (no method output, no
 other reader, directly, through a view or through a view the exporter planned
 on the same bytes), written and bound by no other step (its shape may be
 dynamic: the patterns check the dimensions they rely on); and
@@ -38,7 +40,7 @@ from collections import Counter
 from pterun.core.device import DeviceType
 from pterun.executor.load.effects import MethodEffects
 from pterun.executor.load.fold import PlannedViews, Rewriter, overlaps
-from pterun.executor.load.fuse import attention, cached_attention, rms_norm, rotary, rotate_half, swiglu
+from pterun.executor.load.fuse import add_rms_norm, attention, cached_attention, rms_norm, rotary, rotate_half, swiglu
 from pterun.executor.load.fuse.common import Chain, Graph
 from pterun.executor.load.steps import KernelStep
 from pterun.format import JumpFalseCall, Plan, TensorSpec
@@ -52,7 +54,7 @@ def patterns(kernels: KernelRegistry, device_type: DeviceType) -> tuple:
     # The grouped attention first: where find_chains refuses it, the same chain from the repeated heads on.
     return ((attention.match_grouped, attention.match, rms_norm.match, rotary.match, rotate_half.match)
             + ((found,) if found is not None else ())
-            + ((cached_attention.match,) if device_type == DeviceType.CPU else ()))
+            + ((cached_attention.match, add_rms_norm.match) if device_type == DeviceType.CPU else ()))
 
 
 def find_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects, views: PlannedViews,
@@ -115,6 +117,8 @@ def _unobserved(plan: Plan, rw: Rewriter, effects: MethodEffects, binders: dict[
     for k in chain.steps - {last}:
         step = rw.steps[k]
         made = step.args[-1]
+        if made in chain.kept:
+            continue
         spec = plan.values[made]
         if not isinstance(spec, TensorSpec) or made in outputs or made in inputs:
             return False
