@@ -277,6 +277,35 @@ def _rms_norm_lanes() -> int:
     return 0
 
 
+class SiluMulInto:
+    """``gate * sigmoid(gate) * up``, the three torch calls of the steps it replaces (executor/load/fuse/silu_mul.py)
+    into the steps' own outs: ``sig``, ``prod`` and ``out``. Where the operands keep their shape from call to call
+    the outs are written as they are; where it changes, each is emptied before its call and made contiguous after
+    it, as the executor does for the steps."""
+
+    def __call__(self, gate: torch.Tensor, up: torch.Tensor, *, sig: torch.Tensor, prod: torch.Tensor,
+                 out: torch.Tensor) -> torch.Tensor:
+        shape = gate.shape
+        if (up.shape == shape and sig.shape == shape and prod.shape == shape and out.shape == shape
+                and sig.is_contiguous() and prod.is_contiguous() and out.is_contiguous()):
+            torch.sigmoid(gate, out=sig)
+            torch.mul(gate, sig, out=prod)
+            return torch.mul(prod, up, out=out)
+        _emptied_into(torch.sigmoid, (gate,), sig)
+        _emptied_into(torch.mul, (gate, sig), prod)
+        return _emptied_into(torch.mul, (prod, up), out)
+
+
+def _emptied_into(op, args: tuple, out: torch.Tensor) -> torch.Tensor:
+    out.resize_(0)
+    op(*args, out=out)
+    if not out.is_contiguous():  # torch gives an emptied out an input's strides; the plan's are contiguous
+        values = out.contiguous()
+        out.as_strided_(out.shape, values.stride())
+        out.copy_(values)
+    return out
+
+
 def rms_norm_cast(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """weight * (x * rsqrt(mean(x^2, -1) + eps)) cast to the weight's dtype before the product, as models that
     normalise half-precision activations in float32 write it."""

@@ -11,7 +11,8 @@ swiglu.py (a SwiGLU MLP's two products and SiLU-product, only where the
 kernel registry holds a kernel for the method's device), cached_attention.py
 (on the CPU, a layer's cache writes, rotary embeddings and attention over the
 cache, ten calls, once the rotary chains are fused), add_rms_norm.py (on the
-CPU, a residual add and the fused RMSNorm of its sum). Each chain found
+CPU, a residual add and the fused RMSNorm of its sum), silu_mul.py (on the
+CPU, a SwiGLU's SiLU-product where its products run elsewhere). Each chain found
 whole is replaced by one call, placed where its last step was; the other
 steps are folded away (None). The fused step's comment in the generated code
 lists the operators it replaced. A fused call without a functional form is
@@ -40,7 +41,16 @@ from collections import Counter
 from pterun.core.device import DeviceType
 from pterun.executor.load.effects import MethodEffects
 from pterun.executor.load.fold import PlannedViews, Rewriter, overlaps
-from pterun.executor.load.fuse import add_rms_norm, attention, cached_attention, rms_norm, rotary, rotate_half, swiglu
+from pterun.executor.load.fuse import (
+    add_rms_norm,
+    attention,
+    cached_attention,
+    rms_norm,
+    rotary,
+    rotate_half,
+    silu_mul,
+    swiglu,
+)
 from pterun.executor.load.fuse.common import Chain, Graph
 from pterun.executor.load.steps import KernelStep
 from pterun.format import JumpFalseCall, Plan, TensorSpec
@@ -54,7 +64,7 @@ def patterns(kernels: KernelRegistry, device_type: DeviceType) -> tuple:
     # The grouped attention first: where find_chains refuses it, the same chain from the repeated heads on.
     return ((attention.match_grouped, attention.match, rms_norm.match, rotary.match, rotate_half.match)
             + ((found,) if found is not None else ())
-            + ((cached_attention.match, add_rms_norm.match) if device_type == DeviceType.CPU else ()))
+            + ((cached_attention.match, add_rms_norm.match, silu_mul.match) if device_type == DeviceType.CPU else ()))
 
 
 def find_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects, views: PlannedViews,
