@@ -180,7 +180,8 @@ class AddRmsNormInto:
     def __call__(self, a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, eps: float, *, total: torch.Tensor,
                  out: torch.Tensor) -> torch.Tensor:
         kernels = native.kernels
-        if kernels is not None and a.dtype is F32:
+        if (kernels is not None and a.dtype is F32 and b.dtype is F32 and weight.dtype is F32 and total.dtype is F32
+                and out.dtype is F32):
             if _add_rms_norm_key(a, b, weight, eps, total, out) != self._key:
                 self._native = _add_rms_norm_arguments(a, b, weight, eps, total, out)
                 self._key = _add_rms_norm_key(a, b, weight, eps, total, out)
@@ -201,8 +202,8 @@ def _add_rms_norm_key(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, ep
                       out: torch.Tensor) -> tuple:
     """What the native call's arguments are made of: addresses, shapes, and the layouts they assume."""
     return (a.data_ptr(), b.data_ptr(), total.data_ptr(), weight.data_ptr(), out.data_ptr(), a.shape, b.shape,
-            total.shape, out.shape, eps, a.is_contiguous(), b.is_contiguous(), total.is_contiguous(),
-            out.is_contiguous())
+            total.shape, weight.shape, out.shape, eps, a.is_contiguous(), b.is_contiguous(), total.is_contiguous(),
+            out.is_contiguous(), weight.is_contiguous())
 
 
 def _add_rms_norm_arguments(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, eps: float, total: torch.Tensor,

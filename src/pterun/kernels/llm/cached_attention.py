@@ -32,8 +32,8 @@ class _Prepared:
 
     tensors: tuple  # values, queries, keys, key cache, value cache, rotated queries and keys, out: the same objects
     sizes: tuple  # the five view sizes, as lists
-    shapes: tuple  # of values, queries, keys, rotated queries and keys, out
-    tables: tuple  # cos and sin: data pointer, shape, strides
+    shapes: tuple  # of values, queries, keys, the caches, rotated queries and keys, out
+    tables: tuple  # cos and sin: data pointer, shape, strides, dtype
     call: object | None
 
 
@@ -71,9 +71,13 @@ def _same(p: _Prepared, values, queries, keys, cos, sin, key_cache, value_cache,
     t = p.tensors
     return (values is t[0] and queries is t[1] and keys is t[2] and key_cache is t[3] and value_cache is t[4]
             and q_rot is t[5] and k_rot is t[6] and out is t[7] and sizes == p.sizes
-            and (values.shape, queries.shape, keys.shape, q_rot.shape, k_rot.shape, out.shape) == p.shapes
+            and (values.shape, queries.shape, keys.shape, key_cache.shape, value_cache.shape, q_rot.shape, k_rot.shape,
+                 out.shape) == p.shapes
             and values.is_contiguous() and queries.is_contiguous() and keys.is_contiguous()
-            and (cos.data_ptr(), cos.shape, cos.stride(), sin.data_ptr(), sin.shape, sin.stride()) == p.tables)
+            and key_cache.is_contiguous() and value_cache.is_contiguous() and q_rot.is_contiguous()
+            and k_rot.is_contiguous() and out.is_contiguous()
+            and (cos.data_ptr(), cos.shape, cos.stride(), cos.dtype, sin.data_ptr(), sin.shape, sin.stride(),
+                 sin.dtype) == p.tables)
 
 
 def _prepare(values, queries, keys, cos, sin, key_cache, value_cache, v_sizes, q_sizes, k_sizes, q_view_sizes,
@@ -87,8 +91,9 @@ def _prepare(values, queries, keys, cos, sin, key_cache, value_cache, v_sizes, q
                                 scale, q_rot, k_rot, out)
         except (PteError, RuntimeError):  # the steps say what is wrong, one by one
             call = None
-    shapes = (values.shape, queries.shape, keys.shape, q_rot.shape, k_rot.shape, out.shape)
-    tables = (cos.data_ptr(), cos.shape, cos.stride(), sin.data_ptr(), sin.shape, sin.stride())
+    shapes = (values.shape, queries.shape, keys.shape, key_cache.shape, value_cache.shape, q_rot.shape, k_rot.shape,
+              out.shape)
+    tables = (cos.data_ptr(), cos.shape, cos.stride(), cos.dtype, sin.data_ptr(), sin.shape, sin.stride(), sin.dtype)
     return _Prepared(tensors, sizes, shapes, tables, call)
 
 
