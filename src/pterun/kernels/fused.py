@@ -279,22 +279,89 @@ def _rms_norm_lanes() -> int:
 
 
 class SiluMulInto:
-    """``gate * sigmoid(gate) * up``, the three torch calls of the steps it replaces (executor/load/fuse/silu_mul.py)
-    into the steps' own outs: ``sig``, ``prod`` and ``out``. Where the operands keep their shape from call to call
-    the outs are written as they are; where it changes, each is emptied before its call and made contiguous after
-    it, as the executor does for the steps."""
+    """``gate * sigmoid(gate) * up`` into the outs of the steps it replaces (executor/load/fuse/silu_mul.py): ``sig``,
+    ``prod`` and ``out``. In float32 on the CPU one native call (``native/silu.c``: the three steps value for value
+    as PyTorch's kernels compute them, checked against PyTorch in the process before it is taken) where the
+    tensors are contiguous, of one shape, and their bytes let it compute each value's three steps in turn; else
+    the steps' three torch calls. Outs keep their shape from call to call; where it changes, each is emptied before
+    its call and made contiguous after it, as the executor does for the steps."""
+
+    def __init__(self) -> None:
+        self._key: tuple = ()
+        self._native: tuple | None = None
 
     def __call__(self, gate: torch.Tensor, up: torch.Tensor, *, sig: torch.Tensor, prod: torch.Tensor,
                  out: torch.Tensor) -> torch.Tensor:
         shape = gate.shape
         if (up.shape == shape and sig.shape == shape and prod.shape == shape and out.shape == shape
                 and sig.is_contiguous() and prod.is_contiguous() and out.is_contiguous()):
+            kernels = native.kernels
+            if kernels is not None and gate.dtype is F32:
+                key = (gate.data_ptr(), up.data_ptr(), sig.data_ptr(), prod.data_ptr(), out.data_ptr(), shape,
+                       gate.is_contiguous(), up.is_contiguous(), up.dtype, sig.dtype, prod.dtype, out.dtype)
+                if key != self._key:
+                    self._native, self._key = _silu_mul_arguments(gate, up, sig, prod, out), key
+                native_call = self._native
+                # PyTorch splits a long row over its threads, and each part's last values take its scalar path.
+                if native_call is not None and (native_call[5] < _TORCH_GRAIN or torch.get_num_threads() == 1):
+                    kernels.silu_mul(*native_call)
+                    return out
             torch.sigmoid(gate, out=sig)
             torch.mul(gate, sig, out=prod)
             return torch.mul(prod, up, out=out)
         _emptied_into(torch.sigmoid, (gate,), sig)
         _emptied_into(torch.mul, (gate, sig), prod)
         return _emptied_into(torch.mul, (prod, up), out)
+
+
+def _silu_mul_arguments(gate: torch.Tensor, up: torch.Tensor, sig: torch.Tensor, prod: torch.Tensor,
+                        out: torch.Tensor) -> tuple | None:
+    """The native call's arguments, or None: float32 contiguous tensors on the CPU (of one shape: the caller's check),
+    no out over bytes a later step reads (the call computes each value's three steps before the next value's), the
+    outs each other's bytes or apart."""
+    lanes = _sigmoid_lanes()
+    tensors = (gate, up, sig, prod, out)
+    if not lanes or not all(t.dtype is F32 and t.device.type == "cpu" and t.is_contiguous() for t in tensors):
+        return None
+    def same_or_apart(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return a.data_ptr() == b.data_ptr() or apart(a, b)
+    if not (apart(sig, gate) and apart(sig, up) and apart(prod, up) and same_or_apart(prod, gate)
+            and same_or_apart(out, gate) and same_or_apart(out, up) and same_or_apart(sig, prod)
+            and same_or_apart(sig, out) and same_or_apart(prod, out)):
+        return None
+    return (gate.data_ptr(), up.data_ptr(), sig.data_ptr(), prod.data_ptr(), out.data_ptr(), gate.numel(), lanes)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    # A NaN's sign after a product of two NaNs is whichever operand the compiler put first (torch's too): NaNs match.
+    return bool(((a.view(torch.int32) == b.view(torch.int32)) | (a.isnan() & b.isnan())).all())
+
+
+@functools.cache
+def _sigmoid_lanes() -> int:
+    """The vector width (floats) whose split between SLEEF's exp and libm's makes the native SiLU-product torch's
+    steps bit for bit in this process (PyTorch's vectors on this CPU), 0 where none does or the native kernels are
+    not built. Values of every range, the edges of exp's and of the split's included, decide; NaNs agree as NaNs."""
+    kernels = native.kernels
+    if kernels is None:
+        return 0
+    generator = torch.Generator().manual_seed(0)
+    edges = torch.tensor([0.0, -0.0, 1e-30, -1e-30, 88.0, -88.0, 87.3, -87.3, 103.9, -103.9, 104.0, -104.0, 100.0,
+                          -100.0, 100.1, -100.1, 1e10, -1e10, float("inf"), float("-inf"), float("nan")])
+    gate = torch.cat([torch.randn(4093, generator=generator) * scale for scale in (1.0, 8.0, 40.0, 120.0)] + [edges])
+    up = torch.randn(gate.numel(), generator=generator)
+    for lanes in (16, 8):
+        for n in (gate.numel(), 2048, 61, 15):
+            g, u = gate[:n].clone(), up[:n].clone()
+            expected = [torch.sigmoid(g)]
+            expected += [torch.mul(g, expected[0]), torch.mul(torch.mul(g, expected[0]), u)]
+            got = [torch.empty(n) for _ in range(3)]
+            kernels.silu_mul(g.data_ptr(), u.data_ptr(), *(t.data_ptr() for t in got), n, lanes)
+            if not all(_same_bits(a, b) for a, b in zip(got, expected)):
+                break
+        else:
+            return lanes
+    return 0
 
 
 def _emptied_into(op, args: tuple, out: torch.Tensor) -> torch.Tensor:

@@ -433,6 +433,16 @@ static PyObject* py_add_rms_norm(PyObject* self, PyObject* const* args, Py_ssize
   Py_RETURN_NONE;
 }
 
+/* silu_mul(g, u, sig, prod, out, n, lanes) */
+static PyObject* py_silu_mul(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[7];
+  if (!arity(nargs, 7, "silu_mul") || !ints(args, 7, a)) return NULL;
+  pn_silu_mul((const float*)(intptr_t)a[0], (const float*)(intptr_t)a[1], (float*)(intptr_t)a[2],
+              (float*)(intptr_t)a[3], (float*)(intptr_t)a[4], a[5], (int)a[6]);
+  Py_RETURN_NONE;
+}
+
 /* rotary_pairs(x, cos, sin, out, sizes (4), cos_strides (4), sin_strides (4)) */
 static PyObject* py_rotary_pairs(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
@@ -543,6 +553,8 @@ static PyMethodDef methods[] = {
     {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL, "RMSNorm as PyTorch's CPU steps round it."},
     {"add_rms_norm", (PyCFunction)(void (*)(void))py_add_rms_norm, METH_FASTCALL,
      "A residual add and the RMSNorm of its sum, each rounded as PyTorch's."},
+    {"silu_mul", (PyCFunction)(void (*)(void))py_silu_mul, METH_FASTCALL,
+     "A SwiGLU's sigmoid and two products, each rounded as PyTorch's."},
     {"rotary_pairs", (PyCFunction)(void (*)(void))py_rotary_pairs, METH_FASTCALL,
      "The rotary embedding of interleaved pairs, each step rounded as PyTorch's."},
     {"cached_attention_make", (PyCFunction)(void (*)(void))py_cached_attention_make, METH_FASTCALL,
