@@ -73,3 +73,24 @@ def test_the_native_sigmoid_is_pytorchs_over_every_range():
         g, torch.sigmoid(g)), torch.sigmoid(g))), "the steps: the sigmoid written over up, which the last step reads"
     assert kernel._native is None and not torch.equal(expected, torch.mul(torch.mul(g, torch.sigmoid(g)),
                                                                          torch.sigmoid(g)))
+
+
+def test_the_probe_finds_where_pytorch_leaves_sleefs_exp_for_libms():
+    """PyTorch's sigmoid takes SLEEF's exp over whole pairs of vectors and libm's past them; on values the two round
+    apart, at a length where whole pairs of 8 and of 16 end apart, only the width the probe found gives its bits."""
+    lanes = kernels._sigmoid_lanes()
+    if not lanes:
+        pytest.skip("the native SiLU-product does not run here")
+    kernel = kernels.native.kernels
+
+    def sigmoid(g: torch.Tensor, width: int) -> torch.Tensor:
+        n = g.numel()
+        sig, prod, out, up = torch.empty(n), torch.empty(n), torch.empty(n), torch.ones(n)
+        kernel.silu_mul(g.data_ptr(), up.data_ptr(), sig.data_ptr(), prod.data_ptr(), out.data_ptr(), n, width)
+        return sig
+
+    g = torch.randn(1 << 16, generator=torch.Generator().manual_seed(2)) * 20
+    rounded_apart = g[sigmoid(g, 16).view(torch.int32) != sigmoid(g, 0).view(torch.int32)][:61].clone()
+    assert rounded_apart.numel() == 61, "the premise: values the two exps round apart"
+    for width in (16, 8):
+        assert torch.equal(sigmoid(rounded_apart, width), torch.sigmoid(rounded_apart)) == (width == lanes)

@@ -341,7 +341,8 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _sigmoid_lanes() -> int:
     """The vector width (floats) whose split between SLEEF's exp and libm's makes the native SiLU-product torch's
     steps bit for bit in this process (PyTorch's vectors on this CPU), 0 where none does or the native kernels are
-    not built. Values of every range, the edges of exp's and of the split's included, decide; NaNs agree as NaNs."""
+    not built. Decided on values of every range, exp's edges included, and on values the two exps round apart
+    (about one in 25), at a length ending where whole pairs of 8 and of 16 end apart; NaNs agree as NaNs."""
     kernels = native.kernels
     if kernels is None:
         return 0
@@ -349,15 +350,22 @@ def _sigmoid_lanes() -> int:
     edges = torch.tensor([0.0, -0.0, 1e-30, -1e-30, 88.0, -88.0, 87.3, -87.3, 103.9, -103.9, 104.0, -104.0, 100.0,
                           -100.0, 100.1, -100.1, 1e10, -1e10, float("inf"), float("-inf"), float("nan")])
     gate = torch.cat([torch.randn(4093, generator=generator) * scale for scale in (1.0, 8.0, 40.0, 120.0)] + [edges])
+
+    def native_sigmoid(g: torch.Tensor, lanes: int) -> list[torch.Tensor]:
+        got = [torch.empty(g.numel()) for _ in range(3)]
+        kernels.silu_mul(g.data_ptr(), up[:g.numel()].data_ptr(), *(t.data_ptr() for t in got), g.numel(), lanes)
+        return got
+
     up = torch.randn(gate.numel(), generator=generator)
+    apart_paths = gate[native_sigmoid(gate, 16)[0].view(torch.int32) != native_sigmoid(gate, 0)[0].view(torch.int32)]
+    if apart_paths.numel() < 61:  # too few to tell the widths apart
+        return 0
     for lanes in (16, 8):
-        for n in (gate.numel(), 2048, 61, 15):
-            g, u = gate[:n].clone(), up[:n].clone()
-            expected = [torch.sigmoid(g)]
-            expected += [torch.mul(g, expected[0]), torch.mul(torch.mul(g, expected[0]), u)]
-            got = [torch.empty(n) for _ in range(3)]
-            kernels.silu_mul(g.data_ptr(), u.data_ptr(), *(t.data_ptr() for t in got), n, lanes)
-            if not all(_same_bits(a, b) for a, b in zip(got, expected)):
+        for g in (gate, gate[:2048], apart_paths[:61], apart_paths[:15]):
+            g = g.clone()
+            sig = torch.sigmoid(g)
+            expected = (sig, torch.mul(g, sig), torch.mul(torch.mul(g, sig), up[:g.numel()]))
+            if not all(_same_bits(a, b) for a, b in zip(native_sigmoid(g, lanes), expected)):
                 break
         else:
             return lanes

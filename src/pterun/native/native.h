@@ -235,7 +235,8 @@ int pn_cached_attention_run(const pn_cached_attention* c, int64_t v_pos, int64_t
 
 /* A SwiGLU's SiLU-product in PyTorch's float32 steps (silu.c): sig = sigmoid(g), prod = g * sig, out = prod * u over
  * n contiguous values, the first n / (2 * lanes) * (2 * lanes) of them through SLEEF's exp as PyTorch's vectors of
- * `lanes` floats compute it, the rest through libm's expf. Outputs may be their inputs, no other bytes of them. */
+ * `lanes` floats compute it, the rest through libm's expf. Each value's three steps are made before the next value's:
+ * sig shares no bytes with g or u, nor prod with u; other outputs are their inputs or each other exactly, or apart. */
 void pn_silu_mul(const float* g, const float* u, float* sig, float* prod, float* out, int64_t n, int lanes);
 
 #endif
