@@ -425,7 +425,7 @@ class RotaryInto:
                    cos.device, sin.data_ptr(), sin.shape, sin.stride(), sin.dtype, sin.device, out.data_ptr(),
                    out.stride(), out.dtype)
             if key != self._key:
-                self._native, self._key = _rotary_arguments(x, cos, sin, out), key
+                self._native, self._key = rotary_arguments(x, cos, sin, out), key
             if self._native is not None:
                 native.kernels.rotary_pairs(*self._native)
                 return out
@@ -454,7 +454,7 @@ class RotaryInto:
         return x0, x1, both[..., 0], both[..., 1], buffer[2 * n:3 * n].view(x0.shape), both
 
 
-def _rotary_arguments(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> tuple | None:
+def rotary_arguments(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> tuple | None:
     """The native rotary call's arguments, or None where it does not take these tensors (the key they are kept
     under holds every address, size and stride they are made of)."""
     if not (2 <= x.dim() <= 5 and x.shape[-1] == 2 and x.is_contiguous() and out.dtype is F32 and out.is_contiguous()

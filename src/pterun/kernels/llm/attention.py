@@ -147,7 +147,7 @@ def _one_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos: int
     return _matmul(p, v[:, :, :num_keys], exact).mul_(total.reciprocal_())
 
 
-def _check_attention(q, k, v, attn_mask, is_causal, what):
+def check_attention(q, k, v, attn_mask, is_causal, what):
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise InvalidArgument(f"{what}: query, key and value must be 4-d")
     if q.shape[3] != v.shape[3] or k.shape[3] != v.shape[3]:
@@ -226,7 +226,7 @@ def native_arguments(q, k, v, start_pos, attn_mask, is_causal, scale, out, num_k
 def _sdpa_into(q, k, v, start_pos, attn_mask, is_causal, scale, out, what, seq_dim_2=False,
                dequantized=None) -> torch.Tensor:
     """custom_sdpa: q [B, S, H, D], k/v caches [B, N, Hkv, D] (or [B, H, S, D] layouts when seq_dim_2)."""
-    _check_attention(q, k, v, attn_mask, is_causal, what)
+    check_attention(q, k, v, attn_mask, is_causal, what)
     seq_axis = 2 if seq_dim_2 else 1
     q_len = q.shape[seq_axis]
     kv_len = v.shape[seq_axis]

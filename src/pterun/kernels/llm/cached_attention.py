@@ -20,8 +20,8 @@ import torch
 
 from pterun import native
 from pterun.errors import PteError
-from pterun.kernels.fused import RotaryInto, _rotary_arguments, apart
-from pterun.kernels.llm.attention import _check_attention, custom_sdpa, native_arguments
+from pterun.kernels.fused import RotaryInto, apart, rotary_arguments
+from pterun.kernels.llm.attention import check_attention, custom_sdpa, native_arguments
 from pterun.kernels.llm.cache import check_cache_shapes, update_cache
 from pterun.kernels.python_kernels import F32
 
@@ -34,6 +34,7 @@ class _Prepared:
     sizes: tuple  # the five view sizes, as lists
     shapes: tuple  # of values, queries, keys, the caches, rotated queries and keys, out
     tables: tuple  # cos and sin: data pointer, shape, strides, dtype
+    options: tuple  # whether a mask is passed, is_causal, scale
     call: object | None
 
 
@@ -48,8 +49,9 @@ class CachedAttention:
         kernels = native.kernels
         if kernels is not None:
             p = self._prepared
-            if p is None or not _same(p, values, queries, keys, cos, sin, key_cache, value_cache, q_rot, k_rot, out,
-                                      v_sizes, q_sizes, k_sizes, q_view_sizes, k_view_sizes):
+            if (p is None or (attn_mask is None, is_causal, scale) != p.options
+                    or not _same(p, values, queries, keys, cos, sin, key_cache, value_cache, q_rot, k_rot, out, v_sizes,
+                                 q_sizes, k_sizes, q_view_sizes, k_view_sizes)):
                 p = self._prepared = _prepare(values, queries, keys, cos, sin, key_cache, value_cache, v_sizes,
                                               q_sizes, k_sizes, q_view_sizes, k_view_sizes, attn_mask, is_causal,
                                               scale, q_rot, k_rot, out)
@@ -94,7 +96,7 @@ def _prepare(values, queries, keys, cos, sin, key_cache, value_cache, v_sizes, q
     shapes = (values.shape, queries.shape, keys.shape, key_cache.shape, value_cache.shape, q_rot.shape, k_rot.shape,
               out.shape)
     tables = (cos.data_ptr(), cos.shape, cos.stride(), cos.dtype, sin.data_ptr(), sin.shape, sin.stride(), sin.dtype)
-    return _Prepared(tensors, sizes, shapes, tables, call)
+    return _Prepared(tensors, sizes, shapes, tables, (attn_mask is None, is_causal, scale), call)
 
 
 def _native_call(values, queries, keys, cos, sin, key_cache, value_cache, sizes, attn_mask, is_causal, scale, q_rot,
@@ -112,10 +114,10 @@ def _native_call(values, queries, keys, cos, sin, key_cache, value_cache, sizes,
     q_view, k_view = q_rot.view(q_view_sizes), k_rot.view(k_view_sizes)
     v_write = _cache_write(v, value_cache)
     k_write = _cache_write(k_view, key_cache)
-    q_rotary, k_rotary = _rotary_arguments(q, cos, sin, q_rot), _rotary_arguments(k, cos, sin, k_rot)
+    q_rotary, k_rotary = rotary_arguments(q, cos, sin, q_rot), rotary_arguments(k, cos, sin, k_rot)
     if v_write is None or k_write is None or q_rotary is None or k_rotary is None:
         return None
-    _check_attention(q_view, key_cache, value_cache, None, is_causal, "custom_sdpa")
+    check_attention(q_view, key_cache, value_cache, None, is_causal, "custom_sdpa")
     if q_view.dtype is not F32:
         return None
     if out.shape != q_view.shape:
