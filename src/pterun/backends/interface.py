@@ -4,8 +4,9 @@ Mirrors ExecuTorch's ``BackendInterface``. At method load the executor calls
 ``init`` once per delegate with the blob the exporter wrote (a read-only
 ``memoryview``; copy what must outlive the call) and its compile specs, and
 keeps the handle ``init`` returns. ``execute`` gets the handle and the call's
-values, inputs first, then outputs: torch tensors (which the backend writes in
-place, resizing dynamic ones), ints, floats, bools or None. ``destroy`` runs
+values (through ``executor``'s function, made once per delegate), inputs
+first, then outputs: torch tensors (which the backend writes in place,
+resizing dynamic ones), ints, floats, bools or None. ``destroy`` runs
 when the method is dropped.
 
 ``written_arguments`` says which of those values a delegate writes. The
@@ -34,6 +35,7 @@ from ``execute`` is reported as ``Internal``.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -130,6 +132,11 @@ class BackendInterface(ABC):
     @abstractmethod
     def execute(self, handle: Any, args: list) -> None:
         """Runs the delegate: reads the inputs and writes the outputs in ``args``."""
+
+    def executor(self, handle: Any) -> Callable[[list], None]:
+        """What a method calls with each call's ``args`` to run the delegate: ``execute`` bound to ``handle``. A
+        backend whose handle runs itself may return it (its check that the handle is its own made here, once)."""
+        return functools.partial(self.execute, handle)
 
     def written_arguments(self, handle: Any, args: Sequence) -> Iterable[int]:
         """Positions in ``execute``'s ``args`` that the delegate writes, for a call passing ``args``.

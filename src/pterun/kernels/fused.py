@@ -164,6 +164,73 @@ class RmsNormInto:
         return (torch.empty_like(x), torch.empty((*x.shape[:-1], 1), dtype=x.dtype)), None
 
 
+class AddRmsNormInto:
+    """``a + b`` written into ``total`` and its ``rms_norm`` into ``out``: a residual stream's add and the norm that
+    reads it (executor/load/fuse/add_rms_norm.py). In float32 on the CPU one native call (``native/fused.c``: the
+    sum, then ``RmsNormInto``'s native steps) where the operands are contiguous, of one shape, and their bytes allow
+    it, on arguments kept for the tensors of the call before (a method passes the same planned tensors at every
+    call, so a call compares their addresses and shapes); else ``torch.add`` and ``RmsNormInto``, the steps' own
+    calls."""
+
+    def __init__(self) -> None:
+        self._norm = RmsNormInto()
+        self._key: tuple = ()
+        self._native: tuple | None = None
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, eps: float, *, total: torch.Tensor,
+                 out: torch.Tensor) -> torch.Tensor:
+        kernels = native.kernels
+        if (kernels is not None and a.dtype is F32 and b.dtype is F32 and weight.dtype is F32 and total.dtype is F32
+                and out.dtype is F32):
+            if _add_rms_norm_key(a, b, weight, eps, total, out) != self._key:
+                self._native = _add_rms_norm_arguments(a, b, weight, eps, total, out)
+                self._key = _add_rms_norm_key(a, b, weight, eps, total, out)
+            if self._native is not None:
+                kernels.add_rms_norm(*self._native)
+                return out
+        if total.shape != torch.broadcast_shapes(a.shape, b.shape):
+            total.resize_(0)  # as the executor empties a dynamic out before torch writes it
+        torch.add(a, b, out=total)
+        if not total.is_contiguous():  # torch gives an emptied out an input's strides; the plan's are contiguous
+            values = total.contiguous()
+            total.as_strided_(total.shape, values.stride())
+            total.copy_(values)
+        return self._norm(total, weight, eps, out=out)
+
+
+def _add_rms_norm_key(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, eps: float, total: torch.Tensor,
+                      out: torch.Tensor) -> tuple:
+    """What the native call's arguments are made of: addresses, shapes, and the layouts they assume."""
+    return (a.data_ptr(), b.data_ptr(), total.data_ptr(), weight.data_ptr(), out.data_ptr(), a.shape, b.shape,
+            total.shape, weight.shape, out.shape, eps, a.is_contiguous(), b.is_contiguous(), total.is_contiguous(),
+            out.is_contiguous(), weight.is_contiguous())
+
+
+def _add_rms_norm_arguments(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, eps: float, total: torch.Tensor,
+                            out: torch.Tensor) -> tuple | None:
+    """The native call's arguments for these tensors, or None: float32 on the CPU, a and b of one shape and
+    contiguous, ``total`` and ``out`` sized (as the steps size them) and laid out to match, bytes apart where the
+    kernel reads while it writes (pn_add_rms_norm's rules)."""
+    lanes = _rms_norm_lanes()
+    n = a.shape[-1] if a.dim() else 0
+    if not (lanes and lanes <= n < _TORCH_GRAIN and a.shape == b.shape and a.is_contiguous() and b.is_contiguous()
+            and all(t.dtype is F32 and t.device.type == "cpu" for t in (b, weight, total, out))
+            and weight.shape == (n,) and weight.is_contiguous()):
+        return None
+    for t in (total, out):
+        if t.shape != a.shape:
+            t.resize_(a.shape)
+    if not (total.is_contiguous() and out.is_contiguous()):
+        return None
+    if not all(total.data_ptr() == t.data_ptr() or apart(total, t) for t in (a, b)) or not apart(total, weight):
+        return None
+    # The sum is whole before the norm writes: out may take the operands' bytes, as the plan gives it theirs.
+    if not (out.data_ptr() == total.data_ptr() or apart(out, total)) or not apart(out, weight):
+        return None
+    return (a.data_ptr(), b.data_ptr(), total.data_ptr(), weight.data_ptr(), out.data_ptr(), a.numel() // n, n, eps,
+            lanes)
+
+
 def _torch_steps(x: torch.Tensor, weight: torch.Tensor, eps: float, views: tuple, out: torch.Tensor) -> torch.Tensor:
     """RMSNorm as the exporter's six steps, into ``views`` (x's size, and one value per row) and ``out``."""
     scaled, mean = views
@@ -211,6 +278,110 @@ def _rms_norm_lanes() -> int:
     return 0
 
 
+class SiluMulInto:
+    """``gate * sigmoid(gate) * up`` into the outs of the steps it replaces (executor/load/fuse/silu_mul.py): ``sig``,
+    ``prod`` and ``out``. In float32 on the CPU one native call (``native/silu.c``: the three steps value for value
+    as PyTorch's kernels compute them, checked against PyTorch in the process before it is taken) where the
+    tensors are contiguous, of one shape, and their bytes let it compute each value's three steps in turn; else
+    the steps' three torch calls. Outs keep their shape from call to call; where it changes, each is emptied before
+    its call and made contiguous after it, as the executor does for the steps."""
+
+    def __init__(self) -> None:
+        self._key: tuple = ()
+        self._native: tuple | None = None
+
+    def __call__(self, gate: torch.Tensor, up: torch.Tensor, *, sig: torch.Tensor, prod: torch.Tensor,
+                 out: torch.Tensor) -> torch.Tensor:
+        shape = gate.shape
+        if (up.shape == shape and sig.shape == shape and prod.shape == shape and out.shape == shape
+                and sig.is_contiguous() and prod.is_contiguous() and out.is_contiguous()):
+            kernels = native.kernels
+            if kernels is not None and gate.dtype is F32:
+                key = (gate.data_ptr(), up.data_ptr(), sig.data_ptr(), prod.data_ptr(), out.data_ptr(), shape,
+                       gate.is_contiguous(), up.is_contiguous(), up.dtype, sig.dtype, prod.dtype, out.dtype)
+                if key != self._key:
+                    self._native, self._key = _silu_mul_arguments(gate, up, sig, prod, out), key
+                native_call = self._native
+                # PyTorch splits a long row over its threads, and each part's last values take its scalar path.
+                if native_call is not None and (native_call[5] < _TORCH_GRAIN or torch.get_num_threads() == 1):
+                    kernels.silu_mul(*native_call)
+                    return out
+            torch.sigmoid(gate, out=sig)
+            torch.mul(gate, sig, out=prod)
+            return torch.mul(prod, up, out=out)
+        _emptied_into(torch.sigmoid, (gate,), sig)
+        _emptied_into(torch.mul, (gate, sig), prod)
+        return _emptied_into(torch.mul, (prod, up), out)
+
+
+def _silu_mul_arguments(gate: torch.Tensor, up: torch.Tensor, sig: torch.Tensor, prod: torch.Tensor,
+                        out: torch.Tensor) -> tuple | None:
+    """The native call's arguments, or None: float32 contiguous tensors on the CPU (of one shape: the caller's check),
+    no out over bytes a later step reads (the call computes each value's three steps before the next value's), the
+    outs each other's bytes or apart."""
+    lanes = _sigmoid_lanes()
+    tensors = (gate, up, sig, prod, out)
+    if not lanes or not all(t.dtype is F32 and t.device.type == "cpu" and t.is_contiguous() for t in tensors):
+        return None
+    def same_or_apart(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return a.data_ptr() == b.data_ptr() or apart(a, b)
+    if not (apart(sig, gate) and apart(sig, up) and apart(prod, up) and same_or_apart(prod, gate)
+            and same_or_apart(out, gate) and same_or_apart(out, up) and same_or_apart(sig, prod)
+            and same_or_apart(sig, out) and same_or_apart(prod, out)):
+        return None
+    return (gate.data_ptr(), up.data_ptr(), sig.data_ptr(), prod.data_ptr(), out.data_ptr(), gate.numel(), lanes)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    # A NaN's sign after a product of two NaNs is whichever operand the compiler put first (torch's too): NaNs match.
+    return bool(((a.view(torch.int32) == b.view(torch.int32)) | (a.isnan() & b.isnan())).all())
+
+
+@functools.cache
+def _sigmoid_lanes() -> int:
+    """The vector width (floats) whose split between SLEEF's exp and libm's makes the native SiLU-product torch's
+    steps bit for bit in this process (PyTorch's vectors on this CPU), 0 where none does or the native kernels are
+    not built. Decided on values of every range, exp's edges included, and on values the two exps round apart
+    (about one in 25), at a length ending where whole pairs of 8 and of 16 end apart; NaNs agree as NaNs."""
+    kernels = native.kernels
+    if kernels is None:
+        return 0
+    generator = torch.Generator().manual_seed(0)
+    edges = torch.tensor([0.0, -0.0, 1e-30, -1e-30, 88.0, -88.0, 87.3, -87.3, 103.9, -103.9, 104.0, -104.0, 100.0,
+                          -100.0, 100.1, -100.1, 1e10, -1e10, float("inf"), float("-inf"), float("nan")])
+    gate = torch.cat([torch.randn(4093, generator=generator) * scale for scale in (1.0, 8.0, 40.0, 120.0)] + [edges])
+
+    def native_sigmoid(g: torch.Tensor, lanes: int) -> list[torch.Tensor]:
+        got = [torch.empty(g.numel()) for _ in range(3)]
+        kernels.silu_mul(g.data_ptr(), up[:g.numel()].data_ptr(), *(t.data_ptr() for t in got), g.numel(), lanes)
+        return got
+
+    up = torch.randn(gate.numel(), generator=generator)
+    apart_paths = gate[native_sigmoid(gate, 16)[0].view(torch.int32) != native_sigmoid(gate, 0)[0].view(torch.int32)]
+    if apart_paths.numel() < 61:  # too few to tell the widths apart
+        return 0
+    for lanes in (16, 8):
+        for g in (gate, gate[:2048], apart_paths[:61], apart_paths[:15]):
+            g = g.clone()
+            sig = torch.sigmoid(g)
+            expected = (sig, torch.mul(g, sig), torch.mul(torch.mul(g, sig), up[:g.numel()]))
+            if not all(_same_bits(a, b) for a, b in zip(native_sigmoid(g, lanes), expected)):
+                break
+        else:
+            return lanes
+    return 0
+
+
+def _emptied_into(op, args: tuple, out: torch.Tensor) -> torch.Tensor:
+    out.resize_(0)
+    op(*args, out=out)
+    if not out.is_contiguous():  # torch gives an emptied out an input's strides; the plan's are contiguous
+        values = out.contiguous()
+        out.as_strided_(out.shape, values.stride())
+        out.copy_(values)
+    return out
+
+
 def rms_norm_cast(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """weight * (x * rsqrt(mean(x^2, -1) + eps)) cast to the weight's dtype before the product, as models that
     normalise half-precision activations in float32 write it."""
@@ -254,7 +425,7 @@ class RotaryInto:
                    cos.device, sin.data_ptr(), sin.shape, sin.stride(), sin.dtype, sin.device, out.data_ptr(),
                    out.stride(), out.dtype)
             if key != self._key:
-                self._native, self._key = _rotary_arguments(x, cos, sin, out), key
+                self._native, self._key = rotary_arguments(x, cos, sin, out), key
             if self._native is not None:
                 native.kernels.rotary_pairs(*self._native)
                 return out
@@ -283,7 +454,7 @@ class RotaryInto:
         return x0, x1, both[..., 0], both[..., 1], buffer[2 * n:3 * n].view(x0.shape), both
 
 
-def _rotary_arguments(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> tuple | None:
+def rotary_arguments(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> tuple | None:
     """The native rotary call's arguments, or None where it does not take these tensors (the key they are kept
     under holds every address, size and stride they are made of)."""
     if not (2 <= x.dim() <= 5 and x.shape[-1] == 2 and x.is_contiguous() and out.dtype is F32 and out.is_contiguous()

@@ -92,6 +92,14 @@ int pn_rms_norm(const float* x, const float* weight, float* out, int64_t rows, i
   return 0;
 }
 
+int pn_add_rms_norm(const float* a, const float* b, float* total, const float* weight, float* out, int64_t rows,
+                    int64_t n, float eps, int lanes) {
+  if ((lanes != 4 && lanes != 8 && lanes != 16) || n < lanes) return -1;
+  const int64_t count = rows * n;
+  for (int64_t i = 0; i < count; i++) total[i] = a[i] + b[i];
+  return pn_rms_norm(total, weight, out, rows, n, eps, lanes);
+}
+
 void pn_rotary_pairs(const float* x, const float* cos, const float* sin, float* out, const int64_t sizes[4],
                      const int64_t cos_strides[4], const int64_t sin_strides[4]) {
   const float* xp = x;

@@ -7,6 +7,7 @@
 #define PY_SSIZE_T_CLEAN
 #define Py_LIMITED_API 0x030B0000
 #include <Python.h>
+#include <stdlib.h>
 
 #include "native.h"
 
@@ -441,6 +442,31 @@ static PyObject* py_rms_norm(PyObject* self, PyObject* const* args, Py_ssize_t n
   Py_RETURN_NONE;
 }
 
+/* add_rms_norm(a, b, total, weight, out, rows, n, eps, lanes) */
+static PyObject* py_add_rms_norm(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[7], lanes;
+  if (!arity(nargs, 9, "add_rms_norm") || !ints(args, 7, a) || !ints(args + 8, 1, &lanes)) return NULL;
+  const double eps = PyFloat_AsDouble(args[7]);
+  if (PyErr_Occurred()) return NULL;
+  if (pn_add_rms_norm((const float*)(intptr_t)a[0], (const float*)(intptr_t)a[1], (float*)(intptr_t)a[2],
+                      (const float*)(intptr_t)a[3], (float*)(intptr_t)a[4], a[5], a[6], (float)eps, (int)lanes)) {
+    PyErr_Format(PyExc_ValueError, "add_rms_norm: rows of %lld values in vectors of %lld", a[6], lanes);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+/* silu_mul(g, u, sig, prod, out, n, lanes) */
+static PyObject* py_silu_mul(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[7];
+  if (!arity(nargs, 7, "silu_mul") || !ints(args, 7, a)) return NULL;
+  pn_silu_mul((const float*)(intptr_t)a[0], (const float*)(intptr_t)a[1], (float*)(intptr_t)a[2],
+              (float*)(intptr_t)a[3], (float*)(intptr_t)a[4], a[5], (int)a[6]);
+  Py_RETURN_NONE;
+}
+
 /* rotary_pairs(x, cos, sin, out, sizes (4), cos_strides (4), sin_strides (4)) */
 static PyObject* py_rotary_pairs(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
@@ -451,6 +477,71 @@ static PyObject* py_rotary_pairs(PyObject* self, PyObject* const* args, Py_ssize
   pn_rotary_pairs((const float*)(intptr_t)a[0], (const float*)(intptr_t)a[1], (const float*)(intptr_t)a[2],
                   (float*)(intptr_t)a[3], sizes, cs, ss);
   Py_RETURN_NONE;
+}
+
+#define CACHED_ATTENTION_CAPSULE "pterun.cached_attention"
+
+static void cached_attention_destroy(PyObject* capsule) {
+  free(PyCapsule_GetPointer(capsule, CACHED_ATTENTION_CAPSULE));
+}
+
+static void cache_write_of(const long long* a, pn_cache_write* w) {
+  *w = (pn_cache_write){(const float*)(intptr_t)a[0], (float*)(intptr_t)a[1], a[2], a[3], a[4], a[5], a[6], a[7]};
+}
+
+static void rotary_of(const long long* a, pn_rotary* r) {
+  *r = (pn_rotary){(const float*)(intptr_t)a[0], (const float*)(intptr_t)a[1], (const float*)(intptr_t)a[2],
+                   (float*)(intptr_t)a[3], {a[4], a[5], a[6], a[7]}, {a[8], a[9], a[10], a[11]},
+                   {a[12], a[13], a[14], a[15]}};
+}
+
+/* cached_attention_make(v_write (8), k_write (8), q_rotary (16), k_rotary (16), sdpa's first 26 arguments,
+ * cache_len, scale): each write (src, cache, batch, seq, row, src_stride, cache_stride, cache_len), each rotary
+ * rotary_pairs' arguments; a capsule for cached_attention_run. */
+static PyObject* py_cached_attention_make(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[75];
+  if (!arity(nargs, 76, "cached_attention_make") || !ints(args, 75, a)) return NULL;
+  const double scale = PyFloat_AsDouble(args[75]);
+  if (PyErr_Occurred()) return NULL;
+  pn_cached_attention* c = malloc(sizeof *c);
+  if (c == NULL) return PyErr_NoMemory();
+  cache_write_of(a, &c->v_write);
+  cache_write_of(a + 8, &c->k_write);
+  rotary_of(a + 16, &c->q_rotary);
+  rotary_of(a + 32, &c->k_rotary);
+  const long long* s = a + 48;
+  c->attention = (pn_attention){
+      .q = (const float*)(intptr_t)s[0], .k = (const float*)(intptr_t)s[1], .v = (const float*)(intptr_t)s[2],
+      .mask = (const float*)(intptr_t)s[3], .out = (float*)(intptr_t)s[4], .batch = s[5], .heads = s[6],
+      .kv_heads = s[7], .q_len = s[8], .kv_len = s[9], .head_dim = s[10], .q_stride = {s[11], s[12], s[13]},
+      .k_stride = {s[14], s[15], s[16]}, .v_stride = {s[17], s[18], s[19]}, .out_stride = {s[20], s[21], s[22]},
+      .mask_stride = s[23], .start_pos = s[24], .causal = (int)s[25], .scale = (float)scale};
+  c->cache_len = a[74];
+  PyObject* capsule = PyCapsule_New(c, CACHED_ATTENTION_CAPSULE, cached_attention_destroy);
+  if (!capsule) free(c);
+  return capsule;
+}
+
+/* cached_attention_run(capsule, v_pos, k_pos, start_pos, threads): False where a position does not fit (nothing
+ * written), else True. */
+static PyObject* py_cached_attention_run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[4];
+  if (!arity(nargs, 5, "cached_attention_run") || !ints(args + 1, 4, a)) return NULL;
+  const pn_cached_attention* c = PyCapsule_GetPointer(args[0], CACHED_ATTENTION_CAPSULE);
+  if (c == NULL) return NULL;
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = pn_cached_attention_run(c, a[0], a[1], a[2], (int)a[3]);
+  Py_END_ALLOW_THREADS
+  if (status == 1) Py_RETURN_FALSE;
+  if (status == -2) return PyErr_NoMemory();
+  if (status) {
+    PyErr_SetString(PyExc_ValueError, "cached_attention: query heads the key heads do not divide, or no keys");
+    return NULL;
+  }
+  Py_RETURN_TRUE;
 }
 
 static PyMethodDef methods[] = {
@@ -486,8 +577,16 @@ static PyMethodDef methods[] = {
     {"sdpa", (PyCFunction)(void (*)(void))py_sdpa, METH_FASTCALL, "ExecuTorch's float32 custom_sdpa."},
     {"sdpa_blas", py_sdpa_blas, METH_NOARGS, "Whether attention's products run in PyTorch's sgemm_."},
     {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL, "RMSNorm as PyTorch's CPU steps round it."},
+    {"add_rms_norm", (PyCFunction)(void (*)(void))py_add_rms_norm, METH_FASTCALL,
+     "A residual add and the RMSNorm of its sum, each rounded as PyTorch's."},
+    {"silu_mul", (PyCFunction)(void (*)(void))py_silu_mul, METH_FASTCALL,
+     "A SwiGLU's sigmoid and two products, each rounded as PyTorch's."},
     {"rotary_pairs", (PyCFunction)(void (*)(void))py_rotary_pairs, METH_FASTCALL,
      "The rotary embedding of interleaved pairs, each step rounded as PyTorch's."},
+    {"cached_attention_make", (PyCFunction)(void (*)(void))py_cached_attention_make, METH_FASTCALL,
+     "A layer's cache writes, rotary embeddings and attention, prepared for one call."},
+    {"cached_attention_run", (PyCFunction)(void (*)(void))py_cached_attention_run, METH_FASTCALL,
+     "Runs a prepared layer's cache writes, rotary embeddings and attention."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -213,10 +213,45 @@ int pn_sdpa_blas(void);
  * order over vectors of `lanes` (8 or 16) floats; out may be x but no other bytes of it. Returns -1 (and computes
  * nothing) for other lanes or rows shorter than a vector. */
 int pn_rms_norm(const float* x, const float* weight, float* out, int64_t rows, int64_t n, float eps, int lanes);
+/* total = a + b over rows * n contiguous floats, then pn_rms_norm of total into out: the residual add before a
+ * norm. total may be a or b but no other bytes of them; out may be total but no other bytes of it. */
+int pn_add_rms_norm(const float* a, const float* b, float* total, const float* weight, float* out, int64_t rows,
+                    int64_t n, float eps, int lanes);
 /* The rotary embedding of interleaved pairs: x contiguous [sizes..., 2], each pair (x0, x1) turned into
  * (x0 cos - x1 sin, x0 sin + x1 cos), cos and sin read at their strides (elements) for the four sizes (0 where
  * they broadcast); out contiguous like x, and may be x but no other bytes of it. */
 void pn_rotary_pairs(const float* x, const float* cos, const float* sin, float* out, const int64_t sizes[4],
                      const int64_t cos_strides[4], const int64_t sin_strides[4]);
+
+/* A layer's attention over a KV cache in one call (cached_attention.c): rows of `row` floats written into a cache
+ * [batch, cache_len, row] at a position; the rotary embeddings of pn_rotary_pairs; pn_sdpa's arguments but the
+ * start position and the keys, given per call. */
+typedef struct {
+  const float* src;
+  float* cache;
+  int64_t batch, seq, row, src_stride, cache_stride, cache_len;
+} pn_cache_write;
+typedef struct {
+  const float *x, *cos, *sin;
+  float* out;
+  int64_t sizes[4], cos_strides[4], sin_strides[4];
+} pn_rotary;
+typedef struct {
+  pn_cache_write v_write, k_write;
+  pn_rotary q_rotary, k_rotary;
+  pn_attention attention;
+  int64_t cache_len;
+} pn_cached_attention;
+/* The value rows written at v_pos, queries and keys rotated, the keys written at k_pos, attention from start_pos
+ * over start_pos + q_len keys. Returns 1 (and writes nothing) where a position does not fit the caches, else
+ * pn_sdpa's status. */
+int pn_cached_attention_run(const pn_cached_attention* c, int64_t v_pos, int64_t k_pos, int64_t start_pos,
+                        int threads);
+
+/* A SwiGLU's SiLU-product in PyTorch's float32 steps (silu.c): sig = sigmoid(g), prod = g * sig, out = prod * u over
+ * n contiguous values, the first n / (2 * lanes) * (2 * lanes) of them through SLEEF's exp as PyTorch's vectors of
+ * `lanes` floats compute it, the rest through libm's expf. Each value's three steps are made before the next value's:
+ * sig shares no bytes with g or u, nor prod with u; other outputs are their inputs or each other exactly, or apart. */
+void pn_silu_mul(const float* g, const float* u, float* sig, float* prod, float* out, int64_t n, int lanes);
 
 #endif

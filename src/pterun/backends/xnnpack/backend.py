@@ -124,20 +124,22 @@ class XnnpackDelegate:
         for k, arg in enumerate(args):
             if not isinstance(arg, torch.Tensor):
                 raise InvalidArgument(f"{NAME}: argument {k} must be a tensor, got {type(arg).__name__}")
-        nhwc = [k for k in self._four_d_inputs if _channels_last(args[k])]
-        if nhwc:
-            args = list(args)
-            for k in nhwc:
-                args[k] = args[k].permute(CHANNELS_LAST_4D)
+        if self._four_d_inputs:
+            nhwc = [k for k in self._four_d_inputs if _channels_last(args[k])]
+            if nhwc:
+                args = list(args)
+                for k in nhwc:
+                    args[k] = args[k].permute(CHANNELS_LAST_4D)
         key = tuple([args[k].shape for k in self._input_args])
         # A decode loop calls with one set of shapes after another: the last translation first.
         translation = self._last if key == self._last_key else self._for_shapes(key)
-        outputs = [(k, vid) for k, vid in self._four_d_outputs if _channels_last(args[k])]
         try:
-            if outputs:
-                args = list(args)
-                for k, vid in outputs:
-                    args[k] = _nhwc_output(args[k], translation.shapes[vid])
+            if self._four_d_outputs:
+                outputs = [(k, vid) for k, vid in self._four_d_outputs if _channels_last(args[k])]
+                if outputs:
+                    args = list(args)
+                    for k, vid in outputs:
+                        args[k] = _nhwc_output(args[k], translation.shapes[vid])
             translation.run(args)
         except PteError:
             raise
@@ -230,6 +232,11 @@ class XnnpackBackend(BackendInterface):
         if not isinstance(handle, XnnpackDelegate):
             raise DelegateInvalidHandle(f"{NAME}: execute got a handle it did not make")
         handle(args)
+
+    def executor(self, handle) -> XnnpackDelegate:
+        if not isinstance(handle, XnnpackDelegate):
+            raise DelegateInvalidHandle(f"{NAME}: execute got a handle it did not make")
+        return handle
 
     def profiled(self, handle, tracer: DelegateTracer) -> XnnpackDelegate:
         if not isinstance(handle, XnnpackDelegate):

@@ -4,7 +4,7 @@ order, and destroyed with the method."""
 from __future__ import annotations
 
 import dataclasses
-import functools
+from collections.abc import Callable
 
 from pterun.backends import BackendInitContext, CompileSpec
 from pterun.errors import NativeCodeNotTrusted, NotFound, PteError
@@ -24,10 +24,9 @@ class Delegates:
             self.destroy()
             raise
 
-    def functions(self, plan: Plan) -> list[tuple[str, functools.partial]]:
+    def functions(self, plan: Plan) -> list[tuple[str, Callable[[list], None]]]:
         """(backend id, execute function) per delegate, as steps.build_steps takes them."""
-        return [(d.backend_id, functools.partial(backend.execute, handle))
-                for d, (backend, handle) in zip(plan.delegates, self.handles)]
+        return [(d.backend_id, backend.executor(handle)) for d, (backend, handle) in zip(plan.delegates, self.handles)]
 
     def profiled(self, plan: Plan, steps: list, trace) -> list:
         """``steps`` with each delegate call running its backend's profiled execute, where the backend has one

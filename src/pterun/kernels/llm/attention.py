@@ -147,7 +147,7 @@ def _one_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos: int
     return _matmul(p, v[:, :, :num_keys], exact).mul_(total.reciprocal_())
 
 
-def _check_attention(q, k, v, attn_mask, is_causal, what):
+def check_attention(q, k, v, attn_mask, is_causal, what):
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise InvalidArgument(f"{what}: query, key and value must be 4-d")
     if q.shape[3] != v.shape[3] or k.shape[3] != v.shape[3]:
@@ -178,23 +178,33 @@ def route() -> str:
 
 def _native_into(q, k, v, start_pos, attn_mask, is_causal, scale, out, num_keys: int, seq_dim_2: bool) -> bool:
     """ExecuTorch's float32 loop in native code (pterun/native/sdpa.c), into ``out`` (resized to q's shape); False
-    where it does not take the call: the extension is not built, a type other than float32, a device other than
-    the CPU, a position in a tensor, a head's row of values not contiguous, sizes past BLAS's ints. The C side
-    trusts what it is given, so every size it reads by is checked here against the tensors. Called on every
-    decode step: plain comparisons only."""
+    where it does not take the call (``native_arguments``). Called on every decode step: plain comparisons only."""
+    arguments = native_arguments(q, k, v, start_pos, attn_mask, is_causal, scale, out, num_keys, seq_dim_2)
+    if arguments is None:
+        return False
+    native.kernels.sdpa(*arguments, torch.get_num_threads())  # type: ignore[union-attr]
+    return True
+
+
+def native_arguments(q, k, v, start_pos, attn_mask, is_causal, scale, out, num_keys: int,
+                     seq_dim_2: bool) -> tuple | None:
+    """The native loop's arguments but its threads, or None where it does not take the call: the extension is not
+    built, a type other than float32, a device other than the CPU, a position in a tensor, a head's row of values
+    not contiguous, sizes past BLAS's ints. The C side trusts what it is given, so every size it reads by is
+    checked here against the tensors."""
     kernels = native.kernels
     if kernels is None or type(start_pos) is not int or not 0 < num_keys < _INT:
-        return False
+        return None
     if not (q.dtype is F32 and k.dtype is F32 and v.dtype is F32 and out.dtype is F32
             and q.is_cpu and k.is_cpu and v.is_cpu and out.is_cpu):
-        return False
+        return None
     qs, ks, vs, os = q.stride(), k.stride(), v.stride(), out.stride()
     if qs[3] != 1 or ks[3] != 1 or vs[3] != 1 or os[3] != 1 or max(qs + ks + vs + os) >= _INT:
-        return False
+        return None
     mask, mask_stride = 0, 0
     if attn_mask is not None:
         if attn_mask.dtype is not F32 or not attn_mask.is_cpu or attn_mask.stride(1) != 1:
-            return False
+            return None
         mask, mask_stride = attn_mask.data_ptr(), attn_mask.stride(0)
     batch, first, second, head_dim = q.shape
     k_batch, k_first, k_second, _ = k.shape
@@ -207,17 +217,16 @@ def _native_into(q, k, v, start_pos, attn_mask, is_causal, scale, out, num_keys:
         qs, ks, vs, os = (qs[0], qs[2], qs[1]), (ks[0], ks[2], ks[1]), (vs[0], vs[2], vs[1]), (os[0], os[2], os[1])
     if (kv_heads == 0 or heads % kv_heads or v_heads != kv_heads or k_batch < batch or v_batch < batch
             or k_len < num_keys or v_len < num_keys or q_len >= _INT):
-        return False
-    kernels.sdpa(q.data_ptr(), k.data_ptr(), v.data_ptr(), mask, out.data_ptr(), batch, heads, kv_heads, q_len,
-                 num_keys, head_dim, *qs, *ks, *vs, *os, mask_stride, start_pos, int(is_causal),
-                 scale if scale is not None else 1.0 / math.sqrt(head_dim), torch.get_num_threads())
-    return True
+        return None
+    return (q.data_ptr(), k.data_ptr(), v.data_ptr(), mask, out.data_ptr(), batch, heads, kv_heads, q_len, num_keys,
+            head_dim, *qs, *ks, *vs, *os, mask_stride, start_pos, int(is_causal),
+            scale if scale is not None else 1.0 / math.sqrt(head_dim))
 
 
 def _sdpa_into(q, k, v, start_pos, attn_mask, is_causal, scale, out, what, seq_dim_2=False,
                dequantized=None) -> torch.Tensor:
     """custom_sdpa: q [B, S, H, D], k/v caches [B, N, Hkv, D] (or [B, H, S, D] layouts when seq_dim_2)."""
-    _check_attention(q, k, v, attn_mask, is_causal, what)
+    check_attention(q, k, v, attn_mask, is_causal, what)
     seq_axis = 2 if seq_dim_2 else 1
     q_len = q.shape[seq_axis]
     kv_len = v.shape[seq_axis]

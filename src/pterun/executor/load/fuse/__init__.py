@@ -8,14 +8,19 @@ float32 on the CPU as its own steps into buffers kept from call to call),
 rotary.py (a rotary embedding's thirteen, as one call of the same arithmetic),
 rotate_half.py (transformers' form of it, seven steps, the same way),
 swiglu.py (a SwiGLU MLP's two products and SiLU-product, only where the
-kernel registry holds a kernel for the method's device). Each chain found
+kernel registry holds a kernel for the method's device), cached_attention.py
+(on the CPU, a layer's cache writes, rotary embeddings and attention over the
+cache, ten calls, once the rotary chains are fused), add_rms_norm.py (on the
+CPU, a residual add and the fused RMSNorm of its sum), silu_mul.py (on the
+CPU, a SwiGLU's SiLU-product where its products run elsewhere). Each chain found
 whole is replaced by one call, placed where its last step was; the other
 steps are folded away (None). The fused step's comment in the generated code
 lists the operators it replaced. A fused call without a functional form is
 left out of the functional form for ``torch.compile``, which keeps the steps.
 
 A chain is replaced only when nothing outside it can tell: every value it
-computes on the way is read by its own steps only (no method output, no
+computes on the way (but those the fused call writes too, where and as the
+steps did: ``Chain.kept``) is read by its own steps only (no method output, no
 other reader, directly, through a view or through a view the exporter planned
 on the same bytes), written and bound by no other step (its shape may be
 dynamic: the patterns check the dimensions they rely on); and
@@ -36,7 +41,16 @@ from collections import Counter
 from pterun.core.device import DeviceType
 from pterun.executor.load.effects import MethodEffects
 from pterun.executor.load.fold import PlannedViews, Rewriter, overlaps
-from pterun.executor.load.fuse import attention, rms_norm, rotary, rotate_half, swiglu
+from pterun.executor.load.fuse import (
+    add_rms_norm,
+    attention,
+    cached_attention,
+    rms_norm,
+    rotary,
+    rotate_half,
+    silu_mul,
+    swiglu,
+)
 from pterun.executor.load.fuse.common import Chain, Graph
 from pterun.executor.load.steps import KernelStep
 from pterun.format import JumpFalseCall, Plan, TensorSpec
@@ -49,7 +63,8 @@ def patterns(kernels: KernelRegistry, device_type: DeviceType) -> tuple:
     found = swiglu.matcher(kernels, device_type)
     # The grouped attention first: where find_chains refuses it, the same chain from the repeated heads on.
     return ((attention.match_grouped, attention.match, rms_norm.match, rotary.match, rotate_half.match)
-            + ((found,) if found is not None else ()))
+            + ((found,) if found is not None else ())
+            + ((cached_attention.match, add_rms_norm.match, silu_mul.match) if device_type == DeviceType.CPU else ()))
 
 
 def find_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects, views: PlannedViews,
@@ -95,7 +110,8 @@ def fused(steps: list, chains: list[Chain]) -> list:
     result = list(steps)
     for chain in chains:
         last = max(chain.steps)
-        replaced = Counter(steps[k].name for k in sorted(chain.steps))
+        # A chain found in a later round names the fused calls of earlier rounds it takes in.
+        replaced = Counter(result[k].name for k in sorted(chain.steps))
         for k in chain.steps:
             result[k] = None
         result[last] = KernelStep(chain.name, chain.binding, chain.args, replaces=tuple(
@@ -111,6 +127,8 @@ def _unobserved(plan: Plan, rw: Rewriter, effects: MethodEffects, binders: dict[
     for k in chain.steps - {last}:
         step = rw.steps[k]
         made = step.args[-1]
+        if made in chain.kept:
+            continue
         spec = plan.values[made]
         if not isinstance(spec, TensorSpec) or made in outputs or made in inputs:
             return False

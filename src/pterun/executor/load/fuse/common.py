@@ -21,6 +21,8 @@ class Chain:
     args: tuple[int, ...]
     inputs: tuple[int, ...]  # tensors the fused call reads
     apart: bool = False  # the kernel reads its inputs while it writes its out (the last argument): no shared bytes
+    # Values the steps compute on the way that the fused call writes too, where and as they did: others may read them.
+    kept: frozenset[int] = frozenset()
 
 
 class Graph:
