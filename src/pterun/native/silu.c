@@ -4,14 +4,11 @@
  * two-step ldexp), and 1 / (1 + expf(-g)) with libm's expf for the values past the last whole pair. Both are
  * repeated here value for value; kernels/fused.py checks them against PyTorch in the process before taking them.
  */
-#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "native.h"
-
-#define AVX512 __attribute__((target("avx512f")))
 
 #define R_LN2 1.442695040888963407359924681001892137426645954152985934135449406931f
 #define L2U 0.693145751953125f
@@ -41,6 +38,11 @@ static inline float sleef_expf(float d) {
   if (100.0f < d) u = INFINITY;
   return u;
 }
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f")))
 
 /* The same, sixteen lanes (the build PyTorch runs on AVX-512 CPUs). */
 static inline AVX512 __m512 pow2i_512(__m512i q) {
@@ -76,13 +78,18 @@ static AVX512 int64_t silu_mul_512(const float* g, const float* u, float* sig, f
   }
   return i;
 }
+#endif
 
 static inline float vector_sigmoid(float g) { return 1.0f / (sleef_expf(0.0f - g) + 1.0f); }
 static inline float scalar_sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
 
 void pn_silu_mul(const float* g, const float* u, float* sig, float* prod, float* out, int64_t n, int lanes) {
   const int64_t whole = lanes > 0 ? n / (2 * lanes) * (2 * lanes) : 0;
+#if defined(__x86_64__)
   const int64_t done = pn_cpu_isa() >= PN_AVX512VNNI ? silu_mul_512(g, u, sig, prod, out, whole) : 0;
+#else
+  const int64_t done = 0;
+#endif
   for (int64_t i = done; i < n; i++) {
     const float s = i < whole ? vector_sigmoid(g[i]) : scalar_sigmoid(g[i]);
     const float p = g[i] * s;
