@@ -57,18 +57,28 @@ from pterun.format import JumpFalseCall, Plan, TensorSpec
 from pterun.kernels import KernelRegistry
 
 
-def patterns(kernels: KernelRegistry, device_type: DeviceType) -> tuple:
-    """The chain patterns for a method run on ``device_type``: each takes the graph and a step, and gives the
-    chain ending there or None."""
+def patterns(kernels: KernelRegistry, device_type: DeviceType) -> dict[str, tuple]:
+    """The chain patterns for a method run on ``device_type``, by the operator of the step a chain ends at (each
+    module's ``ENDS``): each takes the graph and a step, and gives the chain ending there or None. A step is only
+    shown the patterns that can end at it, in this order."""
     found = swiglu.matcher(kernels, device_type)
     # The grouped attention first: where find_chains refuses it, the same chain from the repeated heads on.
-    return ((attention.match_grouped, attention.match, rms_norm.match, rotary.match, rotate_half.match)
-            + ((found,) if found is not None else ())
-            + ((cached_attention.match, add_rms_norm.match, silu_mul.match) if device_type == DeviceType.CPU else ()))
+    chosen = [attention.match_grouped, attention.match, rms_norm.match, rotary.match, rotate_half.match]
+    ends = [attention.ENDS, attention.ENDS, rms_norm.ENDS, rotary.ENDS, rotate_half.ENDS]
+    if found is not None:
+        chosen.append(found)
+        ends.append(swiglu.ENDS)
+    if device_type == DeviceType.CPU:
+        chosen += [cached_attention.match, add_rms_norm.match, silu_mul.match]
+        ends += [cached_attention.ENDS, add_rms_norm.ENDS, silu_mul.ENDS]
+    by_end: dict[str, tuple] = {}
+    for op, match in zip(ends, chosen):
+        by_end[op] = (*by_end.get(op, ()), match)
+    return by_end
 
 
 def find_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects, views: PlannedViews,
-                matchers: tuple) -> tuple[list[Chain], MethodEffects]:
+                matchers: dict[str, tuple]) -> tuple[list[Chain], MethodEffects]:
     """Every chain of ``steps`` that can be replaced by one fused call, and the effects of the steps with them all
     fused. ``effects`` are those of ``steps``, ``views`` the method's planned views.
 
@@ -82,7 +92,8 @@ def find_chains(plan: Plan, steps: list, objects: list, effects: MethodEffects, 
     return chains, effects
 
 
-def _round(plan: Plan, current: MethodEffects, objects: list, views: PlannedViews, matchers: tuple) -> list[Chain]:
+def _round(plan: Plan, current: MethodEffects, objects: list, views: PlannedViews,
+           matchers: dict[str, tuple]) -> list[Chain]:
     steps = list(current.steps)
     g = Graph(plan, steps, objects)
     rw = Rewriter(plan, steps, objects, set(), current, views)
@@ -95,7 +106,7 @@ def _round(plan: Plan, current: MethodEffects, objects: list, views: PlannedView
     for n, step in enumerate(steps):
         if not isinstance(step, KernelStep):
             continue  # every chain ends at a kernel's step, which becomes its fused call
-        for match in matchers:
+        for match in matchers.get(step.name, ()):
             chain = match(g, n)
             if chain is None or taken & chain.steps or not _unobserved(plan, rw, current, binders, chain):
                 continue

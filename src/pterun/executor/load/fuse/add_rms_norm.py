@@ -12,13 +12,15 @@ from pterun.executor.load.fuse.common import Chain, Graph, contiguous, scalar
 from pterun.kernels import Binding
 from pterun.kernels import fused as kernels
 
+ENDS = "pterun::rms_norm"  # the operator of the step a chain ends at, which becomes its fused call
+
 NAME = "pterun::add_rms_norm"
 _FLOAT = 6  # ScalarType Float: where the native call runs
 
 
 def match(g: Graph, n: int) -> Chain | None:
     """add(a, b, alpha=1) then rms_norm of the sum at step ``n``, with no step between them."""
-    if not g.runs(n, "pterun::rms_norm") or not isinstance(g.steps[n].binding.fn, kernels.RmsNormInto):
+    if not g.runs(n, ENDS) or not isinstance(g.steps[n].binding.fn, kernels.RmsNormInto):
         return None
     x, weight, eps, out = g.steps[n].args
     add = g.maker.get(x)

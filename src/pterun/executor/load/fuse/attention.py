@@ -18,6 +18,8 @@ from pterun.format import Dynamism, ListValue
 from pterun.kernels import Binding, Functional
 from pterun.kernels import fused as kernels
 
+ENDS = "aten::bmm.out"  # the operator of the step a chain ends at, which becomes its fused call
+
 
 def _noop_expand(g: Graph, n: int) -> bool:
     """An ``expand_copy`` to its source's own sizes. Of a dynamic source, a size computed at run time stands for
@@ -48,7 +50,7 @@ def match_grouped(g: Graph, n2: int) -> Chain | None:
 
 
 def _match(g: Graph, n2: int, grouped: bool) -> Chain | None:
-    if not g.runs(n2, "aten::bmm.out"):
+    if not g.runs(n2, ENDS):
         return None
     (pe, pviews), (ve, vviews) = g.maker_through_views(n2, 0), g.maker_through_views(n2, 1)
     if pe is None or ve is None or not (_noop_expand(g, pe) and _noop_expand(g, ve)):

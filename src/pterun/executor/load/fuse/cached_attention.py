@@ -17,6 +17,8 @@ from pterun.executor.load.fuse.common import ET_VIEW, Chain, Graph
 from pterun.kernels import Binding
 from pterun.kernels.llm.cached_attention import CachedAttention
 
+ENDS = "llama::custom_sdpa.out"  # the operator of the step a chain ends at, which becomes its fused call
+
 NAME = "pterun::cached_attention"
 _SDPA = "llama::custom_sdpa.out"
 _UPDATE = "llama::update_cache.out"
@@ -24,7 +26,7 @@ _UPDATE = "llama::update_cache.out"
 
 def match(g: Graph, n: int) -> Chain | None:
     """The chain ending at the ``custom_sdpa`` at step ``n``."""
-    if not g.runs(n, _SDPA):
+    if not g.runs(n, ENDS):
         return None
     q_view = _made_by(g, g.arg(n, 0), n, ET_VIEW)
     q_rotary = _made_by(g, g.arg(q_view, 0), n, rotary.NAME) if q_view is not None else None

@@ -16,13 +16,15 @@ from pterun.executor.load.fuse.common import Chain, Graph, last_dim, operand, pl
 from pterun.kernels import Binding, Functional
 from pterun.kernels import fused as kernels
 
+ENDS = "aten::mul.out"  # the operator of the step a chain ends at, which becomes its fused call
+
 _CAST = "dim_order_ops::_to_dim_order_copy.out"
 
 
 def match(g: Graph, n: int) -> Chain | None:
     """weight * [cast](x * rsqrt(mean(x^2, -1, keepdim) + eps)) ending at the ``mul`` at step ``n`` (x^2: pow
     or x * x)."""
-    if not g.runs(n, "aten::mul.out"):
+    if not g.runs(n, ENDS):
         return None
     cast: int | None
     found = operand(g, n, _CAST)

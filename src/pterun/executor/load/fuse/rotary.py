@@ -14,6 +14,8 @@ from pterun.format import TensorSpec
 from pterun.kernels import Binding, Functional
 from pterun.kernels import fused as kernels
 
+ENDS = "aten::cat.out"  # the operator of the step a chain ends at, which becomes its fused call
+
 NAME = "pterun::rotary"
 _MUL = "aten::mul.out"
 
@@ -21,7 +23,7 @@ _MUL = "aten::mul.out"
 def match(g: Graph, n: int) -> Chain | None:
     """cat([unsqueeze(x0 * cos - x1 * sin, -1), unsqueeze(x0 * sin + x1 * cos, -1)], -1) ending at the ``cat`` at
     step ``n``, x0 and x1 the two halves of the last dimension (of size 2) of one tensor x."""
-    if not g.runs(n, "aten::cat.out"):
+    if not g.runs(n, ENDS):
         return None
     items = getattr(g.plan.values[g.arg(n, 0)], "items", None)
     out = g.made_value(n)

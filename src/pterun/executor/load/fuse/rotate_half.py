@@ -14,6 +14,8 @@ from pterun.format import TensorSpec
 from pterun.kernels import Binding, Functional
 from pterun.kernels import fused as kernels
 
+ENDS = "aten::add.out"  # the operator of the step a chain ends at, which becomes its fused call
+
 NAME = "pterun::rotate_half"
 _MUL = "aten::mul.out"
 _SLICE = "aten::slice_copy.Tensor_out"
@@ -22,7 +24,7 @@ _SLICE = "aten::slice_copy.Tensor_out"
 def match(g: Graph, n: int) -> Chain | None:
     """x * cos + cat([-x[..., h:], x[..., :h]], -1) * sin ending at the ``add`` at step ``n`` (either product
     first, either factor of each first: IEEE products and sums are commutative)."""
-    if not g.runs(n, "aten::add.out") or scalar(g, g.arg(n, 2)) != 1:
+    if not g.runs(n, ENDS) or scalar(g, g.arg(n, 2)) != 1:
         return None
     first, second = g.maker_of(n, 0), g.maker_of(n, 1)
     if not (g.runs(first, _MUL) and g.runs(second, _MUL)):

@@ -12,13 +12,15 @@ from pterun.executor.load.fuse.common import Chain, Graph, contiguous
 from pterun.kernels import Binding
 from pterun.kernels import fused as kernels
 
+ENDS = "aten::mul.out"  # the operator of the step a chain ends at, which becomes its fused call
+
 NAME = "pterun::silu_mul"
 _MUL, _SIGMOID = "aten::mul.out", "aten::sigmoid.out"
 
 
 def match(g: Graph, n: int) -> Chain | None:
     """(gate * sigmoid(gate)) * up ending at the ``mul`` at step ``n``, its three steps one after the other."""
-    if not g.runs(n, _MUL):
+    if not g.runs(n, ENDS):
         return None
     silu = g.maker.get(g.arg(n, 0))
     if silu is None or silu >= n or not g.runs(silu, _MUL):

@@ -36,6 +36,8 @@ from pterun.executor.load.fuse.common import ET_VIEW, Chain, Graph, contiguous
 from pterun.format import TensorSpec
 from pterun.kernels import Binding, KernelRegistry
 
+ENDS = "aten::mul.out"  # the operator of the step a chain ends at, which becomes its fused call
+
 FUSED = "pterun::swiglu.out"
 _MM, _MUL, _SIGMOID = "aten::mm.out", "aten::mul.out", "aten::sigmoid.out"
 _CAST = "dim_order_ops::_to_dim_order_copy.out"
@@ -50,7 +52,7 @@ def matcher(kernels: KernelRegistry, device_type: DeviceType):
 
 def _match(binding: Binding, g: Graph, n: int) -> Chain | None:
     """h = cast(cast(g) * sigmoid(cast(g))) * u ending at the ``mul`` at step ``n``, g and u products of x."""
-    if not g.runs(n, _MUL):
+    if not g.runs(n, ENDS):
         return None
     outer = _factors(g, n, _CAST, _MM)
     if outer is None:
