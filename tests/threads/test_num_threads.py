@@ -216,3 +216,27 @@ def test_the_count_reaches_torchs_openmp_when_another_wheel_maps_its_own_first()
     done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("free", [0.4, 64.0])
+def test_loading_runs_on_the_cores_other_processes_leave_free(monkeypatch, free):
+    """Loading packs weights with PyTorch's parallel operators: like a call, it runs on the free cores, and the
+    loading thread's own count is back afterwards."""
+    at_load: list[int] = []
+    kernels = default_registry()
+    generic = kernels.lookup("aten::add.out")
+
+    def observing(count: int) -> Binding:
+        at_load.append(torch.get_num_threads())  # the factory runs while the method loads
+        return generic(count)
+
+    kernels.register("aten::add.out", observing)
+    base = pterun.Runtime.get().registries
+    runtime = pterun.Runtime(Registries(kernels, base.backends, base.allocators))
+    monkeypatch.setattr(threads_module._LOAD, "free", free)
+    monkeypatch.setattr(threads_module._LOAD, "next", float("inf"))
+    method, after = _on_worker(lambda: runtime.load_program(add_mul().pte).load_method("forward"))
+    assert at_load, "premise: the kernel was resolved during the load"
+    assert set(at_load) == {1 if free < 1 else min(OWN, threads_module.cores())} and after == OWN
+    x, y = _inputs()
+    assert torch.equal(method.execute([x, y])[0], x + y)
