@@ -12,7 +12,6 @@ from typing import Any
 from pterun.core.device import Device
 from pterun.errors import InvalidState
 from pterun.executor.call.method import Method
-from pterun.executor.call.threads import Threads
 from pterun.executor.context import LoadContext, Registries
 from pterun.executor.load.data import ProgramData
 from pterun.executor.load.shared import SharedArenas
@@ -75,22 +74,14 @@ class Program:
 
     def _load(self, name: str, context: LoadContext | None = None) -> Method:
         context = context or self._context
-        # Loading packs weights with PyTorch's parallel operators: on the cores other processes leave free, as a
-        # call runs. A thread on a core another process holds made each such operator wait milliseconds for it
-        # (an XNNPACK MobileNetV2's load, 2 cores, the other one busy: about ten times its idle time).
-        threads = Threads(self.options.num_threads, "loading")
-        saved = threads.enter()
-        try:
-            if self.options.trace is None:
-                return Method(context, self.file.plan(name))
-            start = time.perf_counter_ns()
-            plan = self.file.plan(name)
-            init = time.perf_counter_ns()
-            method = Method(context, plan)
-            self.options.trace.loaded(start, init, time.perf_counter_ns())
-            return method
-        finally:
-            threads.exit(saved)
+        if self.options.trace is None:
+            return Method(context, self.file.plan(name))
+        start = time.perf_counter_ns()
+        plan = self.file.plan(name)
+        init = time.perf_counter_ns()
+        method = Method(context, plan)
+        self.options.trace.loaded(start, init, time.perf_counter_ns())
+        return method
 
     # -- profiling ---------------------------------------------------------------
 

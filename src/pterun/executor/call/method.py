@@ -25,7 +25,16 @@ class Method:
     """A loaded method of a program."""
 
     def __init__(self, context: LoadContext, plan: Plan) -> None:
-        loaded = load_method(context, plan)
+        # Loading packs weights with PyTorch's parallel operators: on the cores other processes leave free, as a
+        # call runs. A thread on a core another process holds made each such operator wait milliseconds for it
+        # (an XNNPACK MobileNetV2's load, 2 cores, the other one busy: twice its idle time). The count the
+        # method's calls run on is chosen after, from the loading thread's own.
+        loading = Threads(context.options.num_threads, "loading")
+        saved = loading.enter()
+        try:
+            loaded = load_method(context, plan)
+        finally:
+            loading.exit(saved)
         self.name = plan.name
         self._plan = plan
         self._meta = MethodMeta(plan)
