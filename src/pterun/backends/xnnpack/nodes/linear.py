@@ -74,7 +74,7 @@ def _native_product(node: Node, b: Builder, x, w_nk: torch.Tensor | None, bias, 
         return False
     weights = b.cached("gemm", lambda: native.conv_pack(w_nk, None if bias is None else bias.data))
     o = b.define(y.id, shape)
-    native.emit_fully_connected(b, b.ref(x.id), weights, o, rows, k, n, shape, lo, hi)
+    native.emit_fully_connected(b, b.ref(x.id), weights, o, rows, k, n, lo, hi)
     return True
 
 

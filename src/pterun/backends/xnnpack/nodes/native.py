@@ -427,10 +427,10 @@ def emit_conv(b, x: str, packed: torch.Tensor, out: str, xshape, shape, kernel: 
     b.route(f"XNNPACK's {family} float {what} (native)")
 
 
-def emit_fully_connected(b, x: str, packed: torch.Tensor, out: str, rows: int, k: int, n: int, shape,
-                         out_min: float, out_max: float) -> None:
-    """Lines computing float32 ``out`` (``rows`` rows of ``n``, of the elements of ``shape``) = ``x`` (rows of
-    ``k``) times the weights ``conv_pack`` made of an [n, k] filter, plus their bias, clamped."""
+def emit_fully_connected(b, x: str, packed: torch.Tensor, out: str, rows: int, k: int, n: int, out_min: float,
+                         out_max: float) -> None:
+    """Lines computing float32 ``out`` (``rows`` rows of ``n``, whatever its rank) = ``x`` (rows of ``k``) times
+    the weights ``conv_pack`` made of an [n, k] filter, plus their bias, clamped."""
     emit_conv(b, x, packed, out, (1, rows, 1, k), (1, rows, 1, n), (1, 1), (1, 1, 1, 1, 0, 0), out_min, out_max,
               "fully connected product")
 
