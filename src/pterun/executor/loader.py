@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pterun import native
 from pterun.core.device import DeviceType
 from pterun.core.layout import is_contiguous_order
 from pterun.executor.call.binders import Binder, scalar_binder, tensor_binder
@@ -109,7 +110,8 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
          and v.kind in (Kind.INT_LIST, Kind.TENSOR_LIST, Kind.OPTIONAL_TENSOR_LIST)},
         {i: v.dim_order for i, v in bounded.items() if not is_contiguous_order(v.dim_order)},
     )
-    generated = generate_method(code, own.steps, plan, context.options.cache, trace, checked.steps)
+    replays = context.run_device.type == DeviceType.CPU and native.kernels is not None
+    generated = generate_method(code, own.steps, plan, context.options.cache, trace, checked.steps, replays)
     run, compiled_function, status, functional_source = generated.run, None, "off", None
     if context.options.compile and trace is not None:
         status = "not compiled: profiling (ETDump) is on, which times every instruction"

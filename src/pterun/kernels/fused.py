@@ -124,7 +124,20 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
-class RmsNormInto:
+class NativeCall:
+    """A kernel that makes one native call where its tensors allow, and says whether its last call was that call
+    alone: a run of such calls recorded once is made again in one native call (executor/codegen/replay.py).
+    ``replayed``: the positional arguments the native call takes anew on every call (an attention's positions), in
+    the order it takes them; the others the replay takes as they were."""
+
+    _ran_natively = False
+    replayed: tuple[int, ...] = ()
+
+    def ran_natively(self) -> bool:
+        return self._ran_natively
+
+
+class RmsNormInto(NativeCall):
     """``rms_norm`` written into ``out``. In float32 on the CPU as the chain's own steps (x * x, its mean, + eps,
     rsqrt, the products), which are torch.rms_norm's there too, bit for bit: in one native call where pterun's
     native kernels are built (``native/fused.c``: each step as torch's CPU kernel rounds it, the mean's sum in
@@ -138,6 +151,7 @@ class RmsNormInto:
         self._native: tuple | None = None  # the native call's arguments for the key, or None: torch's steps
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, eps: float, *, out: torch.Tensor) -> torch.Tensor:
+        self._ran_natively = False
         if x.device.type != "cpu" or x.dtype != F32 or weight.dtype != F32:
             return _into(out, rms_norm(x, weight, eps))
         if out.shape != x.shape:
@@ -148,6 +162,7 @@ class RmsNormInto:
             (self._views, self._native), self._key = self._prepare(x, weight, eps, out), key
         if self._native is not None:
             native.kernels.rms_norm(*self._native)  # type: ignore[union-attr]
+            self._ran_natively = True
             return out
         return _torch_steps(x, weight, eps, self._views, out)
 
@@ -164,7 +179,7 @@ class RmsNormInto:
         return (torch.empty_like(x), torch.empty((*x.shape[:-1], 1), dtype=x.dtype)), None
 
 
-class AddRmsNormInto:
+class AddRmsNormInto(NativeCall):
     """``a + b`` written into ``total`` and its ``rms_norm`` into ``out``: a residual stream's add and the norm that
     reads it (executor/load/fuse/add_rms_norm.py). In float32 on the CPU one native call (``native/fused.c``: the
     sum, then ``RmsNormInto``'s native steps) where the operands are contiguous, of one shape, and their bytes allow
@@ -179,6 +194,7 @@ class AddRmsNormInto:
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, eps: float, *, total: torch.Tensor,
                  out: torch.Tensor) -> torch.Tensor:
+        self._ran_natively = False
         kernels = native.kernels
         if (kernels is not None and a.dtype is F32 and b.dtype is F32 and weight.dtype is F32 and total.dtype is F32
                 and out.dtype is F32):
@@ -187,6 +203,7 @@ class AddRmsNormInto:
                 self._key = _add_rms_norm_key(a, b, weight, eps, total, out)
             if self._native is not None:
                 kernels.add_rms_norm(*self._native)
+                self._ran_natively = True
                 return out
         if total.shape != torch.broadcast_shapes(a.shape, b.shape):
             total.resize_(0)  # as the executor empties a dynamic out before torch writes it
@@ -262,6 +279,7 @@ def _rms_norm_lanes() -> int:
     kernels = native.kernels
     if kernels is None:
         return 0
+    kernels.record_spoil()  # calls on the probe's own values, which no replay may make again
     generator = torch.Generator().manual_seed(0)
     rows = [(torch.randn(r, n, generator=generator) * scale, torch.randn(n, generator=generator))
             for r, n, scale in ((1, 768, 1.0), (3, 64, 30.0), (2, 4096, 1e-3), (5, 100, 1.0), (1, 2047, 3.0))]
@@ -278,7 +296,7 @@ def _rms_norm_lanes() -> int:
     return 0
 
 
-class SiluMulInto:
+class SiluMulInto(NativeCall):
     """``gate * sigmoid(gate) * up`` into the outs of the steps it replaces (executor/load/fuse/silu_mul.py): ``sig``,
     ``prod`` and ``out``. In float32 on the CPU one native call (``native/silu.c``: the three steps value for value
     as PyTorch's kernels compute them, checked against PyTorch in the process before it is taken) where the
@@ -292,6 +310,7 @@ class SiluMulInto:
 
     def __call__(self, gate: torch.Tensor, up: torch.Tensor, *, sig: torch.Tensor, prod: torch.Tensor,
                  out: torch.Tensor) -> torch.Tensor:
+        self._ran_natively = False
         shape = gate.shape
         if (up.shape == shape and sig.shape == shape and prod.shape == shape and out.shape == shape
                 and sig.is_contiguous() and prod.is_contiguous() and out.is_contiguous()):
@@ -305,6 +324,7 @@ class SiluMulInto:
                 # PyTorch splits a long row over its threads, and each part's last values take its scalar path.
                 if native_call is not None and (native_call[5] < _TORCH_GRAIN or torch.get_num_threads() == 1):
                     kernels.silu_mul(*native_call)
+                    self._ran_natively = True
                     return out
             torch.sigmoid(gate, out=sig)
             torch.mul(gate, sig, out=prod)
@@ -346,6 +366,7 @@ def _sigmoid_lanes() -> int:
     kernels = native.kernels
     if kernels is None:
         return 0
+    kernels.record_spoil()  # calls on the probe's own values, which no replay may make again
     generator = torch.Generator().manual_seed(0)
     edges = torch.tensor([0.0, -0.0, 1e-30, -1e-30, 88.0, -88.0, 87.3, -87.3, 103.9, -103.9, 104.0, -104.0, 100.0,
                           -100.0, 100.1, -100.1, 1e10, -1e10, float("inf"), float("-inf"), float("nan")])

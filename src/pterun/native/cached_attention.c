@@ -19,12 +19,16 @@ static int fits(const pn_cache_write* w, int64_t pos) {
   return pos >= 0 && pos < w->cache_len && pos + w->seq <= w->cache_len;
 }
 
+int pn_cached_attention_fits(const pn_cached_attention* c, int64_t v_pos, int64_t k_pos, int64_t start_pos) {
+  const int64_t keys = start_pos + c->attention.q_len;
+  return fits(&c->v_write, v_pos) && fits(&c->k_write, k_pos) && start_pos >= 0 && keys > 0 && keys <= c->cache_len &&
+         keys < ((int64_t)1 << 31);
+}
+
 int pn_cached_attention_run(const pn_cached_attention* c, int64_t v_pos, int64_t k_pos, int64_t start_pos,
                         int threads) {
+  if (!pn_cached_attention_fits(c, v_pos, k_pos, start_pos)) return 1;
   const int64_t keys = start_pos + c->attention.q_len;
-  if (!fits(&c->v_write, v_pos) || !fits(&c->k_write, k_pos) || start_pos < 0 || keys <= 0 ||
-      keys > c->cache_len || keys >= ((int64_t)1 << 31))
-    return 1;
   write_rows(&c->v_write, v_pos);
   pn_rotary_pairs(c->q_rotary.x, c->q_rotary.cos, c->q_rotary.sin, c->q_rotary.out, c->q_rotary.sizes,
                   c->q_rotary.cos_strides, c->q_rotary.sin_strides);

@@ -8,6 +8,7 @@
 #define Py_LIMITED_API 0x030B0000
 #include <Python.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "native.h"
 
@@ -21,10 +22,65 @@ static int ints(PyObject* const* args, Py_ssize_t count, long long* out) {
   return 1;
 }
 
-static int arity(Py_ssize_t nargs, Py_ssize_t expected, const char* name) {
+/* Recording (record_start, record_stop, replay): while this thread records, each call of a function that can be
+ * made again from its arguments (those that call `recorded`) is kept after it runs, and any other call spoils the
+ * recording (every function with arguments checks them with `arity`), as does a call that fails: only a run of
+ * calls that were all kept is ever made again. A recording keeps the packed layers it calls alive. */
+typedef struct {
+  pn_call* calls;
+  Py_ssize_t count, capacity;
+  PyObject* objects; /* list */
+  int spoiled;
+} recording;
+
+static _Thread_local recording* recording_now;
+
+static void spoil(void) {
+  if (recording_now) recording_now->spoiled = 1;
+}
+
+static void recorded(int kind, PyObject* object, const void* pointer, const long long* a, int count, double f) {
+  recording* r = recording_now;
+  if (r == NULL || r->spoiled) return;
+  if (r->count == r->capacity) {
+    Py_ssize_t capacity = r->capacity ? 2 * r->capacity : 64;
+    pn_call* grown = realloc(r->calls, (size_t)capacity * sizeof *grown);
+    if (grown == NULL) {
+      r->spoiled = 1;
+      return;
+    }
+    r->calls = grown;
+    r->capacity = capacity;
+  }
+  if (object != NULL && PyList_Append(r->objects, object) < 0) {
+    PyErr_Clear();
+    r->spoiled = 1;
+    return;
+  }
+  pn_call* c = &r->calls[r->count++];
+  memset(c, 0, sizeof *c);
+  c->kind = kind;
+  c->object = pointer;
+  for (int i = 0; i < count; i++) c->a[i] = a[i];
+  c->f = f;
+}
+
+static int counted(Py_ssize_t nargs, Py_ssize_t expected, const char* name) {
   if (nargs == expected) return 1;
+  spoil();
   PyErr_Format(PyExc_TypeError, "%s takes %zd arguments, got %zd", name, expected, nargs);
   return 0;
+}
+
+static int arity(Py_ssize_t nargs, Py_ssize_t expected, const char* name) {
+  spoil();
+  return counted(nargs, expected, name);
+}
+
+/* A recordable call that failed: NULL (its error is set), and the recording spoiled. */
+static PyObject* spoiled(void) {
+  spoil();
+  return NULL;
 }
 
 static PyObject* py_cpu_isa(PyObject* self, PyObject* unused) {
@@ -43,11 +99,12 @@ static PyObject* py_parallel_team(PyObject* self, PyObject* unused) {
 static PyObject* py_quantize_rows(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   long long a[9];
-  if (!arity(nargs, 9, "quantize_rows") || !ints(args, 9, a)) return NULL;
+  if (!counted(nargs, 9, "quantize_rows") || !ints(args, 9, a)) return spoiled();
   Py_BEGIN_ALLOW_THREADS
   pn_quantize_rows((int)a[0], (const float*)(intptr_t)a[1], a[2], a[3], a[4], (int8_t*)(intptr_t)a[5], a[6],
                    (float*)(intptr_t)a[7], (float*)(intptr_t)a[8]);
   Py_END_ALLOW_THREADS
+  recorded(PN_CALL_QUANTIZE_ROWS, NULL, NULL, a, 9, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -136,13 +193,14 @@ static PyObject* py_qb4w_isa(PyObject* self, PyObject* capsule) {
 static PyObject* py_qb4w_run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   long long a[8];
-  if (!arity(nargs, 9, "qb4w_run") || !ints(args + 1, 8, a)) return NULL;
+  if (!counted(nargs, 9, "qb4w_run") || !ints(args + 1, 8, a)) return spoiled();
   const pn_qb4w* layer = PyCapsule_GetPointer(args[0], QB4W_CAPSULE);
-  if (!layer) return NULL;
+  if (!layer) return spoiled();
   Py_BEGIN_ALLOW_THREADS
   pn_qb4w_run(layer, a[0], (const int8_t*)(intptr_t)a[1], a[2], (const float*)(intptr_t)a[3],
               (const float*)(intptr_t)a[4], (float*)(intptr_t)a[5], a[6], (int)a[7]);
   Py_END_ALLOW_THREADS
+  recorded(PN_CALL_QB4W_RUN, args[0], layer, a, 8, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -178,13 +236,14 @@ static PyObject* py_q8_isa(PyObject* self, PyObject* capsule) {
 static PyObject* py_q8_run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   long long a[8];
-  if (!arity(nargs, 9, "q8_run") || !ints(args + 1, 8, a)) return NULL;
+  if (!counted(nargs, 9, "q8_run") || !ints(args + 1, 8, a)) return spoiled();
   const pn_q8* layer = PyCapsule_GetPointer(args[0], Q8_CAPSULE);
-  if (!layer) return NULL;
+  if (!layer) return spoiled();
   Py_BEGIN_ALLOW_THREADS
   pn_q8_run(layer, a[0], (const int8_t*)(intptr_t)a[1], a[2], (const float*)(intptr_t)a[3],
             (const float*)(intptr_t)a[4], (float*)(intptr_t)a[5], a[6], (int)a[7]);
   Py_END_ALLOW_THREADS
+  recorded(PN_CALL_Q8_RUN, args[0], layer, a, 8, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -431,14 +490,16 @@ static PyObject* py_sdpa_blas(PyObject* self, PyObject* unused) {
 static PyObject* py_rms_norm(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   long long a[5], lanes;
-  if (!arity(nargs, 7, "rms_norm") || !ints(args, 5, a) || !ints(args + 6, 1, &lanes)) return NULL;
+  if (!counted(nargs, 7, "rms_norm") || !ints(args, 5, a) || !ints(args + 6, 1, &lanes)) return spoiled();
   const double eps = PyFloat_AsDouble(args[5]);
-  if (PyErr_Occurred()) return NULL;
+  if (PyErr_Occurred()) return spoiled();
   if (pn_rms_norm((const float*)(intptr_t)a[0], (const float*)(intptr_t)a[1], (float*)(intptr_t)a[2], a[3], a[4],
                   (float)eps, (int)lanes)) {
     PyErr_Format(PyExc_ValueError, "rms_norm: rows of %lld values in vectors of %lld", a[4], lanes);
-    return NULL;
+    return spoiled();
   }
+  const long long kept[6] = {a[0], a[1], a[2], a[3], a[4], lanes};
+  recorded(PN_CALL_RMS_NORM, NULL, NULL, kept, 6, eps);
   Py_RETURN_NONE;
 }
 
@@ -446,14 +507,16 @@ static PyObject* py_rms_norm(PyObject* self, PyObject* const* args, Py_ssize_t n
 static PyObject* py_add_rms_norm(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   long long a[7], lanes;
-  if (!arity(nargs, 9, "add_rms_norm") || !ints(args, 7, a) || !ints(args + 8, 1, &lanes)) return NULL;
+  if (!counted(nargs, 9, "add_rms_norm") || !ints(args, 7, a) || !ints(args + 8, 1, &lanes)) return spoiled();
   const double eps = PyFloat_AsDouble(args[7]);
-  if (PyErr_Occurred()) return NULL;
+  if (PyErr_Occurred()) return spoiled();
   if (pn_add_rms_norm((const float*)(intptr_t)a[0], (const float*)(intptr_t)a[1], (float*)(intptr_t)a[2],
                       (const float*)(intptr_t)a[3], (float*)(intptr_t)a[4], a[5], a[6], (float)eps, (int)lanes)) {
     PyErr_Format(PyExc_ValueError, "add_rms_norm: rows of %lld values in vectors of %lld", a[6], lanes);
-    return NULL;
+    return spoiled();
   }
+  const long long kept[8] = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], lanes};
+  recorded(PN_CALL_ADD_RMS_NORM, NULL, NULL, kept, 8, eps);
   Py_RETURN_NONE;
 }
 
@@ -461,9 +524,10 @@ static PyObject* py_add_rms_norm(PyObject* self, PyObject* const* args, Py_ssize
 static PyObject* py_silu_mul(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   long long a[7];
-  if (!arity(nargs, 7, "silu_mul") || !ints(args, 7, a)) return NULL;
+  if (!counted(nargs, 7, "silu_mul") || !ints(args, 7, a)) return spoiled();
   pn_silu_mul((const float*)(intptr_t)a[0], (const float*)(intptr_t)a[1], (float*)(intptr_t)a[2],
               (float*)(intptr_t)a[3], (float*)(intptr_t)a[4], a[5], (int)a[6]);
+  recorded(PN_CALL_SILU_MUL, NULL, NULL, a, 7, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -528,17 +592,139 @@ static PyObject* py_cached_attention_make(PyObject* self, PyObject* const* args,
 static PyObject* py_cached_attention_run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   long long a[4];
-  if (!arity(nargs, 5, "cached_attention_run") || !ints(args + 1, 4, a)) return NULL;
+  if (!counted(nargs, 5, "cached_attention_run") || !ints(args + 1, 4, a)) return spoiled();
   const pn_cached_attention* c = PyCapsule_GetPointer(args[0], CACHED_ATTENTION_CAPSULE);
-  if (c == NULL) return NULL;
+  if (c == NULL) return spoiled();
   int status;
   Py_BEGIN_ALLOW_THREADS
   status = pn_cached_attention_run(c, a[0], a[1], a[2], (int)a[3]);
   Py_END_ALLOW_THREADS
+  if (status == 1) {
+    spoil();  /* the caller's steps take over */
+    Py_RETURN_FALSE;
+  }
+  if (status == -2) {
+    spoil();
+    return PyErr_NoMemory();
+  }
+  if (status) {
+    PyErr_SetString(PyExc_ValueError, "cached_attention: query heads the key heads do not divide, or no keys");
+    return spoiled();
+  }
+  recorded(PN_CALL_CACHED_ATTENTION, args[0], c, a, 4, 0.0);
+  Py_RETURN_TRUE;
+}
+
+#define REPLAY_CAPSULE "pterun.replay"
+
+typedef struct {
+  pn_call* calls;
+  Py_ssize_t count;
+  PyObject* objects;
+} replay;
+
+static void recording_free(recording* r) {
+  if (r == NULL) return;
+  free(r->calls);
+  Py_XDECREF(r->objects);
+  free(r);
+}
+
+/* record_start(): this thread's next calls are recorded (a recording it had is dropped). */
+static PyObject* py_record_start(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  recording* r = calloc(1, sizeof *r);
+  if (r == NULL) return PyErr_NoMemory();
+  r->objects = PyList_New(0);
+  if (r->objects == NULL) {
+    free(r);
+    return NULL;
+  }
+  recording_free(recording_now);
+  recording_now = r;
+  Py_RETURN_NONE;
+}
+
+static void replay_destroy(PyObject* capsule) {
+  replay* r = PyCapsule_GetPointer(capsule, REPLAY_CAPSULE);
+  if (r == NULL) return;
+  free(r->calls);
+  Py_XDECREF(r->objects);
+  free(r);
+}
+
+/* record_stop() -> the calls since record_start, for replay; None where one was spoiled, there were none, or this
+ * thread was not recording. */
+static PyObject* py_record_stop(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  recording* r = recording_now;
+  recording_now = NULL;
+  if (r == NULL || r->spoiled || r->count == 0) {
+    recording_free(r);
+    Py_RETURN_NONE;
+  }
+  replay* kept = malloc(sizeof *kept);
+  if (kept == NULL) {
+    recording_free(r);
+    return PyErr_NoMemory();
+  }
+  *kept = (replay){r->calls, r->count, r->objects};
+  free(r);
+  PyObject* capsule = PyCapsule_New(kept, REPLAY_CAPSULE, replay_destroy);
+  if (capsule == NULL) {
+    free(kept->calls);
+    Py_DECREF(kept->objects);
+    free(kept);
+  }
+  return capsule;
+}
+
+/* record_spoil(): a recording this thread makes is not kept (calls on values of the caller's own, a probe's). */
+static PyObject* py_record_spoil(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  spoil();
+  Py_RETURN_NONE;
+}
+
+/* replay(recorded, *positions) -> bool: the recorded calls again, in one call, the k-th attention at positions
+ * 3k..3k+2 (v_pos, k_pos, start_pos); False, having made none, where an attention refuses its positions. */
+static PyObject* py_replay(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  spoil();
+  if (nargs < 1) {
+    PyErr_SetString(PyExc_TypeError, "replay takes a recording and its attentions' positions");
+    return NULL;
+  }
+  const replay* r = PyCapsule_GetPointer(args[0], REPLAY_CAPSULE);
+  if (r == NULL) return NULL;
+  Py_ssize_t attentions = 0;
+  for (Py_ssize_t i = 0; i < r->count; i++) attentions += r->calls[i].kind == PN_CALL_CACHED_ATTENTION;
+  if (nargs - 1 != 3 * attentions) {
+    PyErr_Format(PyExc_TypeError, "replay: the recording's %zd attentions take %zd positions, got %zd", attentions,
+                 3 * attentions, nargs - 1);
+    return NULL;
+  }
+  int64_t* positions = malloc((size_t)(3 * attentions + 1) * sizeof *positions);
+  if (positions == NULL) return PyErr_NoMemory();
+  for (Py_ssize_t i = 1; i < nargs; i++) {
+    positions[i - 1] = PyLong_AsLongLong(args[i]);
+    if (positions[i - 1] == -1 && PyErr_Occurred()) {
+      free(positions);
+      return NULL;
+    }
+  }
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = pn_calls_run(r->calls, r->count, positions);
+  Py_END_ALLOW_THREADS
+  free(positions);
   if (status == 1) Py_RETURN_FALSE;
   if (status == -2) return PyErr_NoMemory();
   if (status) {
-    PyErr_SetString(PyExc_ValueError, "cached_attention: query heads the key heads do not divide, or no keys");
+    PyErr_SetString(PyExc_ValueError, "replay: an attention failed that did not when it was recorded");
     return NULL;
   }
   Py_RETURN_TRUE;
@@ -587,6 +773,10 @@ static PyMethodDef methods[] = {
      "A layer's cache writes, rotary embeddings and attention, prepared for one call."},
     {"cached_attention_run", (PyCFunction)(void (*)(void))py_cached_attention_run, METH_FASTCALL,
      "Runs a prepared layer's cache writes, rotary embeddings and attention."},
+    {"record_start", py_record_start, METH_NOARGS, "Records this thread's next calls, for replay."},
+    {"record_stop", py_record_stop, METH_NOARGS, "The calls recorded since record_start, or None."},
+    {"record_spoil", py_record_spoil, METH_NOARGS, "Drops what this thread records (calls on a probe's values)."},
+    {"replay", (PyCFunction)(void (*)(void))py_replay, METH_FASTCALL, "Makes recorded calls again, in one call."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -247,11 +247,32 @@ typedef struct {
  * pn_sdpa's status. */
 int pn_cached_attention_run(const pn_cached_attention* c, int64_t v_pos, int64_t k_pos, int64_t start_pos,
                         int threads);
+/* Whether pn_cached_attention_run takes these positions (1) or refuses them (0). */
+int pn_cached_attention_fits(const pn_cached_attention* c, int64_t v_pos, int64_t k_pos, int64_t start_pos);
 
 /* A SwiGLU's SiLU-product in PyTorch's float32 steps (silu.c): sig = sigmoid(g), prod = g * sig, out = prod * u over
  * n contiguous values, the first n / (2 * lanes) * (2 * lanes) of them through SLEEF's exp as PyTorch's vectors of
  * `lanes` floats compute it, the rest through libm's expf. Each value's three steps are made before the next value's:
  * sig shares no bytes with g or u, nor prod with u; other outputs are their inputs or each other exactly, or apart. */
 void pn_silu_mul(const float* g, const float* u, float* sig, float* prod, float* out, int64_t n, int lanes);
+
+/* A recorded run of the calls above (replay.c): each call's kernel, the object it takes (a packed layer, a prepared
+ * attention) and its arguments as the Python functions take them, in order; `f` is a call's one float argument
+ * (eps). An attention's positions are the replay's: they change from call to call. */
+enum pn_call_kind {
+  PN_CALL_QUANTIZE_ROWS, PN_CALL_QB4W_RUN, PN_CALL_Q8_RUN, PN_CALL_RMS_NORM, PN_CALL_ADD_RMS_NORM, PN_CALL_SILU_MUL,
+  PN_CALL_CACHED_ATTENTION
+};
+#define PN_CALL_INTS 9
+typedef struct {
+  int kind;
+  const void* object;
+  int64_t a[PN_CALL_INTS];
+  double f;
+} pn_call;
+/* Makes the `count` calls in order, as the functions that recorded them would have, the k-th attention at
+ * positions[3k..3k+2] (v_pos, k_pos, start_pos). Returns 1, having made no call, where an attention refuses its
+ * positions; else 0, or an attention's failure (-2: no memory). */
+int pn_calls_run(const pn_call* calls, int64_t count, const int64_t* positions);
 
 #endif

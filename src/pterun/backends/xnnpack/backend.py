@@ -90,13 +90,23 @@ class XnnpackDelegate:
 
     def _translate(self, shapes: dict) -> Translation:
         try:
-            return translate(self.graph, self.device, self._cache, shapes, TRANSLATORS, self.options,
-                             self._compile_code, self._hooks)
+            translation = translate(self.graph, self.device, self._cache, shapes, TRANSLATORS, self.options,
+                                    self._compile_code, self._hooks)
         except PteError:
             raise
         except (RuntimeError, ValueError, TypeError, IndexError, KeyError, OverflowError) as exc:
             # A graph whose parameters torch rejects (a view that cannot be made, ...).
             raise InvalidProgram(f"{NAME}: cannot translate the graph ({type(exc).__name__}: {exc})") from None
+        translation.native_only = (self.device.type == "cpu" and self._hooks is None
+                                   and native.native_only(translation.source, translation.run.__globals__))
+        return translation
+
+    def ran_natively(self, args: list) -> bool:
+        """Whether the last call, made with ``args``, made native calls alone (those a recording keeps, and made
+        again in one call: executor/codegen/replay.py): its translation's whole work where the arguments are
+        contiguous and none is laid out channels-last."""
+        return self._last.native_only and all(
+            isinstance(arg, torch.Tensor) and arg.dim() != 4 and arg.is_contiguous() for arg in args)
 
     def written_arguments(self, args) -> list[int]:
         """The arguments the graph writes: its external outputs (inputs are only read).

@@ -57,6 +57,9 @@ class Translation:
         self.shapes = shapes
         self.line_nodes = line_nodes  # by source line (1-based): the node that line computes
         self.routes = routes  # (node, how it computes) for nodes whose way depends on the CPU or the sizes
+        # Whether a call with contiguous arguments makes native calls alone, which a recording keeps (the backend
+        # says: nodes/native.py, native_only).
+        self.native_only = False
 
     def where(self, traceback) -> str | None:
         """The node whose line raised, from a traceback through ``run``."""

@@ -213,6 +213,12 @@ class Method:
         return self._loaded.generated.run
 
     @property
+    def replays(self) -> dict[int, int]:
+        """The runs of steps the generated code makes again as one native call where it can (``_replay<n>`` in
+        ``source``; executor/codegen/replay.py), by the instruction each starts at: how many calls it made so."""
+        return {n: replay.replayed for n, replay in self._loaded.generated.replays.items()}
+
+    @property
     def steps(self) -> tuple:
         """What the method runs, instruction by instruction, after folding and fusion (executor/steps.py): a
         KernelStep (the operator, its Binding, the values it passes), a DelegateStep, the plan's move, jump

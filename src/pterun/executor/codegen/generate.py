@@ -33,6 +33,7 @@ escaped (``ascii``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ import torch
 from pterun.core.layout import strides_for
 from pterun.errors import PteError
 from pterun.executor.cache import LoadCache
+from pterun.executor.codegen.replay import Replay
 from pterun.executor.codegen.source import bind, comment, inline, kernel_name, literal, make_function
 from pterun.executor.codegen.torch_functions import python_binding
 from pterun.executor.etdump import MethodTrace
@@ -69,6 +71,7 @@ class GeneratedMethod:
     source: str
     lines: dict[int, int]  # source line -> instruction index
     filename: str
+    replays: dict[int, Replay] = field(default_factory=dict)  # by the first step of the run each wraps
 
 
 def _keep_dim_order(tensor: torch.Tensor, dim_order: tuple[int, ...]) -> None:
@@ -101,9 +104,12 @@ def _truth(cond) -> bool:
 
 class _Generator:
     def __init__(self, values: MethodValues, steps: Sequence[Step], plan: Plan, cache: LoadCache | None,
-                 trace: MethodTrace | None = None, originals: Sequence[Step] = ()) -> None:
+                 trace: MethodTrace | None = None, originals: Sequence[Step] = (), replays: bool = False) -> None:
         self.values = values
         self.trace = trace
+        self.replays = replays and trace is None
+        self.hoisted: set[int] = set()  # lists updated ahead of the replayed run being written
+        self.last_read: dict[int, int] | None = None
         self.originals = originals
         self.cache = cache
         self.steps = steps
@@ -180,6 +186,8 @@ class _Generator:
             self.line_step[len(self.lines)] = step
 
     def list_updates(self, index: int, indent: int, step: int) -> None:
+        if index in self.hoisted:
+            return
         for j, item in self.dynamic_items.get(index, ()):
             self.emit(indent, f"{self.ref(index)}[{j}] = {self.ref(item)}", step)
 
@@ -301,8 +309,15 @@ class _Generator:
             self.emit(2, "_ev, _t0 = _begin()")
         jumps = [(n, s) for n, s in enumerate(self.steps) if isinstance(s, JumpFalseCall)]
         if not jumps:
-            for n in range(len(self.steps)):
-                self.step(n, 2)
+            n = 0
+            while n < len(self.steps):
+                run = self._replayed_run(n)
+                if run:
+                    self._replay(run, 2)
+                    n = run[-1] + 1
+                else:
+                    self.step(n, 2)
+                    n += 1
         else:
             self.early.update(self.values.locals)  # blocks run in any order: every local starts defined
             self._state_machine(jumps)
@@ -317,6 +332,138 @@ class _Generator:
         self.lines[at:at] = initial
         self.line_step = {line + len(initial): step for line, step in self.line_step.items()}
         return self._build()
+
+    def _native_step(self, n: int) -> bool:
+        """Whether step ``n`` may be in a replayed run (replay.py) as a call of native calls: its kernel says whether a
+        call was native calls alone, and its lines are that call (no result, no out sized around it, no argument
+        converted per call); a delegate's arguments are tensors."""
+        step, values = self.steps[n], self.values
+        if isinstance(step, KernelStep):
+            b = step.binding
+            if not callable(getattr(b.fn, "ran_natively", None)) or b.result is not None:
+                return False
+            if any(step.args[pos] in values.locals or step.args[pos] in self.params for pos, _ in b.convert):
+                return False
+            return all(b.sizes_outs or step.args[pos] not in values.dynamic for pos in b.writes)
+        if isinstance(step, DelegateStep):
+            return callable(getattr(step.fn, "ran_natively", None)) and all(
+                vi not in values.list_items and isinstance(values.objects[vi], torch.Tensor) for vi in step.args)
+        return False
+
+    def _view_made(self, n: int) -> int | None:
+        """The view step ``n`` makes (its result, of its input's bytes) where that is all it does, else None: a replay,
+        which skips the step, leaves the view unmade, so it may be in a run only where no step after the run reads
+        it."""
+        step = self.steps[n]
+        if not isinstance(step, KernelStep):
+            return None
+        b = step.binding
+        if b.result is None or not b.aliases or b.writes or b.mutates or b.convert:
+            return None
+        return step.args[b.result]
+
+    def _reads(self, n: int) -> list[int]:
+        """The values step ``n`` reads, list items included, in order."""
+        step = self.steps[n]
+        if isinstance(step, KernelStep):
+            b = step.binding
+            args = [step.args[pos] for pos in (*b.positional, *(i for _, i in b.keywords))]
+        elif isinstance(step, DelegateStep):
+            args = list(step.args)
+        elif isinstance(step, MoveCall):
+            args = [step.source]
+        elif isinstance(step, JumpFalseCall):
+            args = [step.condition]
+        else:
+            args = []
+        read = dict.fromkeys(args)
+        for vi in args:
+            read.update((i, None) for i in self.values.list_items.get(vi, ()) if i >= 0)
+        return list(read)
+
+    def _replayed_run(self, start: int) -> list[int]:
+        """The steps from ``start`` a Replay wraps: native steps and views (with steps that write no line among
+        them: folded away, frees), beginning and ending at a native step, two native ones at least; else none."""
+        if not self.replays or not self._native_step(start):
+            return []
+        run, n = [start], start + 1
+        while n < len(self.steps):
+            if self._native_step(n) or self._view_made(n) is not None:
+                run.append(n)
+            elif not isinstance(self.steps[n], (FreeCall, type(None))):
+                break
+            n += 1
+        # A list updated ahead of the run cannot take a view the run makes: the run ends before its reader.
+        made: set[int] = set()
+        for i, k in enumerate(run):
+            if any(item in made for vi in self._reads(k) for item in self.values.list_items.get(vi, ())):
+                del run[i:]
+                break
+            made.add(self._view_made(k))  # type: ignore[arg-type]
+        last_read = self._last_reads()
+        while run:  # a view whose result a step after the run reads ends the run before it
+            while run and not self._native_step(run[-1]):
+                run.pop()
+            end = run[-1] if run else -1
+            cut = next((i for i, k in enumerate(run) if (view := self._view_made(k)) is not None
+                        and last_read.get(view, -1) > end), None)
+            if cut is None:
+                break
+            del run[cut:]
+        return run if sum(self._native_step(k) for k in run) >= 2 else []
+
+    def _last_reads(self) -> dict[int, int]:
+        """Each value's last reader, by step (past the last step for the method's outputs)."""
+        if self.last_read is None:
+            self.last_read = {vi: n for n in range(len(self.steps)) for vi in self._reads(n)}
+            self.last_read.update((vi, len(self.steps)) for vi in self.outputs)
+        return self.last_read
+
+    def _replay(self, run: list[int], indent: int) -> None:
+        """The steps of ``run`` in a Replay (replay.py): made again as one native call where they can be."""
+        values = self.values
+        made = {self._view_made(k) for k in run} - {None}
+        read: dict[int, None] = {}  # every value the steps read, in order
+        positions: list[int] = []  # the values a native call takes anew each call, in the order it takes them
+        checks: list[Callable[[], bool]] = []
+        for k in run:
+            step = self.steps[k]
+            per_call: tuple[int, ...] = ()
+            if isinstance(step, KernelStep) and self._native_step(k):
+                replayed = step.binding.fn.replayed  # type: ignore[attr-defined]
+                per_call = tuple(step.args[step.binding.positional[i]] for i in replayed)
+                positions += per_call
+            read.update((vi, None) for vi in self._reads(k) if vi not in per_call)
+        moving = [vi for vi in read if (vi in values.locals or vi in self.params) and vi not in made]
+        # Planned and constant tensors keep their bytes, and their strides follow their sizes (the executor keeps a
+        # resized one in its dim order), which change only for a dynamic one.
+        fixed = {id(t): t for vi in read if vi in values.dynamic and vi not in moving and vi not in made
+                 and isinstance(t := values.objects[vi], torch.Tensor)}
+        lists: dict[int, int] = {}  # updated before the replay, which takes their items as its state
+        for k in run:
+            lists.update((vi, k) for vi in self._reads(k) if vi in self.dynamic_items and vi not in lists)
+        for vi, k in lists.items():
+            self.list_updates(vi, indent, k)
+        self.hoisted.update(lists)
+        name = f"_replay{run[0]}"
+        passed = ", ".join(self.ref(vi) for vi in moving)
+        taken = ", ".join(self.ref(vi) for vi in positions)
+        taken = f"({taken}{',' if len(positions) == 1 else ''})"
+        self.emit(indent, f"if not {name}({taken}{', ' if passed else ''}{passed}):", run[0])
+        self.emit(indent + 1, "try:", run[0])
+        for n in range(run[0], run[-1] + 1):
+            self.step(n, indent + 2)
+        self.emit(indent + 2, f"{name}.keep({passed})", run[-1])
+        self.emit(indent + 1, "finally:", run[-1])
+        self.emit(indent + 2, f"{name}.stop()", run[-1])
+        self.hoisted.difference_update(lists)
+        for n in run:
+            step = self.steps[n]
+            if isinstance(step, KernelStep) and self._native_step(n):
+                checks.append(step.binding.fn.ran_natively)  # type: ignore[attr-defined]
+            elif isinstance(step, DelegateStep):  # the arguments its list holds for the call
+                checks.append(functools.partial(step.fn.ran_natively, self.env[f"a{n}"]))  # type: ignore[attr-defined]
+        self.env[name] = Replay(tuple(fixed.values()), tuple(checks))
 
     def _state_machine(self, jumps: list[tuple[int, JumpFalseCall]]) -> None:
         end = len(self.steps)
@@ -339,11 +486,14 @@ class _Generator:
     def _build(self) -> GeneratedMethod:
         run, source, filename = make_function("method", self.name, self.lines, self.env, self.cache)
         lines = {line + 1: step for line, step in self.line_step.items()}  # +1: the header line
-        return GeneratedMethod(run, source, lines, filename)
+        replays = {int(name.removeprefix("_replay")): r for name, r in self.env.items() if isinstance(r, Replay)}
+        return GeneratedMethod(run, source, lines, filename, replays)
 
 
 def generate_method(values: MethodValues, steps: Sequence[Step], plan: Plan, cache: LoadCache | None = None,
-                   trace: MethodTrace | None = None, originals: Sequence[Step] = ()) -> GeneratedMethod:
+                   trace: MethodTrace | None = None, originals: Sequence[Step] = (),
+                   replays: bool = False) -> GeneratedMethod:
     """The method's function; with ``trace``, its profiled form (``originals``: the steps before copies were
-    folded into views, which say what each instruction logs)."""
-    return _Generator(values, steps, plan, cache, trace, originals).generate()
+    folded into views, which say what each instruction logs). With ``replays`` (a CPU method, pterun's native
+    kernels built), runs of steps that make native calls alone are made again as one call (replay.py)."""
+    return _Generator(values, steps, plan, cache, trace, originals, replays).generate()

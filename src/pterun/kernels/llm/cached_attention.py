@@ -20,7 +20,7 @@ import torch
 
 from pterun import native
 from pterun.errors import PteError
-from pterun.kernels.fused import RotaryInto, apart, rotary_arguments
+from pterun.kernels.fused import NativeCall, RotaryInto, apart, rotary_arguments
 from pterun.kernels.llm.attention import check_attention, custom_sdpa, native_arguments
 from pterun.kernels.llm.cache import check_cache_shapes, update_cache
 from pterun.kernels.python_kernels import F32
@@ -38,7 +38,9 @@ class _Prepared:
     call: object | None
 
 
-class CachedAttention:
+class CachedAttention(NativeCall):
+    replayed = (7, 8, 9)  # v_pos, k_pos, start_pos: cached_attention_run's per call
+
     def __init__(self) -> None:
         self._q_rotary, self._k_rotary = RotaryInto(), RotaryInto()
         self._prepared: _Prepared | None = None
@@ -46,6 +48,7 @@ class CachedAttention:
     def __call__(self, values, queries, keys, cos, sin, key_cache, value_cache, v_pos, k_pos, start_pos, v_sizes,
                  q_sizes, k_sizes, q_view_sizes, k_view_sizes, attn_mask, dropout_p, is_causal, scale, *, v_out,
                  k_out, q_rot, k_rot, out):
+        self._ran_natively = False
         kernels = native.kernels
         if kernels is not None:
             p = self._prepared
@@ -57,6 +60,7 @@ class CachedAttention:
                                               scale, q_rot, k_rot, out)
             if p.call is not None and kernels.cached_attention_run(p.call, v_pos, k_pos, start_pos,
                                                                    torch.get_num_threads()):
+                self._ran_natively = True
                 return out
         update_cache(values.view(v_sizes), value_cache, v_pos, v_out)
         self._q_rotary(queries.view(q_sizes), cos, sin, out=q_rot)

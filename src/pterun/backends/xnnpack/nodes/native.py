@@ -15,8 +15,10 @@ is checked against the graph before packing, since the C side trusts what it is 
 
 from __future__ import annotations
 
+import ast
 import functools
 import math
+import re
 from types import ModuleType
 
 import numpy as np
@@ -447,3 +449,53 @@ def emit_softmax(b, x: str, out: str, shape) -> None:
     if after and rows:
         b.emit(after)
     b.route(f"XNNPACK's {family} float softmax (native)")
+
+
+# What a translation may do and still be made again from a recording of its native calls: call the kernels the
+# recording keeps, read the thread count, and look at its arguments (their pointers, layouts and sizes, a view).
+_RECORDED = ("quantize_rows", "qb4w_run", "q8_run")
+_LOOKS = frozenset({"data_ptr", "is_contiguous", "resize_", "view"})
+_SYNTAX = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Return, ast.Assign, ast.Expr, ast.If, ast.IfExp,
+           ast.Delete, ast.Del, ast.Load, ast.Store, ast.Name, ast.Constant, ast.Tuple, ast.Call, ast.Attribute,
+           ast.Compare, ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
+_ARGUMENT = re.compile(r"a\d+")
+
+
+def native_only(source: str, env: dict) -> bool:
+    """Whether a translation's code, called with contiguous arguments, does nothing but native calls a recording
+    keeps (``native/module.c``): so a recording of one call is the whole call. Its other lines then only size its
+    outputs, take pointers, and copy from a buffer where an argument is not contiguous (``target``: not taken),
+    or copy an argument that is not (``source``: a no-op for one that is)."""
+    kernels = _built
+    if kernels is None:
+        return False
+    recorded = {id(getattr(kernels, name)) for name in _RECORDED} | {id(torch.get_num_threads)}
+    tree = ast.parse(source)
+    fallbacks = {id(node) for branch in ast.walk(tree) if isinstance(branch, ast.If) and _is_none_test(branch.test)
+                 for statement in branch.body for node in ast.walk(statement)}
+    for node in ast.walk(tree):
+        if not isinstance(node, _SYNTAX):
+            return False
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func
+        if isinstance(fn, ast.Name):
+            if id(env.get(fn.id)) not in recorded:
+                return False
+        elif not isinstance(fn, ast.Attribute):
+            return False
+        elif fn.attr == "contiguous":
+            if not (isinstance(fn.value, ast.Name) and _ARGUMENT.fullmatch(fn.value.id)):
+                return False
+        elif fn.attr == "copy_":
+            if id(node) not in fallbacks:
+                return False
+        elif fn.attr not in _LOOKS:
+            return False
+    return True
+
+
+def _is_none_test(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Is) and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value is None)
