@@ -51,7 +51,10 @@ from tests.support.llm_programs import quantize_8da4w_linears  # noqa: E402
 from tests.support.llm_tokenizers import BOS_ID, EOS_ID  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-SIGN_PERIOD = 257  # a prime: a matrix's rows do not repeat each other's signs
+SIGN_PERIOD = 257
+# Generations before the timed rounds, the same for every way: each compiles or captures its graphs in its first
+# ones (pterun captures a prompt's length at its second generation and replays it from the third).
+WARMUPS = 2  # a prime: a matrix's rows do not repeat each other's signs
 
 
 def program_name(size: str, quant: str | None = None) -> str:
@@ -140,7 +143,7 @@ def _pterun(pte: Path, tokenizer: Path, prompt: str, new_tokens: int, rounds: in
     start = time.perf_counter()
     runner = TextLLMRunner(str(pte), str(tokenizer), device="cuda", **options)
     rates, firsts = [], []
-    for n in range(rounds + 1):
+    for n in range(WARMUPS + rounds):
         runner.reset()
         stats = []
         runner.generate(prompt, config, stats_callback=stats.append)
@@ -148,6 +151,7 @@ def _pterun(pte: Path, tokenizer: Path, prompt: str, new_tokens: int, rounds: in
         if n == 0:
             ready = time.perf_counter() - start
             counts = (s.num_prompt_tokens, s.num_generated_tokens)
+        if n < WARMUPS:
             continue
         rates.append(s.num_generated_tokens * 1000 / max(1, s.inference_end_ms - s.prompt_eval_end_ms))
         firsts.append(s.first_token_ms - s.inference_start_ms)
@@ -155,8 +159,7 @@ def _pterun(pte: Path, tokenizer: Path, prompt: str, new_tokens: int, rounds: in
     status = getattr(runner.decoder.method, "compile_status", None)
     print(f"pterun {options or 'plain'}: prompt {counts[0]} tokens, generated {counts[1]}; decode graph replaying "
           f"{graph is not None and graph.replaying}" + (f"; compile: {status}" if status else ""), flush=True)
-    # Per round too: a prompt's length is captured as a CUDA graph at its second generation and replayed from the
-    # third, so the rounds' first tokens differ by design (an eager prompt, a capture, a replay).
+    # Per round too: after the warm-ups a round's prompt replays its graph, unless its capture came later.
     return {"decode_tok_s": statistics.median(rates), "ttft_ms": statistics.median(firsts),
             "ttft_rounds_ms": firsts, "load_and_first_generation_s": ready}
 
@@ -173,7 +176,7 @@ def _transformers(params: dict, tokenizer: Path, prompt: str, new_tokens: int, r
     ids = torch.tensor([Tokenizer.from_file(str(tokenizer)).encode(prompt, add_special_tokens=False).ids],
                        device="cuda")
     measured = []
-    for _ in range(rounds + 2):
+    for _ in range(WARMUPS + rounds):
         torch.cuda.synchronize()
         start = time.perf_counter()
         model.generate(ids, max_new_tokens=1, do_sample=False)
@@ -184,7 +187,7 @@ def _transformers(params: dict, tokenizer: Path, prompt: str, new_tokens: int, r
         torch.cuda.synchronize()
         whole = time.perf_counter() - start
         measured.append(((out.shape[1] - ids.shape[1] - 1) / max(whole - ttft, 1e-9), ttft * 1000))
-    measured = measured[2:]
+    measured = measured[WARMUPS:]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     del model
     torch.cuda.empty_cache()

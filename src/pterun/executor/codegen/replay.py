@@ -59,6 +59,8 @@ class Replay:
         runs the steps (False), recording them where the state is the one the last call that ran them left: a first
         call in a state may do what later ones do not (translate a delegate for new sizes, run a kernel's probe on
         values of its own). Positions an attention refuses leave it to the steps, which say why."""
+        if self._calls is None and self._failures >= ATTEMPTS:
+            return False  # given up: the steps, at no cost beyond this call
         kernels = native.kernels
         now = self._now(moving)
         if self._calls is not None and now == self._state:
@@ -73,6 +75,8 @@ class Replay:
 
     def keep(self, *moving) -> None:
         """After the steps ran: ends the recording, kept where each step made native calls alone."""
+        if self._calls is None and self._failures >= ATTEMPTS:
+            return
         self._left = left = self._now(moving)
         if not self._recording:
             return
