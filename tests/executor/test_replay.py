@@ -211,3 +211,32 @@ def test_positions_an_attention_refuses_leave_every_byte_to_the_steps():
     with pytest.raises(TypeError, match=f"{layers} attentions take {3 * layers} positions, got 3"):
         kernels.replay(calls, 7, 7, 7)
     assert kernels.replay(calls, *([7, 7, 7] * layers)) is True
+
+
+def test_a_recording_keeps_the_translations_whose_buffers_it_writes():
+    """A delegate keeps its last 16 translations; prompts of 17 other lengths drop the decode step's, whose buffers
+    the recorded calls write: the recording keeps it, and the decode steps after them replay with the steps' bits."""
+    from pterun.backends.xnnpack.backend import MAX_TRANSLATIONS
+    from tests.support.llm_programs import llama_program
+
+    program = llama_program("xnnpack-8da4w")
+    method = pterun.Runtime.get().load_program(program.pte).load_method("forward")
+    plain = pterun.Runtime.get().load_program(program.pte, fuse=False).load_method("forward")
+
+    def both(tokens: list[int], position: int) -> None:
+        inputs = [torch.tensor([tokens]), torch.tensor([position])]
+        assert torch.equal(method.execute([x.clone() for x in inputs])[0], plain.execute(inputs)[0]), position
+
+    for position in range(4):
+        both([5 + position], position)
+    first = next(iter(method.replays))
+    assert method.replays[first] > 0, "the premise: the layers replay"
+    delegate = next(s.fn for s in method.steps if hasattr(getattr(s, "fn", None), "ran_natively"))
+    decode = delegate._last
+    for length in range(2, MAX_TRANSLATIONS + 3):
+        both(list(range(1, length + 1)), 4)
+    assert decode not in delegate._translations.values(), "the premise: the decode step's translation dropped"
+    replayed = method.replays[first]
+    for position in range(4, 8):
+        both([9], position)
+    assert method.replays[first] > replayed

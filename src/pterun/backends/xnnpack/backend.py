@@ -101,12 +101,16 @@ class XnnpackDelegate:
                                    and native.native_only(translation.source, translation.run.__globals__))
         return translation
 
-    def ran_natively(self, args: list) -> bool:
-        """Whether the last call, made with ``args``, made native calls alone (those a recording keeps, and made
-        again in one call: executor/codegen/replay.py): its translation's whole work where the arguments are
-        contiguous and none is laid out channels-last."""
-        return self._last.native_only and all(
-            isinstance(arg, torch.Tensor) and arg.dim() != 4 and arg.is_contiguous() for arg in args)
+    def ran_natively(self, args: list) -> Translation | None:
+        """Where the last call, made with ``args``, made native calls alone (those a recording keeps, and made
+        again in one call: executor/codegen/replay.py), the translation it ran, which a recording of them keeps (its
+        buffers are theirs), else None: its translation's whole work where the arguments are contiguous and none is
+        laid out channels-last."""
+        translation = self._last
+        if translation.native_only and all(
+                isinstance(arg, torch.Tensor) and arg.dim() != 4 and arg.is_contiguous() for arg in args):
+            return translation
+        return None
 
     def written_arguments(self, args) -> list[int]:
         """The arguments the graph writes: its external outputs (inputs are only read).

@@ -425,7 +425,7 @@ class _Generator:
         made = {self._view_made(k) for k in run} - {None}
         read: dict[int, None] = {}  # every value the steps read, in order
         positions: list[int] = []  # the values a native call takes anew each call, in the order it takes them
-        checks: list[Callable[[], bool]] = []
+        checks: list[Callable[[], object]] = []
         for k in run:
             step = self.steps[k]
             per_call: tuple[int, ...] = ()

@@ -44,9 +44,10 @@ ATTEMPTS = 4  # calls that record and fail before a run stops recording (a step 
 
 
 class Replay:
-    def __init__(self, fixed: tuple[torch.Tensor, ...], checks: tuple[Callable[[], bool], ...]) -> None:
+    def __init__(self, fixed: tuple[torch.Tensor, ...], checks: tuple[Callable[[], object], ...]) -> None:
         self._fixed = fixed  # the steps' planned tensors whose sizes change; those made per call are passed in
-        self._checks = checks  # each step's ran_natively, for its last call
+        self._checks = checks  # each step's ran_natively, for its last call: true where it was native calls alone
+        self._said: list = []
         self._calls: object | None = None  # the recorded calls (a capsule), or None
         self._state: tuple = ()  # the state the calls were recorded in (and left)
         self._left: tuple = ()  # the state the last call that ran the steps left
@@ -82,8 +83,11 @@ class Replay:
             return
         self._recording = False
         calls = native.kernels.record_stop()  # type: ignore[union-attr]
-        if calls is not None and all(check() for check in self._checks):
-            self._calls, self._state = calls, left
+        # What each step says of its call, kept with the recording: a delegate's translation (whose buffers the
+        # calls write) lives as long as the calls do.
+        said = [check() for check in self._checks]
+        if calls is not None and all(said):
+            self._calls, self._state, self._said = calls, left, said
         else:
             self._failures += 1
 
