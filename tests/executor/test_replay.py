@@ -240,3 +240,31 @@ def test_a_recording_keeps_the_translations_whose_buffers_it_writes():
     for position in range(4, 8):
         both([9], position)
     assert method.replays[first] > replayed
+
+
+def test_a_step_that_raises_while_recording_leaves_nothing_recording():
+    """The generated code stops a recording in ``finally``: a step that raises mid-run leaves no recording running
+    (which would otherwise keep every later native call of the thread), and the run records again later."""
+    kernel = fused.AddRmsNormInto()
+    a, b, weight = torch.randn(2, 64), torch.randn(2, 64), torch.randn(64)
+    total, out = torch.empty(2, 64), torch.empty(2, 64)
+    replay = Replay((), (kernel.ran_natively,))
+
+    def call(fail: bool) -> bool:
+        if replay(()):
+            return True
+        try:
+            kernel(a, b, weight, 1e-5, total=total, out=out)
+            if fail:
+                raise RuntimeError("a step failed")
+            replay.keep()
+        finally:
+            replay.stop()
+        return False
+
+    assert call(False) is False
+    with pytest.raises(RuntimeError, match="a step failed"):
+        call(True)  # the state the last call left: this one records, and fails
+    assert kernels.record_stop() is None, "nothing left recording"
+    assert [call(False) for _ in range(2)] == [False, True]
+    assert torch.equal(out, torch.rms_norm(a + b, (64,), weight, 1e-5))
