@@ -45,6 +45,7 @@ from pterun.core.layout import strides_for
 from pterun.errors import PteError
 from pterun.executor.cache import LoadCache
 from pterun.executor.codegen.replay import Replay
+from pterun.executor.codegen.runs import Runs
 from pterun.executor.codegen.source import bind, comment, inline, kernel_name, literal, make_function
 from pterun.executor.codegen.torch_functions import python_binding
 from pterun.executor.etdump import MethodTrace
@@ -109,7 +110,6 @@ class _Generator:
         self.trace = trace
         self.replays = replays and trace is None
         self.hoisted: set[int] = set()  # lists updated ahead of the replayed run being written
-        self.last_read: dict[int, int] | None = None
         self.originals = originals
         self.cache = cache
         self.steps = steps
@@ -122,6 +122,8 @@ class _Generator:
         self.early: set[int] = set()  # locals read before any step assigns them
         self.line_step: dict[int, int] = {}
         self.params = set(values.params)
+        self.runs = Runs(steps, values.objects, values.locals | self.params, values.list_items, values.dynamic,
+                         plan.outputs)
         # One method per kind of step writes its lines.
         self._emitters: dict[type, Callable[[int, Any, int], None]] = {
             KernelStep: self._timed(self.kernel), DelegateStep: self._timed(self.delegate),
@@ -311,7 +313,7 @@ class _Generator:
         if not jumps:
             n = 0
             while n < len(self.steps):
-                run = self._replayed_run(n)
+                run = self.runs.at(n) if self.replays else []
                 if run:
                     self._replay(run, 2)
                     n = run[-1] + 1
@@ -333,107 +335,21 @@ class _Generator:
         self.line_step = {line + len(initial): step for line, step in self.line_step.items()}
         return self._build()
 
-    def _native_step(self, n: int) -> bool:
-        """Whether step ``n`` may be in a replayed run (replay.py) as a call of native calls: its kernel says whether a
-        call was native calls alone, and its lines are that call (no result, no out sized around it, no argument
-        converted per call); a delegate's arguments are tensors."""
-        step, values = self.steps[n], self.values
-        if isinstance(step, KernelStep):
-            b = step.binding
-            if not callable(getattr(b.fn, "ran_natively", None)) or b.result is not None:
-                return False
-            if any(step.args[pos] in values.locals or step.args[pos] in self.params for pos, _ in b.convert):
-                return False
-            return all(b.sizes_outs or step.args[pos] not in values.dynamic for pos in b.writes)
-        if isinstance(step, DelegateStep):
-            return callable(getattr(step.fn, "ran_natively", None)) and all(
-                vi not in values.list_items and isinstance(values.objects[vi], torch.Tensor) for vi in step.args)
-        return False
-
-    def _view_made(self, n: int) -> int | None:
-        """The view step ``n`` makes (its result, of its input's bytes) where that is all it does, else None: a replay,
-        which skips the step, leaves the view unmade, so it may be in a run only where no step after the run reads
-        it."""
-        step = self.steps[n]
-        if not isinstance(step, KernelStep):
-            return None
-        b = step.binding
-        if b.result is None or not b.aliases or b.writes or b.mutates or b.convert:
-            return None
-        return step.args[b.result]
-
-    def _reads(self, n: int) -> list[int]:
-        """The values step ``n`` reads, list items included, in order."""
-        step = self.steps[n]
-        if isinstance(step, KernelStep):
-            b = step.binding
-            args = [step.args[pos] for pos in (*b.positional, *(i for _, i in b.keywords))]
-        elif isinstance(step, DelegateStep):
-            args = list(step.args)
-        elif isinstance(step, MoveCall):
-            args = [step.source]
-        elif isinstance(step, JumpFalseCall):
-            args = [step.condition]
-        else:
-            args = []
-        read = dict.fromkeys(args)
-        for vi in args:
-            read.update((i, None) for i in self.values.list_items.get(vi, ()) if i >= 0)
-        return list(read)
-
-    def _replayed_run(self, start: int) -> list[int]:
-        """The steps from ``start`` a Replay wraps: native steps and views (with steps that write no line among
-        them: folded away, frees), beginning and ending at a native step, two native ones at least; else none."""
-        if not self.replays or not self._native_step(start):
-            return []
-        run, n = [start], start + 1
-        while n < len(self.steps):
-            if self._native_step(n) or self._view_made(n) is not None:
-                run.append(n)
-            elif not isinstance(self.steps[n], (FreeCall, type(None))):
-                break
-            n += 1
-        # A list updated ahead of the run cannot take a view the run makes: the run ends before its reader.
-        made: set[int] = set()
-        for i, k in enumerate(run):
-            if any(item in made for vi in self._reads(k) for item in self.values.list_items.get(vi, ())):
-                del run[i:]
-                break
-            made.add(self._view_made(k))  # type: ignore[arg-type]
-        last_read = self._last_reads()
-        while run:  # a view whose result a step after the run reads ends the run before it
-            while run and not self._native_step(run[-1]):
-                run.pop()
-            end = run[-1] if run else -1
-            cut = next((i for i, k in enumerate(run) if (view := self._view_made(k)) is not None
-                        and last_read.get(view, -1) > end), None)
-            if cut is None:
-                break
-            del run[cut:]
-        return run if sum(self._native_step(k) for k in run) >= 2 else []
-
-    def _last_reads(self) -> dict[int, int]:
-        """Each value's last reader, by step (past the last step for the method's outputs)."""
-        if self.last_read is None:
-            self.last_read = {vi: n for n in range(len(self.steps)) for vi in self._reads(n)}
-            self.last_read.update((vi, len(self.steps)) for vi in self.outputs)
-        return self.last_read
-
     def _replay(self, run: list[int], indent: int) -> None:
         """The steps of ``run`` in a Replay (replay.py): made again as one native call where they can be."""
         values = self.values
-        made = {self._view_made(k) for k in run} - {None}
+        made = {self.runs.view_made(k) for k in run} - {None}
         read: dict[int, None] = {}  # every value the steps read, in order
         positions: list[int] = []  # the values a native call takes anew each call, in the order it takes them
         checks: list[Callable[[], object]] = []
         for k in run:
             step = self.steps[k]
             per_call: tuple[int, ...] = ()
-            if isinstance(step, KernelStep) and self._native_step(k):
+            if isinstance(step, KernelStep) and self.runs.native_step(k):
                 replayed = step.binding.fn.replayed  # type: ignore[attr-defined]
                 per_call = tuple(step.args[step.binding.positional[i]] for i in replayed)
                 positions += per_call
-            read.update((vi, None) for vi in self._reads(k) if vi not in per_call)
+            read.update((vi, None) for vi in self.runs.reads(k) if vi not in per_call)
         moving = [vi for vi in read if (vi in values.locals or vi in self.params) and vi not in made]
         # Planned and constant tensors keep their bytes, and their strides follow their sizes (the executor keeps a
         # resized one in its dim order), which change only for a dynamic one.
@@ -441,7 +357,7 @@ class _Generator:
                  and isinstance(t := values.objects[vi], torch.Tensor)}
         lists: dict[int, int] = {}  # updated before the replay, which takes their items as its state
         for k in run:
-            lists.update((vi, k) for vi in self._reads(k) if vi in self.dynamic_items and vi not in lists)
+            lists.update((vi, k) for vi in self.runs.reads(k) if vi in self.dynamic_items and vi not in lists)
         for vi, k in lists.items():
             self.list_updates(vi, indent, k)
         self.hoisted.update(lists)
@@ -459,7 +375,7 @@ class _Generator:
         self.hoisted.difference_update(lists)
         for n in run:
             step = self.steps[n]
-            if isinstance(step, KernelStep) and self._native_step(n):
+            if isinstance(step, KernelStep) and self.runs.native_step(n):
                 checks.append(step.binding.fn.ran_natively)  # type: ignore[attr-defined]
             elif isinstance(step, DelegateStep):  # the arguments its list holds for the call
                 checks.append(functools.partial(step.fn.ran_natively, self.env[f"a{n}"]))  # type: ignore[attr-defined]
