@@ -617,18 +617,14 @@ static PyObject* py_cached_attention_run(PyObject* self, PyObject* const* args, 
 
 #define REPLAY_CAPSULE "pterun.replay"
 
-typedef struct {
-  pn_call* calls;
-  Py_ssize_t count;
-  PyObject* objects;
-} replay;
-
 static void recording_free(recording* r) {
   if (r == NULL) return;
   free(r->calls);
   Py_XDECREF(r->objects);
   free(r);
 }
+
+static void replay_destroy(PyObject* capsule) { recording_free(PyCapsule_GetPointer(capsule, REPLAY_CAPSULE)); }
 
 /* record_start(): this thread's next calls are recorded (a recording it had is dropped). */
 static PyObject* py_record_start(PyObject* self, PyObject* unused) {
@@ -646,14 +642,6 @@ static PyObject* py_record_start(PyObject* self, PyObject* unused) {
   Py_RETURN_NONE;
 }
 
-static void replay_destroy(PyObject* capsule) {
-  replay* r = PyCapsule_GetPointer(capsule, REPLAY_CAPSULE);
-  if (r == NULL) return;
-  free(r->calls);
-  Py_XDECREF(r->objects);
-  free(r);
-}
-
 /* record_stop() -> the calls since record_start, for replay; None where one was spoiled, there were none, or this
  * thread was not recording. */
 static PyObject* py_record_stop(PyObject* self, PyObject* unused) {
@@ -665,19 +653,8 @@ static PyObject* py_record_stop(PyObject* self, PyObject* unused) {
     recording_free(r);
     Py_RETURN_NONE;
   }
-  replay* kept = malloc(sizeof *kept);
-  if (kept == NULL) {
-    recording_free(r);
-    return PyErr_NoMemory();
-  }
-  *kept = (replay){r->calls, r->count, r->objects};
-  free(r);
-  PyObject* capsule = PyCapsule_New(kept, REPLAY_CAPSULE, replay_destroy);
-  if (capsule == NULL) {
-    free(kept->calls);
-    Py_DECREF(kept->objects);
-    free(kept);
-  }
+  PyObject* capsule = PyCapsule_New(r, REPLAY_CAPSULE, replay_destroy);  /* the finished recording itself */
+  if (capsule == NULL) recording_free(r);
   return capsule;
 }
 
@@ -698,7 +675,7 @@ static PyObject* py_replay(PyObject* self, PyObject* const* args, Py_ssize_t nar
     PyErr_SetString(PyExc_TypeError, "replay takes a recording and its attentions' positions");
     return NULL;
   }
-  const replay* r = PyCapsule_GetPointer(args[0], REPLAY_CAPSULE);
+  const recording* r = PyCapsule_GetPointer(args[0], REPLAY_CAPSULE);
   if (r == NULL) return NULL;
   Py_ssize_t attentions = 0;
   for (Py_ssize_t i = 0; i < r->count; i++) attentions += r->calls[i].kind == PN_CALL_CACHED_ATTENTION;
