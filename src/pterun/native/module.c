@@ -39,7 +39,8 @@ static void spoil(void) {
   if (recording_now) recording_now->spoiled = 1;
 }
 
-static void recorded(int kind, PyObject* object, const void* pointer, const long long* a, int count, double f) {
+static void recorded(int kind, PyObject* object, const void* pointer, const long long* a, int count, double f0,
+                     double f1) {
   recording* r = recording_now;
   if (r == NULL || r->spoiled) return;
   if (r->count == r->capacity) {
@@ -62,7 +63,8 @@ static void recorded(int kind, PyObject* object, const void* pointer, const long
   c->kind = kind;
   c->object = pointer;
   for (int i = 0; i < count; i++) c->a[i] = a[i];
-  c->f = f;
+  c->f[0] = f0;
+  c->f[1] = f1;
 }
 
 static int counted(Py_ssize_t nargs, Py_ssize_t expected, const char* name) {
@@ -81,6 +83,12 @@ static int arity(Py_ssize_t nargs, Py_ssize_t expected, const char* name) {
 static PyObject* spoiled(void) {
   spoil();
   return NULL;
+}
+
+/* A convolution's 19 integer arguments and its thread count, as one call's kept integers. */
+static const long long* with_threads(long long* a, long long threads) {
+  a[19] = threads;
+  return a;
 }
 
 static PyObject* py_cpu_isa(PyObject* self, PyObject* unused) {
@@ -104,7 +112,7 @@ static PyObject* py_quantize_rows(PyObject* self, PyObject* const* args, Py_ssiz
   pn_quantize_rows((int)a[0], (const float*)(intptr_t)a[1], a[2], a[3], a[4], (int8_t*)(intptr_t)a[5], a[6],
                    (float*)(intptr_t)a[7], (float*)(intptr_t)a[8]);
   Py_END_ALLOW_THREADS
-  recorded(PN_CALL_QUANTIZE_ROWS, NULL, NULL, a, 9, 0.0);
+  recorded(PN_CALL_QUANTIZE_ROWS, NULL, NULL, a, 9, 0.0, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -112,11 +120,11 @@ static PyObject* py_quantize_rows(PyObject* self, PyObject* const* args, Py_ssiz
  * threads) */
 static PyObject* py_convert_s8(PyObject* const* args, Py_ssize_t nargs, int quantize) {
   long long a[6];
-  if (!arity(nargs, 7, quantize ? "quantize_s8" : "dequantize_s8") || !ints(args, 4, a) ||
+  if (!counted(nargs, 7, quantize ? "quantize_s8" : "dequantize_s8") || !ints(args, 4, a) ||
       !ints(args + 5, 2, a + 4))
-    return NULL;
+    return spoiled();
   const double scale = PyFloat_AsDouble(args[4]);
-  if (PyErr_Occurred()) return NULL;
+  if (PyErr_Occurred()) return spoiled();
   Py_BEGIN_ALLOW_THREADS
   if (quantize)
     pn_quantize_s8((int)a[0], (const float*)(intptr_t)a[1], (int8_t*)(intptr_t)a[2], a[3], (float)scale,
@@ -125,6 +133,7 @@ static PyObject* py_convert_s8(PyObject* const* args, Py_ssize_t nargs, int quan
     pn_dequantize_s8((int)a[0], (const int8_t*)(intptr_t)a[1], (float*)(intptr_t)a[2], a[3], (int32_t)a[4],
                      (float)scale, (int)a[5]);
   Py_END_ALLOW_THREADS
+  recorded(quantize ? PN_CALL_QUANTIZE_S8 : PN_CALL_DEQUANTIZE_S8, NULL, NULL, a, 6, scale, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -142,11 +151,12 @@ static PyObject* py_dequantize_s8(PyObject* self, PyObject* const* args, Py_ssiz
 static PyObject* py_lookup_s8(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   long long a[6];
-  if (!arity(nargs, 6, "lookup_s8") || !ints(args, 6, a)) return NULL;
+  if (!counted(nargs, 6, "lookup_s8") || !ints(args, 6, a)) return spoiled();
   Py_BEGIN_ALLOW_THREADS
   pn_lookup_s8((int)a[0], (const int8_t*)(intptr_t)a[1], (const int8_t*)(intptr_t)a[2], (int8_t*)(intptr_t)a[3], a[4],
                (int)a[5]);
   Py_END_ALLOW_THREADS
+  recorded(PN_CALL_LOOKUP_S8, NULL, NULL, a, 6, 0.0, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -200,7 +210,7 @@ static PyObject* py_qb4w_run(PyObject* self, PyObject* const* args, Py_ssize_t n
   pn_qb4w_run(layer, a[0], (const int8_t*)(intptr_t)a[1], a[2], (const float*)(intptr_t)a[3],
               (const float*)(intptr_t)a[4], (float*)(intptr_t)a[5], a[6], (int)a[7]);
   Py_END_ALLOW_THREADS
-  recorded(PN_CALL_QB4W_RUN, args[0], layer, a, 8, 0.0);
+  recorded(PN_CALL_QB4W_RUN, args[0], layer, a, 8, 0.0, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -243,7 +253,7 @@ static PyObject* py_q8_run(PyObject* self, PyObject* const* args, Py_ssize_t nar
   pn_q8_run(layer, a[0], (const int8_t*)(intptr_t)a[1], a[2], (const float*)(intptr_t)a[3],
             (const float*)(intptr_t)a[4], (float*)(intptr_t)a[5], a[6], (int)a[7]);
   Py_END_ALLOW_THREADS
-  recorded(PN_CALL_Q8_RUN, args[0], layer, a, 8, 0.0);
+  recorded(PN_CALL_Q8_RUN, args[0], layer, a, 8, 0.0, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -280,15 +290,19 @@ static PyObject* py_qconv_isa(PyObject* self, PyObject* capsule) {
 static PyObject* py_qconv_run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   long long a[8];
-  if (!arity(nargs, 9, "qconv_run") || !ints(args + 1, 8, a)) return NULL;
+  if (!counted(nargs, 9, "qconv_run") || !ints(args + 1, 8, a)) return spoiled();
   const pn_qconv* layer = PyCapsule_GetPointer(args[0], QCONV_CAPSULE);
-  if (!layer) return NULL;
+  if (!layer) return spoiled();
   int status;
   Py_BEGIN_ALLOW_THREADS
   status = pn_qconv_run(layer, a[0], a[1], a[2], (const int8_t*)(intptr_t)a[3], a[4], a[5], (int8_t*)(intptr_t)a[6],
                         (int)a[7]);
   Py_END_ALLOW_THREADS
-  if (status) return PyErr_NoMemory();
+  if (status) {
+    spoil();
+    return PyErr_NoMemory();
+  }
+  recorded(PN_CALL_QCONV_RUN, args[0], layer, a, 8, 0.0, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -327,12 +341,13 @@ static PyObject* py_qbinary_isa(PyObject* self, PyObject* capsule) {
 static PyObject* py_qbinary_run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   long long a[4];
-  if (!arity(nargs, 5, "qbinary_run") || !ints(args + 1, 4, a)) return NULL;
+  if (!counted(nargs, 5, "qbinary_run") || !ints(args + 1, 4, a)) return spoiled();
   const pn_qbinary* op = PyCapsule_GetPointer(args[0], QBINARY_CAPSULE);
-  if (!op) return NULL;
+  if (!op) return spoiled();
   Py_BEGIN_ALLOW_THREADS
   pn_qbinary_run(op, (const int8_t*)(intptr_t)a[0], (const int8_t*)(intptr_t)a[1], (int8_t*)(intptr_t)a[2], (int)a[3]);
   Py_END_ALLOW_THREADS
+  recorded(PN_CALL_QBINARY_RUN, args[0], op, a, 4, 0.0, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -340,15 +355,20 @@ static PyObject* py_qbinary_run(PyObject* self, PyObject* const* args, Py_ssize_
 static PyObject* py_qmean_s8(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   long long a[6], b[3];
-  if (!arity(nargs, 11, "qmean_s8") || !ints(args, 6, a) || !ints(args + 8, 3, b)) return NULL;
+  if (!counted(nargs, 11, "qmean_s8") || !ints(args, 6, a) || !ints(args + 8, 3, b)) return spoiled();
   const double scale = PyFloat_AsDouble(args[6]), zero = PyFloat_AsDouble(args[7]);
-  if (PyErr_Occurred()) return NULL;
+  if (PyErr_Occurred()) return spoiled();
   int status;
   Py_BEGIN_ALLOW_THREADS
   status = pn_qmean_s8((const int8_t*)(intptr_t)a[0], (int8_t*)(intptr_t)a[1], a[2], a[3], a[4], a[5], (float)scale,
                        (float)zero, (int32_t)b[0], (int32_t)b[1], (int)b[2]);
   Py_END_ALLOW_THREADS
-  if (status) return PyErr_NoMemory();
+  if (status) {
+    spoil();
+    return PyErr_NoMemory();
+  }
+  const long long kept[9] = {a[0], a[1], a[2], a[3], a[4], a[5], b[0], b[1], b[2]};
+  recorded(PN_CALL_QMEAN_S8, NULL, NULL, kept, 9, scale, zero);
   Py_RETURN_NONE;
 }
 
@@ -356,11 +376,12 @@ static PyObject* py_qmean_s8(PyObject* self, PyObject* const* args, Py_ssize_t n
 static PyObject* py_qmaxpool_s8(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   long long a[12];
-  if (!arity(nargs, 12, "qmaxpool_s8") || !ints(args, 12, a)) return NULL;
+  if (!counted(nargs, 12, "qmaxpool_s8") || !ints(args, 12, a)) return spoiled();
   Py_BEGIN_ALLOW_THREADS
   pn_qmaxpool_s8((const int8_t*)(intptr_t)a[0], (int8_t*)(intptr_t)a[1], a[2], a[3], a[4], a[5], a[6], a[7],
                  (const int64_t*)(intptr_t)a[8], (int32_t)a[9], (int32_t)a[10], (int)a[11]);
   Py_END_ALLOW_THREADS
+  recorded(PN_CALL_QMAXPOOL_S8, NULL, NULL, a, 12, 0.0, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -376,9 +397,9 @@ static PyObject* py_vfamily_runs(PyObject* self, PyObject* family) {
 static PyObject* py_vunary(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   long long a[5], t;
-  if (!arity(nargs, 7, "vunary") || !ints(args, 5, a) || !ints(args + 6, 1, &t)) return NULL;
+  if (!counted(nargs, 7, "vunary") || !ints(args, 5, a) || !ints(args + 6, 1, &t)) return spoiled();
   const double param = PyFloat_AsDouble(args[5]);
-  if (PyErr_Occurred()) return NULL;
+  if (PyErr_Occurred()) return spoiled();
   int status;
   Py_BEGIN_ALLOW_THREADS
   status = pn_vunary((int)a[0], (int)a[1], (const float*)(intptr_t)a[2], (float*)(intptr_t)a[3], a[4],
@@ -387,8 +408,10 @@ static PyObject* py_vunary(PyObject* self, PyObject* const* args, Py_ssize_t nar
   if (status) {
     PyErr_Format(PyExc_ValueError, "vunary: op %lld or family %lld is unknown or does not run on this CPU", a[0],
                  a[1]);
-    return NULL;
+    return spoiled();
   }
+  const long long kept[6] = {a[0], a[1], a[2], a[3], a[4], t};
+  recorded(PN_CALL_VUNARY, NULL, NULL, kept, 6, param, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -396,15 +419,16 @@ static PyObject* py_vunary(PyObject* self, PyObject* const* args, Py_ssize_t nar
 static PyObject* py_softmax(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   long long a[6];
-  if (!arity(nargs, 6, "softmax") || !ints(args, 6, a)) return NULL;
+  if (!counted(nargs, 6, "softmax") || !ints(args, 6, a)) return spoiled();
   int status;
   Py_BEGIN_ALLOW_THREADS
   status = pn_softmax((int)a[0], (const float*)(intptr_t)a[1], (float*)(intptr_t)a[2], a[3], a[4], (int)a[5]);
   Py_END_ALLOW_THREADS
   if (status) {
     PyErr_Format(PyExc_ValueError, "softmax: family %lld does not run on this CPU, or rows of %lld", a[0], a[4]);
-    return NULL;
+    return spoiled();
   }
+  recorded(PN_CALL_SOFTMAX, NULL, NULL, a, 6, 0.0, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -412,10 +436,10 @@ static PyObject* py_softmax(PyObject* self, PyObject* const* args, Py_ssize_t na
  * threads) */
 static PyObject* py_dwconv(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
-  long long a[19], t;
-  if (!arity(nargs, 22, "dwconv") || !ints(args, 19, a) || !ints(args + 21, 1, &t)) return NULL;
+  long long a[20], t;
+  if (!counted(nargs, 22, "dwconv") || !ints(args, 19, a) || !ints(args + 21, 1, &t)) return spoiled();
   const double lo = PyFloat_AsDouble(args[19]), hi = PyFloat_AsDouble(args[20]);
-  if (PyErr_Occurred()) return NULL;
+  if (PyErr_Occurred()) return spoiled();
   const pn_dwconv p = {(const float*)(intptr_t)a[1], (const float*)(intptr_t)a[2], (const float*)(intptr_t)a[3],
                        (float*)(intptr_t)a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14],
                        a[15], a[16], a[17], a[18], (float)lo, (float)hi};
@@ -425,8 +449,9 @@ static PyObject* py_dwconv(PyObject* self, PyObject* const* args, Py_ssize_t nar
   Py_END_ALLOW_THREADS
   if (status) {
     PyErr_Format(PyExc_ValueError, "dwconv: family %lld does not run on this CPU, or a negative size", a[0]);
-    return NULL;
+    return spoiled();
   }
+  recorded(PN_CALL_DWCONV, NULL, NULL, with_threads(a, t), 20, lo, hi);
   Py_RETURN_NONE;
 }
 
@@ -434,10 +459,10 @@ static PyObject* py_dwconv(PyObject* self, PyObject* const* args, Py_ssize_t nar
  * threads) */
 static PyObject* py_conv(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
-  long long a[19], t;
-  if (!arity(nargs, 22, "conv") || !ints(args, 19, a) || !ints(args + 21, 1, &t)) return NULL;
+  long long a[20], t;
+  if (!counted(nargs, 22, "conv") || !ints(args, 19, a) || !ints(args + 21, 1, &t)) return spoiled();
   const double lo = PyFloat_AsDouble(args[19]), hi = PyFloat_AsDouble(args[20]);
-  if (PyErr_Occurred()) return NULL;
+  if (PyErr_Occurred()) return spoiled();
   const pn_conv p = {(const float*)(intptr_t)a[1], (const float*)(intptr_t)a[2], (float*)(intptr_t)a[3], a[4], a[5],
                      a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18],
                      (float)lo, (float)hi};
@@ -445,12 +470,68 @@ static PyObject* py_conv(PyObject* self, PyObject* const* args, Py_ssize_t nargs
   Py_BEGIN_ALLOW_THREADS
   status = pn_conv_f32(&p, (int)a[0], (int)t);
   Py_END_ALLOW_THREADS
-  if (status == -2) return PyErr_NoMemory();
+  if (status == -2) {
+    spoil();
+    return PyErr_NoMemory();
+  }
   if (status) {
     PyErr_Format(PyExc_ValueError, "conv: family %lld does not run on this CPU, a negative size, or a window of "
                  "more than 256 taps", a[0]);
+    return spoiled();
+  }
+  recorded(PN_CALL_CONV, NULL, NULL, with_threads(a, t), 20, lo, hi);
+  Py_RETURN_NONE;
+}
+
+/* copy_bytes(y, x, n): n bytes from x to y (an input copied into its planned memory); x may be y. */
+static PyObject* py_copy_bytes(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[3];
+  if (!arity(nargs, 3, "copy_bytes") || !ints(args, 3, a)) return NULL;
+  if (a[2] < 0 || (a[2] > 0 && (a[0] == 0 || a[1] == 0))) {
+    PyErr_SetString(PyExc_ValueError, "copy_bytes: a null pointer or a negative size");
     return NULL;
   }
+  if (a[2] > 0) memmove((void*)(intptr_t)a[0], (const void*)(intptr_t)a[1], (size_t)a[2]);
+  Py_RETURN_NONE;
+}
+
+/* copy_strided(x, y, elem, ndim, geometry, threads) */
+static PyObject* py_copy_strided(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[6];
+  if (!counted(nargs, 6, "copy_strided") || !ints(args, 6, a)) return spoiled();
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = pn_copy_strided((const void*)(intptr_t)a[0], (void*)(intptr_t)a[1], (int)a[2], (int)a[3],
+                           (const int64_t*)(intptr_t)a[4], (int)a[5]);
+  Py_END_ALLOW_THREADS
+  if (status) {
+    PyErr_Format(PyExc_ValueError, "copy_strided: elements of %lld bytes or %lld dimensions", a[2], a[3]);
+    return spoiled();
+  }
+  recorded(PN_CALL_COPY_STRIDED, NULL, NULL, a, 6, 0.0, 0.0);
+  Py_RETURN_NONE;
+}
+
+/* vbinary(op, a, b, y, ndim, geometry, lo, hi, threads) */
+static PyObject* py_vbinary(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[7];
+  if (!counted(nargs, 9, "vbinary") || !ints(args, 6, a) || !ints(args + 8, 1, a + 6)) return spoiled();
+  const double lo = PyFloat_AsDouble(args[6]), hi = PyFloat_AsDouble(args[7]);
+  if (PyErr_Occurred()) return spoiled();
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = pn_vbinary_f32((int)a[0], (const float*)(intptr_t)a[1], (const float*)(intptr_t)a[2],
+                          (float*)(intptr_t)a[3], (int)a[4], (const int64_t*)(intptr_t)a[5], (float)lo, (float)hi,
+                          (int)a[6]);
+  Py_END_ALLOW_THREADS
+  if (status) {
+    PyErr_Format(PyExc_ValueError, "vbinary: op %lld or %lld dimensions", a[0], a[4]);
+    return spoiled();
+  }
+  recorded(PN_CALL_VBINARY, NULL, NULL, a, 7, lo, hi);
   Py_RETURN_NONE;
 }
 
@@ -499,7 +580,7 @@ static PyObject* py_rms_norm(PyObject* self, PyObject* const* args, Py_ssize_t n
     return spoiled();
   }
   const long long kept[6] = {a[0], a[1], a[2], a[3], a[4], lanes};
-  recorded(PN_CALL_RMS_NORM, NULL, NULL, kept, 6, eps);
+  recorded(PN_CALL_RMS_NORM, NULL, NULL, kept, 6, eps, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -516,7 +597,7 @@ static PyObject* py_add_rms_norm(PyObject* self, PyObject* const* args, Py_ssize
     return spoiled();
   }
   const long long kept[8] = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], lanes};
-  recorded(PN_CALL_ADD_RMS_NORM, NULL, NULL, kept, 8, eps);
+  recorded(PN_CALL_ADD_RMS_NORM, NULL, NULL, kept, 8, eps, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -527,7 +608,7 @@ static PyObject* py_silu_mul(PyObject* self, PyObject* const* args, Py_ssize_t n
   if (!counted(nargs, 7, "silu_mul") || !ints(args, 7, a)) return spoiled();
   pn_silu_mul((const float*)(intptr_t)a[0], (const float*)(intptr_t)a[1], (float*)(intptr_t)a[2],
               (float*)(intptr_t)a[3], (float*)(intptr_t)a[4], a[5], (int)a[6]);
-  recorded(PN_CALL_SILU_MUL, NULL, NULL, a, 7, 0.0);
+  recorded(PN_CALL_SILU_MUL, NULL, NULL, a, 7, 0.0, 0.0);
   Py_RETURN_NONE;
 }
 
@@ -611,7 +692,7 @@ static PyObject* py_cached_attention_run(PyObject* self, PyObject* const* args, 
     PyErr_SetString(PyExc_ValueError, "cached_attention: query heads the key heads do not divide, or no keys");
     return spoiled();
   }
-  recorded(PN_CALL_CACHED_ATTENTION, args[0], c, a, 4, 0.0);
+  recorded(PN_CALL_CACHED_ATTENTION, args[0], c, a, 4, 0.0, 0.0);
   Py_RETURN_TRUE;
 }
 
@@ -737,6 +818,11 @@ static PyMethodDef methods[] = {
     {"dwconv", (PyCFunction)(void (*)(void))py_dwconv, METH_FASTCALL, "XNNPACK's float depthwise convolution."},
     {"conv", (PyCFunction)(void (*)(void))py_conv, METH_FASTCALL,
      "XNNPACK's float dense convolution and fully connected product."},
+    {"copy_bytes", (PyCFunction)(void (*)(void))py_copy_bytes, METH_FASTCALL, "Copies n bytes (memmove)."},
+    {"copy_strided", (PyCFunction)(void (*)(void))py_copy_strided, METH_FASTCALL,
+     "Moves elements between two strided regions."},
+    {"vbinary", (PyCFunction)(void (*)(void))py_vbinary, METH_FASTCALL,
+     "XNNPACK's float add, subtract, multiply or divide, broadcast, or a copy; clamped."},
     {"sdpa", (PyCFunction)(void (*)(void))py_sdpa, METH_FASTCALL, "ExecuTorch's float32 custom_sdpa."},
     {"sdpa_blas", py_sdpa_blas, METH_NOARGS, "Whether attention's products run in PyTorch's sgemm_."},
     {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL, "RMSNorm as PyTorch's CPU steps round it."},

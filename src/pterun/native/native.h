@@ -190,6 +190,21 @@ typedef struct {
 } pn_conv;
 int pn_conv_f32(const pn_conv* p, int family, int threads);
 
+/* Elements moved without arithmetic (move.c): y[y_offset + sum(i_d * ys_d)] = x[x_offset + sum(i_d * xs_d)] for
+ * every index i of `sizes`, elements of `elem` bytes (1, 2, 4 or 8), strides in elements; geometry is x_offset,
+ * y_offset, then sizes, xs and ys of `ndim` (1 to PN_MOVE_DIMS) each. The regions of x and y do not overlap.
+ * Returns -1 (and moves nothing) for another element size or rank. */
+#define PN_MOVE_DIMS 6
+int pn_copy_strided(const void* x, void* y, int elem, int ndim, const int64_t* geometry, int threads);
+
+/* XNNPACK's float add, subtract, multiply and divide with broadcasting (move.c): each output the operation of
+ * its two inputs (PN_CLAMP: a's value), then clamped to [lo, hi] as PyTorch's clamp does (a value equal to a
+ * bound kept, NaN kept); geometry is sizes, a's strides, b's strides and y's strides of `ndim` each (a broadcast
+ * dimension's stride is 0). Returns -1 for another op or rank. */
+enum pn_binary_op { PN_ADD = 0, PN_SUB = 1, PN_MUL = 2, PN_DIV = 3, PN_CLAMP = 4 };
+int pn_vbinary_f32(int op, const float* a, const float* b, float* y, int ndim, const int64_t* geometry, float lo,
+                   float hi, int threads);
+
 /* ExecuTorch's llama::custom_sdpa in float32 (sdpa.c): out = softmax(q k^T * scale + mask) v per query head, its
  * key and value heads shared by heads / kv_heads query heads, over kv_len keys (causal: a query at position
  * start_pos + row sees keys up to it). Strides are in elements, for (batch, head, sequence); each row of head_dim
@@ -257,22 +272,26 @@ int pn_cached_attention_fits(const pn_cached_attention* c, int64_t v_pos, int64_
 void pn_silu_mul(const float* g, const float* u, float* sig, float* prod, float* out, int64_t n, int lanes);
 
 /* A recorded run of the calls above (replay.c): each call's kernel, the object it takes (a packed layer, a prepared
- * attention) and its arguments as the Python functions take them, in order; `f` is a call's one float argument
- * (eps). An attention's positions are the replay's: they change from call to call. */
+ * attention, an 8-bit operator) and its integer arguments as the Python functions take them, in order; `f` are a
+ * call's float arguments (eps, a scale, a clamp's bounds). An attention's positions are the replay's: they change
+ * from call to call. */
 enum pn_call_kind {
   PN_CALL_QUANTIZE_ROWS, PN_CALL_QB4W_RUN, PN_CALL_Q8_RUN, PN_CALL_RMS_NORM, PN_CALL_ADD_RMS_NORM, PN_CALL_SILU_MUL,
-  PN_CALL_CACHED_ATTENTION
+  PN_CALL_CACHED_ATTENTION, PN_CALL_QUANTIZE_S8, PN_CALL_DEQUANTIZE_S8, PN_CALL_LOOKUP_S8, PN_CALL_QCONV_RUN,
+  PN_CALL_QBINARY_RUN, PN_CALL_QMEAN_S8, PN_CALL_QMAXPOOL_S8, PN_CALL_VUNARY, PN_CALL_SOFTMAX, PN_CALL_DWCONV,
+  PN_CALL_CONV, PN_CALL_COPY_STRIDED, PN_CALL_VBINARY
 };
-#define PN_CALL_INTS 9
+#define PN_CALL_INTS 20
 typedef struct {
   int kind;
   const void* object;
   int64_t a[PN_CALL_INTS];
-  double f;
+  double f[2];
 } pn_call;
 /* Makes the `count` calls in order, as the functions that recorded them would have, the k-th attention at
  * positions[3k..3k+2] (v_pos, k_pos, start_pos). Returns 1, having made no call, where an attention refuses its
- * positions; else 0, or an attention's failure (-2: no memory). */
+ * positions; else 0, or the failure of a call (-2: no memory; a call fails no other way that it did not when it
+ * was recorded). */
 int pn_calls_run(const pn_call* calls, int64_t count, const int64_t* positions);
 
 #endif

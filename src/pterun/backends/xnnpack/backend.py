@@ -104,11 +104,10 @@ class XnnpackDelegate:
     def ran_natively(self, args: list) -> Translation | None:
         """Where the last call, made with ``args``, made native calls alone (those a recording keeps, and made
         again in one call: executor/codegen/replay.py), the translation it ran, which a recording of them keeps (its
-        buffers are theirs), else None: its translation's whole work where the arguments are contiguous and none is
-        laid out channels-last."""
+        buffers are theirs), else None: its translation's whole work where the arguments are contiguous (and so
+        none is laid out channels-last)."""
         translation = self._last
-        if translation.native_only and all(
-                isinstance(arg, torch.Tensor) and arg.dim() != 4 and arg.is_contiguous() for arg in args):
+        if translation.native_only and all(isinstance(arg, torch.Tensor) and _contiguous(arg) for arg in args):
             return translation
         return None
 
@@ -200,6 +199,13 @@ class XnnpackDelegate:
         if runs and self.options.get("native", True) is False:
             which = "pterun's native kernels turned off (native=False)"
         return f"{isa.cpu().summary}; {which}"
+
+
+def _contiguous(t: torch.Tensor) -> bool:
+    """Whether ``t``'s strides are exactly those of its sizes in order: a call with it neither copies it nor reads it
+    as channels-last (``_channels_last``), which torch's ``is_contiguous`` alone does not say of a 4-d tensor with a
+    dimension of size 1."""
+    return t.is_contiguous() and (t.dim() != 4 or t.stride() == strides_for(t.shape, range(4)))
 
 
 def _channels_last(t) -> bool:

@@ -73,7 +73,7 @@ class Runs:
 
     def at(self, start: int) -> list[int]:
         """The run from ``start``: native steps and views (with steps that write no line among them: folded away,
-        frees), beginning and ending at a native step, two native ones at least; else none."""
+        frees), beginning and ending at a native step, two native ones at least or a delegate; else none."""
         if not self.native_step(start):
             return []
         run, n = [start], start + 1
@@ -100,7 +100,9 @@ class Runs:
             if cut is None:
                 break
             del run[cut:]
-        return run if sum(self.native_step(k) for k in run) >= 2 else []
+        # One step is a run where it is a delegate: its graph is many native calls behind Python of its own.
+        native = [k for k in run if self.native_step(k)]
+        return run if len(native) >= 2 or (native and isinstance(self.steps[native[0]], DelegateStep)) else []
 
     def _last_reads(self) -> dict[int, int]:
         """Each value's last reader, by step (past the last step for the method's outputs)."""

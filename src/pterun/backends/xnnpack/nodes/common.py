@@ -22,15 +22,22 @@ def require_float(node: Node, *values: Value) -> None:
         raise unsupported(node, *values)
 
 
+def float_bounds(node: Node) -> tuple[float, float]:
+    """The node's fused output_min/output_max on a float output: the bounds a value is clamped to, infinite where
+    it has none (an infinite bound clamps nothing, whichever its sign)."""
+    lo = float(node.output_min) if not math.isinf(node.output_min) else -math.inf
+    hi = float(node.output_max) if not math.isinf(node.output_max) else math.inf
+    if math.isnan(lo) or math.isnan(hi) or lo > hi:
+        raise DelegateInvalidCompatibility(
+            f"XNNPACK {node.where}: output_min {node.output_min} and output_max {node.output_max} bound no range"
+        )
+    return lo, hi
+
+
 def emit_float_clamp(node: Node, b, out: str) -> None:
     """The node's fused output_min/output_max on a float output, in place."""
-    lo = node.output_min if not math.isinf(node.output_min) else None
-    hi = node.output_max if not math.isinf(node.output_max) else None
-    if lo is None and hi is None:
+    lo, hi = float_bounds(node)
+    if math.isinf(lo) and math.isinf(hi):
         return
-    if node.output_min > node.output_max:
-        raise DelegateInvalidCompatibility(
-            f"XNNPACK {node.where}: output_min {node.output_min} exceeds output_max {node.output_max}"
-        )
-    args = ", ".join(f"{k}={b.number(float(v))}" for k, v in (("min", lo), ("max", hi)) if v is not None)
+    args = ", ".join(f"{k}={b.number(v)}" for k, v in (("min", lo), ("max", hi)) if not math.isinf(v))
     b.emit(f"{out}.clamp_({args})")

@@ -14,7 +14,7 @@ import torch
 from pterun.backends.xnnpack.compiler import Builder, broadcast
 from pterun.backends.xnnpack.graph import Datatype, Node, positive_normal
 from pterun.backends.xnnpack.nodes import native, qmath
-from pterun.backends.xnnpack.nodes.common import emit_float_clamp, require_float, unsupported
+from pterun.backends.xnnpack.nodes.common import emit_float_clamp, float_bounds, require_float, unsupported
 from pterun.errors import InvalidProgram
 
 
@@ -116,7 +116,12 @@ def clamp(node: Node, b: Builder) -> None:
         b.emit(f"torch.clamp({b.ref(x.id)}, {b.number(qmin)}, {b.number(qmax)}, out={o})")
         return
     require_float(node, x, y)
-    o = b.define(y.id, b.shape(x.id))
+    shape = b.shape(x.id)
+    o = b.define(y.id, shape)
+    if native.moves(b, ()) and b.storage_dtype(x) == torch.float32:
+        lo, hi = float_bounds(node)
+        native.emit_vbinary(b, "clamp", b.ref(x.id), shape, b.ref(x.id), shape, o, shape, lo, hi)
+        return
     b.emit(f"{o}.copy_({b.ref(x.id)})")
     emit_float_clamp(node, b, o)
 
@@ -162,6 +167,9 @@ def copy(node: Node, b: Builder) -> None:
         b.alias(y.id, x.id, lambda t: t, "{x}")
         return
     o = b.define(y.id, shape)
+    if native.moves(b, ()):
+        native.emit_moves(b, o, shape, b.storage_dtype(y), [(b.ref(x.id), [math.prod(shape)], [1], 0, [1], 0)])
+        return
     b.emit(f"{o}.copy_({b.ref(x.id)})")
 
 
@@ -175,6 +183,13 @@ def binary(node: Node, b: Builder) -> None:
         return _q8_multiply(node, b, x1, x2, y, shape)
     require_float(node, x1, x2, y)
     o = b.define(y.id, shape)
+    if node.kind in native.BINARY_OPS and native.moves(b, (len(shape),)) and all(
+            b.storage_dtype(v) == torch.float32 for v in (x1, x2, y)):
+        lo, hi = float_bounds(node)
+        native.emit_vbinary(b, node.kind, b.ref(x1.id), b.shape(x1.id), b.ref(x2.id), b.shape(x2.id), o, shape, lo,
+                            hi)
+        b.route("native float binary")
+        return
     b.emit(f"{_BINARY[node.kind]}({b.ref(x1.id)}, {b.ref(x2.id)}, out={o})")
     if node.kind in _BINARY_CLAMPED:
         emit_float_clamp(node, b, o)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pterun.backends.xnnpack.compiler import Builder, numel
 from pterun.backends.xnnpack.graph import INVALID_ID, Node
-from pterun.backends.xnnpack.nodes import qmath
+from pterun.backends.xnnpack.nodes import native, qmath
 from pterun.backends.xnnpack.nodes.common import require_float, unsupported
 from pterun.errors import InvalidArgument, InvalidProgram
 
@@ -52,6 +52,10 @@ def reshape(node: Node, b: Builder) -> None:
         b.alias(y.id, x.id, lambda t: t.view(shape), f"{{x}}.reshape({b.number(shape)})")
         return
     o = b.define(y.id, shape)
+    if native.moves(b, ()):
+        n = numel(shape)
+        native.emit_moves(b, o, shape, b.storage_dtype(y), [(b.ref(x.id), [n], [1], 0, [1], 0)])
+        return
     b.emit(f"{o}.copy_({b.view(x.id, shape)})")
 
 
@@ -61,7 +65,13 @@ def transpose(node: Node, b: Builder) -> None:
     perm = tuple(p.perm)
     if sorted(perm) != list(range(len(xshape))):
         raise InvalidArgument(f"XNNPACK {node.where}: {list(perm)} does not permute {len(xshape)} dimensions")
-    o = b.define(y.id, tuple(xshape[i] for i in perm))
+    shape = tuple(xshape[i] for i in perm)
+    o = b.define(y.id, shape)
+    if native.moves(b, (len(shape),)):
+        strides = native.contiguous_strides(xshape)
+        native.emit_moves(b, o, shape, b.storage_dtype(y), [
+            (b.ref(x.id), shape, [strides[i] for i in perm], 0, native.contiguous_strides(shape), 0)])
+        return
     b.emit(f"{o}.copy_({b.permuted(b.ref(x.id), perm)})")
 
 
@@ -79,6 +89,12 @@ def slice_(node: Node, b: Builder) -> None:
         starts.append(start)
         sizes.append(max(min(n, dim - start), 0))
     o = b.define(y.id, tuple(sizes))
+    if native.moves(b, (len(sizes),)):
+        strides = native.contiguous_strides(xshape)
+        offset = sum(start * stride for start, stride in zip(starts, strides))
+        native.emit_moves(b, o, sizes, b.storage_dtype(y), [
+            (b.ref(x.id), sizes, strides, offset, native.contiguous_strides(sizes), 0)])
+        return
     index = ", ".join(f"{b.number(s)}:{b.number(s + n)}" for s, n in zip(starts, sizes))
     b.emit(f"{o}.copy_({b.ref(x.id)}[{index}])")
 
@@ -102,6 +118,14 @@ def concatenate(node: Node, b: Builder) -> None:
     shape = list(shapes[0])
     shape[axis] = sum(s[axis] for s in shapes)
     o = b.define(y.id, tuple(shape))
+    if native.moves(b, (rank,)):
+        out_strides, pieces, at = native.contiguous_strides(shape), [], 0
+        for x, xshape in zip(xs, shapes):
+            pieces.append((b.ref(x.id), xshape, native.contiguous_strides(xshape), 0, out_strides,
+                           at * out_strides[axis]))
+            at += xshape[axis]
+        native.emit_moves(b, o, shape, b.storage_dtype(y), pieces)
+        return
     b.emit(f"torch.cat([{', '.join(b.ref(x.id) for x in xs)}], {b.number(axis)}, out={o})")
 
 
@@ -119,6 +143,22 @@ def constant_pad(node: Node, b: Builder) -> None:
         lo, hi = qmath.qrange(y)
         value = qmath.quantize_bound(value, scale, zp, lo, hi)
     index = ", ".join(f"{b.number(a)}:{b.number(a + d)}" for a, d in zip(pre, xshape))
+    if native.moves(b, (len(shape),)):
+        # The border never changes: a buffer filled once, its interior written each call (then copied whole into an
+        # output).
+        dtype = b.storage_dtype(y)
+        if y.external_id is None:
+            buf = o = b.define(y.id, shape, private=True)
+            b.env[buf].fill_(value)
+        else:
+            o, buf = b.define(y.id, shape), b.scratch(shape, dtype, fill=value)
+        strides = native.contiguous_strides(shape)
+        offset = sum(a * stride for a, stride in zip(pre, strides))
+        native.emit_moves(b, buf, shape, dtype, [
+            (b.ref(x.id), xshape, native.contiguous_strides(xshape), 0, strides, offset)])
+        if buf != o:
+            native.emit_moves(b, o, shape, dtype, [(buf, [numel(shape)], [1], 0, [1], 0)])
+        return
     if y.external_id is None:
         # The border never changes: fill it once, then write only the interior each call.
         buf = b.define(y.id, shape, private=True)

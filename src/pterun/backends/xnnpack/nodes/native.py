@@ -320,6 +320,82 @@ def emit_qmaxpool(b, x: str, out: str, xshape, shape, window: tuple[int, ...], q
     b.route(f"native int8 max pooling ({kernel_isa()})")
 
 
+# -- moves and float binary arithmetic (pterun/native/move.c) ------------------------------------------------------
+
+MOVE_DIMS = 6  # native.h's PN_MOVE_DIMS
+BINARY_OPS = {"XNNAdd": 0, "XNNSubtract": 1, "XNNMultiply": 2, "XNNDiv": 3}  # native.h's pn_binary_op
+_CLAMP = 4  # pn_binary_op's PN_CLAMP: the first operand, clamped
+
+
+def contiguous_strides(shape) -> list[int]:
+    strides, step = [0] * len(shape), 1
+    for i in reversed(range(len(shape))):
+        strides[i] = step
+        step *= shape[i]
+    return strides
+
+
+def _collapsed(sizes, *strides) -> tuple[list[int], ...]:
+    """The same walk over fewer dimensions: size-1 ones dropped, neighbours merged where every operand steps over
+    them as over one dimension."""
+    kept = [d for d in range(len(sizes)) if sizes[d] != 1]
+    if not kept:  # one element
+        return ([1], *([1] for _ in strides))
+    out_sizes = [sizes[d] for d in kept]
+    out_strides = [[s[d] for d in kept] for s in strides]
+    d = len(out_sizes) - 1
+    while d > 0:
+        if all(s[d - 1] == s[d] * out_sizes[d] for s in out_strides):
+            out_sizes[d - 1] *= out_sizes[d]
+            del out_sizes[d]
+            for s in out_strides:
+                s[d - 1] = s[d]
+                del s[d]
+        d -= 1
+    return (out_sizes, *out_strides)
+
+
+def moves(b, ranks) -> bool:
+    """Whether the native kernels move a node's elements: on, and no walk of more than ``MOVE_DIMS`` dimensions."""
+    return enabled(b) and all(r <= MOVE_DIMS for r in ranks)
+
+
+def emit_moves(b, out: str, shape, dtype: torch.dtype, pieces) -> None:
+    """Lines writing ``out`` (contiguous, of ``shape``) by copies, one per piece: (x, sizes, x_strides, x_offset,
+    out_strides, out_offset), x a contiguous tensor's name, strides and offsets in elements."""
+    run = _function(b, "copy_strided", _kernels().copy_strided)
+    into, after = target(b, out, shape, dtype)
+    for x, sizes, x_strides, x_offset, y_strides, y_offset in pieces:
+        if math.prod(sizes) == 0:
+            continue
+        sizes, x_strides, y_strides = _collapsed(list(sizes), list(x_strides), list(y_strides))
+        geometry = b.bind(torch.tensor([x_offset, y_offset, *sizes, *x_strides, *y_strides], dtype=torch.int64),
+                          "geometry")
+        b.emit(f"{run}({source(b, x)}, {into}, {dtype.itemsize}, {len(sizes)}, {_pointer(b, geometry)}, "
+               f"{threads(b)}())")
+    if after:
+        b.emit(after)
+
+
+def emit_vbinary(b, kind: str, a: str, a_shape, b_name: str, b_shape, out: str, shape, lo: float, hi: float) -> None:
+    """Lines computing float32 ``out`` of ``shape``: ``kind``'s operation of ``a`` and ``b_name`` (contiguous,
+    broadcast to ``shape``), or ``a`` itself for "clamp", clamped to [lo, hi]."""
+    run = _function(b, "vbinary", _kernels().vbinary)
+    into, after = target(b, out, shape)
+    if math.prod(shape):
+        sizes, a_strides, b_strides, y_strides = _collapsed(
+            list(shape), _broadcast_strides(a_shape, shape), _broadcast_strides(b_shape, shape),
+            contiguous_strides(shape))
+        geometry = b.bind(torch.tensor([*sizes, *a_strides, *b_strides, *y_strides], dtype=torch.int64), "geometry")
+        op = _CLAMP if kind == "clamp" else BINARY_OPS[kind]
+        first = source(b, a)
+        second = first if kind == "clamp" else source(b, b_name)
+        b.emit(f"{run}({op}, {first}, {second}, {into}, {len(sizes)}, "
+               f"{_pointer(b, geometry)}, {b.number(float(lo))}, {b.number(float(hi))}, {threads(b)}())")
+    if after:
+        b.emit(after)
+
+
 # -- XNNPACK's float elementwise kernels (pterun/native/vunary.c, vsoftmax.c) --------------------------------------
 
 VFAMILIES = {"avx512f": 0, "avx2": 1}  # native.h's pn_vfamily, by isa.float_kernels' names
@@ -453,11 +529,13 @@ def emit_softmax(b, x: str, out: str, shape) -> None:
 
 # What a translation may do and still be made again from a recording of its native calls: call the kernels the
 # recording keeps, read the thread count, and look at its arguments (their pointers, layouts and sizes, a view).
-_RECORDED = ("quantize_rows", "qb4w_run", "q8_run")
+_RECORDED = ("quantize_rows", "qb4w_run", "q8_run", "quantize_s8", "dequantize_s8", "lookup_s8", "qconv_run",
+             "qbinary_run", "qmean_s8", "qmaxpool_s8", "vunary", "softmax", "dwconv", "conv", "copy_strided",
+             "vbinary")
 _LOOKS = frozenset({"data_ptr", "is_contiguous", "resize_", "view"})
 _SYNTAX = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Return, ast.Assign, ast.Expr, ast.If, ast.IfExp,
            ast.Delete, ast.Del, ast.Load, ast.Store, ast.Name, ast.Constant, ast.Tuple, ast.Call, ast.Attribute,
-           ast.Compare, ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
+           ast.Compare, ast.Is, ast.IsNot, ast.Eq, ast.NotEq, ast.UnaryOp, ast.USub)
 _ARGUMENT = re.compile(r"a\d+")
 
 
