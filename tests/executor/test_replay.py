@@ -3,6 +3,8 @@ recording in native/module.c): ExecuTorch's bits on every call, and never a repl
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -21,6 +23,11 @@ def _replayed(method: pterun.Method) -> int:
     return sum(method.replays.values())
 
 
+def _run_source(method: pterun.Method, start: int) -> str:
+    """The generated lines of the run that starts at step ``start``."""
+    return method.source[method.source.index(f"if not _replay{start}("):method.source.index(f"_replay{start}.stop()")]
+
+
 def test_an_8da4w_decoders_layers_replay_with_the_steps_bits():
     """ExecuTorch's 8da4w Llama: its layers' steps (the XNNPACK delegates, the fused RMSNorms, attentions and
     SiLU-products, the views between them) replay a few decode steps in, each call's attentions at its positions,
@@ -34,14 +41,17 @@ def test_an_8da4w_decoders_layers_replay_with_the_steps_bits():
     plain = pterun.Runtime.get().load_program(program.pte, fuse=False).load_method("forward")
     theirs = reference_module(program.pte)
     # The premise: one run from the first layer's norm to the last layer's products (attentions at each call's
-    # positions), and one of the last norm with the output's product; none in the unfused steps (PyTorch's calls
-    # between the delegates).
+    # positions), and one of the last norm with the output's product; in the unfused steps, runs of one delegate
+    # each (PyTorch's calls between the delegates).
     assert len(method.replays) == 2, method.replays
     first = next(iter(method.replays))
-    source = method.source[method.source.index(f"if not _replay{first}("):method.source.index(f"_replay{first}.stop()")]
+    source = _run_source(method, first)
     assert source.count("pterun_cached_attention") == llama_args()["n_layers"]
     assert source.count("delegate_XnnpackBackend") == 4 * llama_args()["n_layers"]
-    assert not plain.replays
+    assert len(plain.replays) == 4 * llama_args()["n_layers"] + 1, plain.replays
+    for start in plain.replays:
+        assert len(re.findall(r"delegate_XnnpackBackend\w*\(", _run_source(plain, start))) == 1
+        assert "pterun_" not in _run_source(plain, start)
     calls = [[torch.tensor([[3, 17, 25, 9, 41, 7]]), torch.tensor([0])]]
     calls += [[torch.tensor([[t]]), torch.tensor([6 + i])] for i, t in enumerate([5, 11, 2, 30, 8])]
     calls += [[torch.tensor([[13, 14, 15]]), torch.tensor([11])]]
@@ -157,8 +167,8 @@ def test_a_recording_keeps_only_calls_it_can_make_again():
     kernels.replay(calls)
     assert torch.equal(out, expected)
 
-    # quantize_s8 of no values: a call the recording cannot keep, which writes nothing.
-    for spoiler in (lambda: kernels.quantize_s8(0, x.data_ptr(), out.data_ptr(), 0, 1.0, 0, 1), kernels.record_spoil):
+    # copy_bytes of no bytes: a call the recording cannot keep, which writes nothing.
+    for spoiler in (lambda: kernels.copy_bytes(out.data_ptr(), x.data_ptr(), 0), kernels.record_spoil):
         kernels.record_start()
         norm(out)
         spoiler()

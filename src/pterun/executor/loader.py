@@ -30,7 +30,7 @@ from pterun.core.layout import is_contiguous_order
 from pterun.executor.call.binders import Binder, scalar_binder, tensor_binder
 from pterun.executor.call.graphs import CudaGraphRunner
 from pterun.executor.call.outputs import OutputSlot
-from pterun.executor.call.precision import Precision
+from pterun.executor.call.precision import Precision, Unpinned
 from pterun.executor.codegen.functional import Unsupported, functional_method
 from pterun.executor.codegen.generate import GeneratedMethod, MethodValues, generate_method
 from pterun.executor.codegen.torch_compile import CompiledFunction
@@ -155,11 +155,20 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
                if trace is None else None),
         owned=frozenset(pos for pos, vi in enumerate(plan.outputs)
                         if isinstance(value := plan.values[vi], TensorSpec) and not value.is_memory_planned),
-        precision=Precision(tf32=context.options.allow_tf32,
-                            host=context.run_device.type == DeviceType.CPU
-                            and all(backend.cpu_kernels_only for backend, _ in delegates.handles)),
+        precision=_precision(context, delegates, generated, run),
         trace=trace,
     )
+
+
+def _precision(context: LoadContext, delegates: Delegates, generated: GeneratedMethod, run: Callable) -> Precision:
+    """The precision a call pins around the method's code; nothing where that code is one replay, which pins it
+    around its steps alone (a replayed call makes native calls only, which no switch changes)."""
+    precision = Precision(tf32=context.options.allow_tf32, host=context.run_device.type == DeviceType.CPU
+                          and all(backend.cpu_kernels_only for backend, _ in delegates.handles))
+    if generated.whole is None or run is not generated.run:
+        return precision
+    generated.whole.around = precision
+    return Unpinned(tf32=precision.tf32, host=precision.host)
 
 
 def _plain_call(plan: Plan, run: Callable, tensor_inputs: list[int], params_in: list[int], objects: list) -> Callable:

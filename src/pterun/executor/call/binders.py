@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import torch
 
+from pterun import native
 from pterun.core.device import Device, DeviceType
 from pterun.core.dtype import name as dtype_name
 from pterun.core.dtype import storage_dtype
@@ -26,6 +27,7 @@ Binder = Callable[[object, bool, list], None]
 """``bind(value, copy_inputs, args)``: checks ``value`` and puts it where the method reads it."""
 
 _STRIDED = torch.strided
+_TENSOR = torch.Tensor
 
 
 def tensor_binder(spec: TensorSpec, where: str, *, argument: int | None = None, device: Device | None = None,
@@ -98,6 +100,32 @@ def tensor_binder(spec: TensorSpec, where: str, *, argument: int | None = None, 
             if tuple(target.shape) != shape:
                 target.as_strided_(shape, strides_for(shape, dim_order))
             target.copy_(x)
+
+    if target is None or target.device.type != "cpu":
+        return bind
+    return _cpu_binder(bind, target, expected_dtype, tuple(dim_order) == tuple(range(rank)))
+
+
+def _cpu_binder(checked: Binder, target: torch.Tensor, dtype: torch.dtype, row_major: bool) -> Binder:
+    """``checked``, but for the usual call: a plain dense CPU tensor of the shape the input's memory has now (one
+    ``checked`` took), copied as it is; a contiguous one of a real dtype byte for byte, where the native kernels are
+    built and the memory is laid out row-major (``copy_`` costs several times more than the copy of a small input).
+    Anything else is checked in full."""
+    move = native.kernels.copy_bytes if native.kernels is not None and row_major and not dtype.is_complex else None
+    pointer = target.data_ptr()  # a resized input keeps its memory's start
+    now = [target.shape, target.numel() * target.element_size()]  # the memory's shape and bytes
+
+    def bind(x, copy_inputs: bool, args: list) -> None:
+        if (type(x) is _TENSOR and x.dtype is dtype and x.is_cpu and x.layout is _STRIDED and not x.is_nested
+                and not x.requires_grad and x.shape == now[0]):
+            if move is not None and x.is_contiguous() and (source := x.data_ptr()):
+                move(pointer, source, now[1])
+            else:
+                target.copy_(x)
+            return
+        checked(x, copy_inputs, args)
+        if target.shape != now[0]:
+            now[:] = [target.shape, target.numel() * target.element_size()]
 
     return bind
 

@@ -49,6 +49,9 @@ class Method:
         self._slots = loaded.outputs
         self._slot_of = loaded.slot_of
         self._outputs: tuple | None = None
+        # Every output a tensor the method's memory holds, or a constant: the caller gets them, or copies.
+        self._plain_outputs = not loaded.outputs and loaded.graph is None and all(
+            isinstance(plan.values[vi], TensorSpec) for vi in plan.outputs)
         self._owned = loaded.owned
         self._precision = loaded.precision
         self._threads = Threads.choose(context.options.num_threads, plan, loaded.steps,
@@ -68,14 +71,18 @@ class Method:
             self._bind_inputs(inputs, copy_inputs)
 
     def _bind_inputs(self, inputs: Sequence, copy_inputs: bool) -> None:
-        n = len(self._binders)
-        if len(inputs) != n:
-            raise InvalidArgument(f"{self._where}: takes {n} inputs, got {len(inputs)}")
-        args, input_set = self._args, self._input_set
-        for i, (bind, x) in enumerate(zip(self._binders, inputs)):
-            input_set[i] = False
-            bind(x, copy_inputs, args)
-            input_set[i] = True
+        binders = self._binders
+        if len(inputs) != len(binders):
+            raise InvalidArgument(f"{self._where}: takes {len(binders)} inputs, got {len(inputs)}")
+        args, i = self._args, 0
+        try:
+            for i, bind in enumerate(binders):
+                bind(inputs[i], copy_inputs, args)
+        except BaseException:
+            self._input_set[i] = False  # half bound, or refused: it must be set again
+            raise
+        if False in self._input_set:
+            self._input_set[:] = [True] * len(binders)
 
     def set_input(self, value, index: int, *, copy_inputs: bool = False) -> None:
         with self._calls.locked("set an input"):
@@ -115,6 +122,9 @@ class Method:
             return self._collect_outputs(clone_outputs)
 
     def _collect_outputs(self, clone_outputs: bool) -> list:
+        outputs = self._outputs
+        if self._plain_outputs and outputs is not None:
+            return [o.clone() for o in outputs] if clone_outputs else list(outputs)
         # A captured graph writes the same buffers on every replay: the caller gets copies of unplanned ones.
         replaying = self._graph is not None and self._graph.replaying
         return collect(self._outputs, clone_outputs, self._slots, self._owned if replaying else frozenset(),
@@ -163,8 +173,12 @@ class Method:
         calls.start()
         try:
             if self._graph is None:
-                with self._precision:
+                precision = self._precision
+                pinned = precision.enter()
+                try:
                     self._outputs = self._run(*self._args)
+                finally:
+                    precision.exit(pinned)
             else:
                 self._outputs = self._graph.call(self._args, self._precision)
         except Exception as exc:  # noqa: BLE001 - mapped to a PteError naming the instruction

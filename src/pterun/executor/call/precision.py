@@ -35,6 +35,7 @@ import threading
 import torch
 
 _get = torch._C._get_fp32_precision_getter
+_autocast = torch._C._is_any_autocast_enabled
 _set = torch._C._set_fp32_precision_setter
 
 _CUDNN = (("cuda", "conv"), ("cuda", "rnn"))
@@ -65,14 +66,6 @@ class _Switches:
             self._depth += 1
         local.depth = nested + 1
 
-    def exact_and_idle(self) -> bool:
-        """No call holds the switches and the CPU's are exact: a CPU call finds them as it needs them.
-
-        Nothing then pins them, so no call's exit can put back a setting other than exact while this
-        call runs; the only change it can see is one the process makes meanwhile, as with pinning."""
-        return self._depth == 0 and _get(*_MKLDNN[0]) in _EXACT and _get(*_MKLDNN[1]) in _EXACT and \
-            _get(*_MKLDNN[2]) in _EXACT
-
     def exit(self) -> None:
         local = self._local
         local.depth -= 1
@@ -102,24 +95,36 @@ class Precision:
         self.host = host
         self._guards = threading.local()  # autocast guards, per thread: autocast state is per thread
 
-    def __enter__(self) -> None:
-        if self.host and not torch._C._is_any_autocast_enabled() and _SWITCHES.exact_and_idle():
-            self._guards.pinned = False
-            return
-        self._guards.pinned = True
+    def enter(self) -> bool:
+        """Pins the precision for a call on this thread; True where it did, and ``exit(True)`` must follow."""
+        if self.host and _SWITCHES._depth == 0 and not _autocast() and _get("mkldnn", "matmul") in _EXACT and \
+                _get("mkldnn", "conv") in _EXACT and _get("mkldnn", "rnn") in _EXACT:
+            # No call holds the switches and the CPU's are exact: the call finds them as it needs them. Nothing then
+            # pins them, so no call's exit can put back a setting other than exact while this call runs; the only
+            # change it can see is one the process makes meanwhile, as with pinning. (Written out: these checks are
+            # a good part of a small CPU call's fixed cost.)
+            return False
         _SWITCHES.enter(self.tf32)
-        if torch._C._is_any_autocast_enabled():
+        if _autocast():
             guard = torch._C._DisableAutocast()
             guard.__enter__()
             self._guards.__dict__.setdefault("stack", []).append(guard)
+        return True
 
-    def __exit__(self, *exc) -> None:
-        if not self._guards.pinned:
+    def exit(self, pinned: bool) -> None:
+        """Puts back what ``enter`` pinned (where it returned True)."""
+        if not pinned:
             return
         stack = self._guards.__dict__.get("stack")
         if stack:
-            stack.pop().__exit__(*exc)
+            stack.pop().__exit__(None, None, None)
         _SWITCHES.exit()
+
+    def __enter__(self) -> None:
+        self._guards.pinned = self.enter()
+
+    def __exit__(self, *exc) -> None:
+        self.exit(self._guards.pinned)
 
 
 def _pin(tf32: bool) -> tuple[list, dict[tuple[str, str], str]]:
@@ -172,3 +177,16 @@ def _restore(saved: tuple[list, dict[tuple[str, str], str]]) -> None:
         setter(value)
     for key, value in changed.items():
         _set(*key, value)
+
+
+class Unpinned(Precision):
+    """The precision of a method whose call pins nothing itself: its generated code is one replay (codegen/replay.py),
+    which pins ``precision`` around the steps when it runs them, and a replayed call makes native calls alone."""
+
+    __slots__ = ()
+
+    def enter(self) -> bool:
+        return False
+
+    def exit(self, pinned: bool) -> None:
+        pass

@@ -73,6 +73,7 @@ class GeneratedMethod:
     lines: dict[int, int]  # source line -> instruction index
     filename: str
     replays: dict[int, Replay] = field(default_factory=dict)  # by the first step of the run each wraps
+    whole: Replay | None = None  # the replay that is the whole method, where one is
 
 
 def _keep_dim_order(tensor: torch.Tensor, dim_order: tuple[int, ...]) -> None:
@@ -310,12 +311,14 @@ class _Generator:
             self.env.update(_now=self.trace.now, _begin=self.trace.begin, _end=self.trace.end)
             self.emit(2, "_ev, _t0 = _begin()")
         jumps = [(n, s) for n, s in enumerate(self.steps) if isinstance(s, JumpFalseCall)]
+        runs = []
         if not jumps:
             n = 0
             while n < len(self.steps):
                 run = self.runs.at(n) if self.replays else []
                 if run:
                     self._replay(run, 2)
+                    runs.append(run)
                     n = run[-1] + 1
                 else:
                     self.step(n, 2)
@@ -333,7 +336,9 @@ class _Generator:
         at = 2 if self.trace is not None else 1  # after the header (and the trace's start)
         self.lines[at:at] = initial
         self.line_step = {line + len(initial): step for line, step in self.line_step.items()}
-        return self._build()
+        whole = len(runs) == 1 and not initial and all(
+            step is None for n, step in enumerate(self.steps) if not runs[0][0] <= n <= runs[0][-1])
+        return self._build(self.env[f"_replay{runs[0][0]}"] if whole else None)  # type: ignore[arg-type]
 
     def _replay(self, run: list[int], indent: int) -> None:
         """The steps of ``run`` in a Replay (replay.py): made again as one native call where they can be."""
@@ -399,11 +404,11 @@ class _Generator:
         self.emit(3, "else:")
         self.emit(4, "raise RuntimeError(f'jumped to instruction {pc}, which starts no block')")
 
-    def _build(self) -> GeneratedMethod:
+    def _build(self, whole: Replay | None = None) -> GeneratedMethod:
         run, source, filename = make_function("method", self.name, self.lines, self.env, self.cache)
         lines = {line + 1: step for line, step in self.line_step.items()}  # +1: the header line
         replays = {int(name.removeprefix("_replay")): r for name, r in self.env.items() if isinstance(r, Replay)}
-        return GeneratedMethod(run, source, lines, filename, replays)
+        return GeneratedMethod(run, source, lines, filename, replays, whole)
 
 
 def generate_method(values: MethodValues, steps: Sequence[Step], plan: Plan, cache: LoadCache | None = None,

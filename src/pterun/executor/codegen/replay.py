@@ -35,10 +35,14 @@ which is what the steps would have left.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from pterun import native
+
+_threads = torch.get_num_threads
+_replay = native.kernels.replay if native.kernels is not None else None
 
 ATTEMPTS = 4  # calls that record and fail before a run stops recording (a step that is not native calls alone)
 
@@ -49,29 +53,34 @@ class Replay:
         self._checks = checks  # each step's ran_natively, for its last call: true where it was native calls alone
         self._said: list = []
         self._calls: object | None = None  # the recorded calls (a capsule), or None
-        self._state: tuple = ()  # the state the calls were recorded in (and left)
-        self._left: tuple = ()  # the state the last call that ran the steps left
+        self._state: object = ()  # the state the calls were recorded in (and left)
+        self._left: object = ()  # the state the last call that ran the steps left
         self._recording = False
         self._failures = 0
         self.replayed = 0  # calls made as the recorded calls
+        # What the steps need around them and a replayed call does not (enter() -> a token for exit): the precision
+        # the method pins for them, where the run is the whole method (its calls then pin nothing themselves).
+        self.around: Any = None
+        self._entered: object = None
 
     def __call__(self, positions: tuple[int, ...], *moving) -> bool:
         """Makes the recorded calls where the state is as recorded (True), its attentions at ``positions``; else
         runs the steps (False), recording them where the state is the one the last call that ran them left: a first
         call in a state may do what later ones do not (translate a delegate for new sizes, run a kernel's probe on
         values of its own). Positions an attention refuses leave it to the steps, which say why."""
-        if self._calls is None and self._failures >= ATTEMPTS:
-            return False  # given up: the steps, at no cost beyond this call
-        kernels = native.kernels
-        now = self._now(moving)
-        if self._calls is not None and now == self._state:
-            if kernels.replay(self._calls, *positions):  # type: ignore[union-attr]
-                self.replayed += 1
-                return True
-            return False
-        self._recording = self._failures < ATTEMPTS and now == self._left
-        if self._recording:
-            kernels.record_start()  # type: ignore[union-attr]
+        calls = self._calls
+        if calls is not None or self._failures < ATTEMPTS:  # else given up: the steps, at no cost beyond this call
+            now = self._now(moving)
+            if calls is not None and now == self._state:
+                if _replay(calls, *positions):  # type: ignore[misc]  # replays exist only where the kernels do
+                    self.replayed += 1
+                    return True
+            else:
+                self._recording = self._failures < ATTEMPTS and now == self._left
+                if self._recording:
+                    native.kernels.record_start()  # type: ignore[union-attr]
+        if self.around is not None:
+            self._entered = self.around.enter()
         return False
 
     def keep(self, *moving) -> None:
@@ -92,12 +101,17 @@ class Replay:
             self._failures += 1
 
     def stop(self) -> None:
-        """Ends a recording a failing step left running (after ``keep``, nothing is recording)."""
+        """After the steps ran: ends a recording a failing step left running (after ``keep``, nothing is recording),
+        and what ``around`` entered."""
         if self._recording:
             self._recording = False
             native.kernels.record_stop()  # type: ignore[union-attr]
+        if self.around is not None:
+            self.around.exit(self._entered)
 
-    def _now(self, moving: tuple) -> tuple:
-        return (torch.get_num_threads(), tuple([t.shape for t in self._fixed]),
+    def _now(self, moving: tuple) -> object:
+        if not moving and not self._fixed:
+            return _threads()  # the whole state of a run of fixed tensors alone
+        return (_threads(), tuple([t.shape for t in self._fixed]),
                 tuple([(t.data_ptr(), t.shape, t.stride(), t.dtype) if isinstance(t, torch.Tensor) else t
                        for t in moving]))
