@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
+from pterun import native
 from pterun.core.device import DeviceType
 from pterun.kernels.registry import (
     Binding,
@@ -17,7 +18,7 @@ from pterun.kernels.registry import (
 
 def default_registry() -> KernelRegistry:
     """A registry holding every built-in kernel, with ATen as the fallback provider."""
-    from pterun.kernels import aten, device_copy, dim_order, float_stats, llm, prim, quantized, split, views
+    from pterun.kernels import aten, binary, device_copy, dim_order, float_stats, llm, prim, quantized, split, views
     from pterun.kernels.llm import positions  # what executor/load/fuse/positions.py makes of host start positions
 
     registry = KernelRegistry()
@@ -25,14 +26,17 @@ def default_registry() -> KernelRegistry:
         module.register(registry)
     registry.add_provider(views.view_copy_provider, lambda: ())
     registry.add_provider(aten.aten_provider, aten.aten_names)
-    registry.register("aten::mm.out", _cuda_mm, DeviceType.CUDA)
+    registry.register("aten::mm.out", _cuda_mm, DeviceType.CUDA, builtin=True)
     if importlib.util.find_spec("triton") is not None:
         # What executor/load/fuse/swiglu.py makes of a SwiGLU MLP's gate, up and SiLU-product steps.
-        registry.register("pterun::swiglu.out", _cuda_swiglu, DeviceType.CUDA)
+        registry.register("pterun::swiglu.out", _cuda_swiglu, DeviceType.CUDA, builtin=True)
     for name in float_stats.STATISTICS:
-        registry.register(name, float_stats.float_statistics(name), DeviceType.CUDA)
+        registry.register(name, float_stats.float_statistics(name), DeviceType.CUDA, builtin=True)
     for name in split.NAMES:
-        registry.register(name, split.any_strides(name), DeviceType.CUDA)
+        registry.register(name, split.any_strides(name), DeviceType.CUDA, builtin=True)
+    if native.kernels is not None:
+        for name in binary.NAMES:  # small float32 arithmetic in one native call each (and replayed in runs)
+            registry.register(name, binary.factory(name), DeviceType.CPU, builtin=True)
     return registry
 
 

@@ -139,19 +139,34 @@ def fixed_arity(fn: Callable, nargs: int, name: str, *, result: bool = True, key
 
 @dataclass
 class KernelRegistry:
+    """Operator name -> kernel factory. A kernel registered for every device (``device_type`` None) or for the device
+    in question wins over pterun's own for one device (``builtin``: a faster kernel where the device allows, such as
+    small float arithmetic in native code on the CPU), which win over what providers make (ATen's operators)."""
+
     _kernels: dict[tuple[str, DeviceType | None], KernelFactory] = field(default_factory=dict)
+    _builtin: dict[tuple[str, DeviceType], KernelFactory] = field(default_factory=dict)
     _providers: list[tuple[Provider, Callable[[], Iterable[str]]]] = field(default_factory=list)
     _provided: dict[str, KernelFactory] = field(default_factory=dict)  # what providers made, kept
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def register(self, name: str, factory: KernelFactory, device_type: DeviceType | None = None) -> None:
+    def register(self, name: str, factory: KernelFactory, device_type: DeviceType | None = None, *,
+                 builtin: bool = False) -> None:
+        """``builtin``: pterun's own kernel for ``device_type``, which any other registration of ``name`` overrides."""
         with self._lock:
-            self._kernels[(name, device_type)] = factory
+            if builtin:
+                assert device_type is not None, "a built-in kernel is one device's"
+                self._builtin[(name, device_type)] = factory
+            else:
+                self._kernels[(name, device_type)] = factory
 
     def unregister(self, name: str, device_type: DeviceType | None = None) -> None:
-        """Forgets the kernel ``register(name, ..., device_type)`` registered (KeyError when there is none)."""
+        """Forgets the kernel ``register(name, ..., device_type)`` registered, else the built-in one of that device
+        (KeyError when there is none)."""
         with self._lock:
-            del self._kernels[(name, device_type)]
+            if (name, device_type) in self._kernels or device_type is None:
+                del self._kernels[(name, device_type)]
+            else:
+                del self._builtin[(name, device_type)]
 
     def add_provider(self, provider: Provider, names: Callable[[], Iterable[str]]) -> None:
         """``provider(name)`` makes a factory for names it knows; ``names()`` lists them."""
@@ -159,7 +174,7 @@ class KernelRegistry:
 
     def lookup(self, name: str, device_type: DeviceType = DeviceType.CPU) -> KernelFactory:
         factory = (self._kernels.get((name, device_type)) or self._kernels.get((name, None))
-                   or self._provided.get(name))
+                   or self._builtin.get((name, device_type)) or self._provided.get(name))
         if factory is not None:
             return factory
         for provider, _ in self._providers:
@@ -172,7 +187,8 @@ class KernelRegistry:
 
     def holds(self, name: str, device_type: DeviceType) -> bool:
         """Whether ``name`` is registered for ``device_type`` or any device (providers not asked)."""
-        return (name, device_type) in self._kernels or (name, None) in self._kernels
+        return (name, device_type) in self._kernels or (name, None) in self._kernels or \
+            (name, device_type) in self._builtin
 
     def __contains__(self, name: str) -> bool:
         try:
@@ -184,7 +200,8 @@ class KernelRegistry:
     @property
     def registered_names(self) -> set[str]:
         """The names registered explicitly, without those providers offer (every ATen operator)."""
-        return {name for name, _ in list(self._kernels)}  # a copy: another thread may register kernels
+        # Copies: another thread may register kernels.
+        return {name for name, _ in list(self._kernels)} | {name for name, _ in list(self._builtin)}
 
     @property
     def names(self) -> set[str]:

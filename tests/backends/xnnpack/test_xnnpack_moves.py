@@ -21,6 +21,7 @@ import pterun
 from pterun import native
 from pterun.backends.xnnpack.nodes import native as xnn_native
 from pterun.executor.call.precision import Unpinned
+from pterun.native import geometry
 from tests.backends.xnnpack.programs import export_quantized, node_kinds, partitioners, quantized_inputs
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.oracle import run_reference
@@ -34,7 +35,7 @@ def _geometry(*rows) -> torch.Tensor:
 
 
 def _strides(shape) -> list[int]:
-    return xnn_native.contiguous_strides(shape)
+    return geometry.contiguous_strides(shape)
 
 
 @pytest.mark.parametrize("dtype", [torch.int8, torch.float16, torch.float32, torch.int64])
@@ -47,15 +48,15 @@ def test_copy_strided_moves_what_torch_moves(dtype, threads):
         x = (torch.randn(shape) * 50).to(dtype)
         out_shape = tuple(shape[i] for i in perm)
         y = torch.empty(out_shape, dtype=dtype)
-        geometry = _geometry([0, 0], out_shape, [_strides(shape)[i] for i in perm], _strides(out_shape))
-        kernels.copy_strided(x.data_ptr(), y.data_ptr(), x.element_size(), len(shape), geometry.data_ptr(), threads)
+        walk = _geometry([0, 0], out_shape, [_strides(shape)[i] for i in perm], _strides(out_shape))
+        kernels.copy_strided(x.data_ptr(), y.data_ptr(), x.element_size(), len(shape), walk.data_ptr(), threads)
         assert torch.equal(y, x.permute(perm)), (shape, perm)
     # A slice of the middle, written at an offset into a larger output (a concatenation's second piece).
     x = torch.arange(6 * 8 * 10).to(dtype).view(6, 8, 10)
     y = torch.zeros(6, 8, 14, dtype=dtype)
     xs, ys = _strides((6, 8, 10)), _strides((6, 8, 14))
-    geometry = _geometry([1 * xs[0] + 2 * xs[1] + 3 * xs[2], 10 * ys[2]], [4, 5, 4], xs, ys)
-    kernels.copy_strided(x.data_ptr(), y.data_ptr(), x.element_size(), 3, geometry.data_ptr(), threads)
+    walk = _geometry([1 * xs[0] + 2 * xs[1] + 3 * xs[2], 10 * ys[2]], [4, 5, 4], xs, ys)
+    kernels.copy_strided(x.data_ptr(), y.data_ptr(), x.element_size(), 3, walk.data_ptr(), threads)
     expected = torch.zeros(6, 8, 14, dtype=dtype)
     expected[:4, :5, 10:14] = x[1:5, 2:7, 3:7]
     assert torch.equal(y, expected)
@@ -63,11 +64,11 @@ def test_copy_strided_moves_what_torch_moves(dtype, threads):
 
 def test_copy_strided_refuses_what_it_cannot_move():
     x = torch.zeros(4)
-    geometry = _geometry([0, 0], [4], [1], [1])
+    walk = _geometry([0, 0], [4], [1], [1])
     with pytest.raises(ValueError, match="elements of 3 bytes"):
-        kernels.copy_strided(x.data_ptr(), x.data_ptr(), 3, 1, geometry.data_ptr(), 1)
+        kernels.copy_strided(x.data_ptr(), x.data_ptr(), 3, 1, walk.data_ptr(), 1)
     with pytest.raises(ValueError, match="7 dimensions"):
-        kernels.copy_strided(x.data_ptr(), x.data_ptr(), 4, 7, geometry.data_ptr(), 1)
+        kernels.copy_strided(x.data_ptr(), x.data_ptr(), 4, 7, walk.data_ptr(), 1)
 
 
 _TORCH = {"XNNAdd": torch.add, "XNNSubtract": torch.sub, "XNNMultiply": torch.mul, "XNNDiv": torch.div}
@@ -85,7 +86,7 @@ def _same(actual: torch.Tensor, expected: torch.Tensor) -> bool:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_vbinary_is_torchs_arithmetic_then_the_clamp(kind, threads):
     torch.manual_seed(1)
-    op = xnn_native.BINARY_OPS[kind]
+    op = geometry.BINARY_OPS[xnn_native.BINARY_OPS[kind]]
     edges = torch.tensor(EDGES)
     for a_shape, b_shape in (((5, 11), (5, 11)), ((3, 1, 7), (4, 1)), ((1,), (6, 9)), ((2, 3, 4, 5), (5,)),
                              ((512, 300), (512, 1)), ((1, 1), (1,))):
@@ -96,10 +97,8 @@ def test_vbinary_is_torchs_arithmetic_then_the_clamp(kind, threads):
         b.view(-1)[-min(b.numel(), len(EDGES)):] = edges.flip(0)[: b.numel()]
         for lo, hi in ((-math.inf, math.inf), (-1.0, 1.0), (0.0, math.inf)):
             y = torch.empty(shape)
-            strides = (xnn_native._broadcast_strides(a_shape, shape), xnn_native._broadcast_strides(b_shape, shape))
-            sizes, sa, sb, sy = xnn_native._collapsed(list(shape), *strides, _strides(shape))
-            geometry = _geometry(sizes, sa, sb, sy)
-            kernels.vbinary(op, a.data_ptr(), b.data_ptr(), y.data_ptr(), len(sizes), geometry.data_ptr(), lo, hi,
+            walk = torch.tensor(geometry.binary_geometry(shape, a_shape, b_shape))
+            kernels.vbinary(op, a.data_ptr(), b.data_ptr(), y.data_ptr(), len(walk) // 4, walk.data_ptr(), lo, hi,
                             threads)
             expected = _TORCH[kind](a, b)
             if math.isfinite(lo) or math.isfinite(hi):

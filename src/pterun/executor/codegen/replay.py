@@ -4,8 +4,9 @@ A decode step of an 8da4w language model is a few hundred native calls (the XNNP
 4-bit products, the fused RMSNorms, attentions over the KV cache and SiLU-products between them), each behind
 Python that finds its pointers and checks its tensors: on one CPU thread that Python took about a fifth of the
 step. The generated code wraps each run of consecutive steps whose kernels can say that a call was native calls
-alone (``ran_natively``: the fused kernels of ``kernels/fused.py`` and ``kernels/llm/cached_attention.py``, the
-XNNPACK delegate where its translation is native calls alone), with the views between them, in a ``Replay``:
+alone (``ran_natively``: the fused kernels of ``kernels/fused.py`` and ``kernels/llm/cached_attention.py``, small
+float arithmetic of ``kernels/binary.py``, the XNNPACK delegate where its translation is native calls alone), with
+the views between them, in a ``Replay``:
 
     if not _replay84((v163, v163, v164, ...), v204, v264, v80):   # the attentions' positions, then the state
         try:
@@ -29,7 +30,8 @@ call is made: positions one refuses leave every byte to the steps, which refuse 
 runs the steps, and the next call in the state they left records them; a run that cannot be recorded stops trying
 after a few calls. A view in the run is left unmade, so a run ends before one that a later step reads; a step's
 Python state (a delegate's last translation, a kernel's prepared arguments) is left as the recorded call left it,
-which is what the steps would have left.
+which is what the steps would have left. Where the run is the whole method, the call pins no precision itself: the
+replay pins it around the steps when they run (``around``), and a replayed call makes native calls alone.
 """
 
 from __future__ import annotations

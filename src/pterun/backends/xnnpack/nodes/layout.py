@@ -11,6 +11,7 @@ from pterun.backends.xnnpack.graph import INVALID_ID, Node
 from pterun.backends.xnnpack.nodes import native, qmath
 from pterun.backends.xnnpack.nodes.common import require_float, unsupported
 from pterun.errors import InvalidArgument, InvalidProgram
+from pterun.native import geometry
 
 FLAG_ALIGN_CORNERS = 0x8
 _NCHW = (0, 3, 1, 2)
@@ -68,9 +69,9 @@ def transpose(node: Node, b: Builder) -> None:
     shape = tuple(xshape[i] for i in perm)
     o = b.define(y.id, shape)
     if native.moves(b, (len(shape),)):
-        strides = native.contiguous_strides(xshape)
+        strides = geometry.contiguous_strides(xshape)
         native.emit_moves(b, o, shape, b.storage_dtype(y), [
-            (b.ref(x.id), shape, [strides[i] for i in perm], 0, native.contiguous_strides(shape), 0)])
+            (b.ref(x.id), shape, [strides[i] for i in perm], 0, geometry.contiguous_strides(shape), 0)])
         return
     b.emit(f"{o}.copy_({b.permuted(b.ref(x.id), perm)})")
 
@@ -90,10 +91,10 @@ def slice_(node: Node, b: Builder) -> None:
         sizes.append(max(min(n, dim - start), 0))
     o = b.define(y.id, tuple(sizes))
     if native.moves(b, (len(sizes),)):
-        strides = native.contiguous_strides(xshape)
+        strides = geometry.contiguous_strides(xshape)
         offset = sum(start * stride for start, stride in zip(starts, strides))
         native.emit_moves(b, o, sizes, b.storage_dtype(y), [
-            (b.ref(x.id), sizes, strides, offset, native.contiguous_strides(sizes), 0)])
+            (b.ref(x.id), sizes, strides, offset, geometry.contiguous_strides(sizes), 0)])
         return
     index = ", ".join(f"{b.number(s)}:{b.number(s + n)}" for s, n in zip(starts, sizes))
     b.emit(f"{o}.copy_({b.ref(x.id)}[{index}])")
@@ -119,9 +120,9 @@ def concatenate(node: Node, b: Builder) -> None:
     shape[axis] = sum(s[axis] for s in shapes)
     o = b.define(y.id, tuple(shape))
     if native.moves(b, (rank,)):
-        out_strides, pieces, at = native.contiguous_strides(shape), [], 0
+        out_strides, pieces, at = geometry.contiguous_strides(shape), [], 0
         for x, xshape in zip(xs, shapes):
-            pieces.append((b.ref(x.id), xshape, native.contiguous_strides(xshape), 0, out_strides,
+            pieces.append((b.ref(x.id), xshape, geometry.contiguous_strides(xshape), 0, out_strides,
                            at * out_strides[axis]))
             at += xshape[axis]
         native.emit_moves(b, o, shape, b.storage_dtype(y), pieces)
@@ -152,10 +153,10 @@ def constant_pad(node: Node, b: Builder) -> None:
             b.env[buf].fill_(value)
         else:
             o, buf = b.define(y.id, shape), b.scratch(shape, dtype, fill=value)
-        strides = native.contiguous_strides(shape)
+        strides = geometry.contiguous_strides(shape)
         offset = sum(a * stride for a, stride in zip(pre, strides))
         native.emit_moves(b, buf, shape, dtype, [
-            (b.ref(x.id), xshape, native.contiguous_strides(xshape), 0, strides, offset)])
+            (b.ref(x.id), xshape, geometry.contiguous_strides(xshape), 0, strides, offset)])
         if buf != o:
             native.emit_moves(b, o, shape, dtype, [(buf, [numel(shape)], [1], 0, [1], 0)])
         return

@@ -27,7 +27,7 @@ import torch
 from pterun import native as _native
 from pterun.backends.xnnpack.nodes import isa
 from pterun.errors import DelegateInvalidCompatibility, Internal
-from pterun.native import ISAS
+from pterun.native import ISAS, geometry
 
 _built = _native.kernels
 _MISSING = _native.missing
@@ -264,20 +264,10 @@ def qbinary_make(op: str, shape, a_shape, b_shape, a_param: int, b_param: int, b
     """An 8-bit add or multiply over output ``shape`` (at most 6 dimensions) of contiguous operands of shapes
     ``a_shape`` and ``b_shape`` that broadcast to it."""
     ndim = len(shape)
-    geometry = torch.tensor([*shape, *_broadcast_strides(a_shape, shape), *_broadcast_strides(b_shape, shape)],
-                            dtype=torch.int64)
-    return _kernels().qbinary_make(ISAS[kernel_isa()], QOPS[op], ndim, geometry.data_ptr(), int(a_param), int(b_param),
+    strides = (*geometry.broadcast_strides(a_shape, shape), *geometry.broadcast_strides(b_shape, shape))
+    walk = torch.tensor([*shape, *strides], dtype=torch.int64)
+    return _kernels().qbinary_make(ISAS[kernel_isa()], QOPS[op], ndim, walk.data_ptr(), int(a_param), int(b_param),
                                 int(bias), int(shift), float(scale), int(out_zero_point), int(qmin), int(qmax))
-
-
-def _broadcast_strides(shape, out) -> list[int]:
-    """Element strides of a contiguous tensor of ``shape`` read as ``out`` (right-aligned; 0 where broadcast)."""
-    shape = (1,) * (len(out) - len(shape)) + tuple(shape)
-    strides, step = [0] * len(out), 1
-    for i in reversed(range(len(out))):
-        strides[i] = step if shape[i] != 1 else 0
-        step *= shape[i]
-    return strides
 
 
 def qbinary_isa(op) -> str:
@@ -312,8 +302,8 @@ def emit_qmaxpool(b, x: str, out: str, xshape, shape, window: tuple[int, ...], q
     n, h, w, c = xshape
     run = _function(b, "qmaxpool_s8", _kernels().qmaxpool_s8)
     into, after = target(b, out, shape, torch.int8)
-    geometry = b.bind(torch.tensor(window, dtype=torch.int64), "window")
-    b.emit(f"{run}({source(b, x)}, {into}, {n}, {h}, {w}, {c}, {shape[1]}, {shape[2]}, {_pointer(b, geometry)}, "
+    bound = b.bind(torch.tensor(window, dtype=torch.int64), "window")
+    b.emit(f"{run}({source(b, x)}, {into}, {n}, {h}, {w}, {c}, {shape[1]}, {shape[2]}, {_pointer(b, bound)}, "
            f"{int(qmin)}, {int(qmax)}, {threads(b)}())")
     if after:
         b.emit(after)
@@ -322,42 +312,12 @@ def emit_qmaxpool(b, x: str, out: str, xshape, shape, window: tuple[int, ...], q
 
 # -- moves and float binary arithmetic (pterun/native/move.c) ------------------------------------------------------
 
-MOVE_DIMS = 6  # native.h's PN_MOVE_DIMS
-BINARY_OPS = {"XNNAdd": 0, "XNNSubtract": 1, "XNNMultiply": 2, "XNNDiv": 3}  # native.h's pn_binary_op
-_CLAMP = 4  # pn_binary_op's PN_CLAMP: the first operand, clamped
-
-
-def contiguous_strides(shape) -> list[int]:
-    strides, step = [0] * len(shape), 1
-    for i in reversed(range(len(shape))):
-        strides[i] = step
-        step *= shape[i]
-    return strides
-
-
-def _collapsed(sizes, *strides) -> tuple[list[int], ...]:
-    """The same walk over fewer dimensions: size-1 ones dropped, neighbours merged where every operand steps over
-    them as over one dimension."""
-    kept = [d for d in range(len(sizes)) if sizes[d] != 1]
-    if not kept:  # one element
-        return ([1], *([1] for _ in strides))
-    out_sizes = [sizes[d] for d in kept]
-    out_strides = [[s[d] for d in kept] for s in strides]
-    d = len(out_sizes) - 1
-    while d > 0:
-        if all(s[d - 1] == s[d] * out_sizes[d] for s in out_strides):
-            out_sizes[d - 1] *= out_sizes[d]
-            del out_sizes[d]
-            for s in out_strides:
-                s[d - 1] = s[d]
-                del s[d]
-        d -= 1
-    return (out_sizes, *out_strides)
+BINARY_OPS = {"XNNAdd": "add", "XNNSubtract": "sub", "XNNMultiply": "mul", "XNNDiv": "div"}  # native.geometry's
 
 
 def moves(b, ranks) -> bool:
     """Whether the native kernels move a node's elements: on, and no walk of more than ``MOVE_DIMS`` dimensions."""
-    return enabled(b) and all(r <= MOVE_DIMS for r in ranks)
+    return enabled(b) and all(r <= geometry.MOVE_DIMS for r in ranks)
 
 
 def emit_moves(b, out: str, shape, dtype: torch.dtype, pieces) -> None:
@@ -368,11 +328,10 @@ def emit_moves(b, out: str, shape, dtype: torch.dtype, pieces) -> None:
     for x, sizes, x_strides, x_offset, y_strides, y_offset in pieces:
         if math.prod(sizes) == 0:
             continue
-        sizes, x_strides, y_strides = _collapsed(list(sizes), list(x_strides), list(y_strides))
-        geometry = b.bind(torch.tensor([x_offset, y_offset, *sizes, *x_strides, *y_strides], dtype=torch.int64),
-                          "geometry")
-        b.emit(f"{run}({source(b, x)}, {into}, {dtype.itemsize}, {len(sizes)}, {_pointer(b, geometry)}, "
-               f"{threads(b)}())")
+        sizes, x_strides, y_strides = geometry.collapsed(list(sizes), list(x_strides), list(y_strides))
+        walk = b.bind(torch.tensor([x_offset, y_offset, *sizes, *x_strides, *y_strides], dtype=torch.int64),
+                      "geometry")
+        b.emit(f"{run}({source(b, x)}, {into}, {dtype.itemsize}, {len(sizes)}, {_pointer(b, walk)}, {threads(b)}())")
     if after:
         b.emit(after)
 
@@ -382,16 +341,16 @@ def emit_vbinary(b, kind: str, a: str, a_shape, b_name: str, b_shape, out: str, 
     broadcast to ``shape``), or ``a`` itself for "clamp", clamped to [lo, hi]."""
     run = _function(b, "vbinary", _kernels().vbinary)
     into, after = target(b, out, shape)
+    walk = geometry.binary_geometry(shape, a_shape, b_shape)
+    if walk is None:  # the caller asked ``moves`` first
+        raise Internal(f"XNNPACK {b.where}: a float binary node of {len(shape)} dimensions")
     if math.prod(shape):
-        sizes, a_strides, b_strides, y_strides = _collapsed(
-            list(shape), _broadcast_strides(a_shape, shape), _broadcast_strides(b_shape, shape),
-            contiguous_strides(shape))
-        geometry = b.bind(torch.tensor([*sizes, *a_strides, *b_strides, *y_strides], dtype=torch.int64), "geometry")
-        op = _CLAMP if kind == "clamp" else BINARY_OPS[kind]
+        op = geometry.BINARY_OPS[kind if kind == "clamp" else BINARY_OPS[kind]]
         first = source(b, a)
         second = first if kind == "clamp" else source(b, b_name)
-        b.emit(f"{run}({op}, {first}, {second}, {into}, {len(sizes)}, "
-               f"{_pointer(b, geometry)}, {b.number(float(lo))}, {b.number(float(hi))}, {threads(b)}())")
+        bound = b.bind(torch.tensor(walk, dtype=torch.int64), "geometry")
+        b.emit(f"{run}({op}, {first}, {second}, {into}, {len(walk) // 4}, {_pointer(b, bound)}, "
+               f"{b.number(float(lo))}, {b.number(float(hi))}, {threads(b)}())")
     if after:
         b.emit(after)
 
