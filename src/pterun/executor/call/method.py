@@ -79,6 +79,7 @@ class Method:
             for i, bind in enumerate(binders):
                 bind(inputs[i], copy_inputs, args)
         except BaseException:
+            self._input_set[:i] = [True] * i  # those before it are bound
             self._input_set[i] = False  # half bound, or refused: it must be set again
             raise
         if False in self._input_set:
