@@ -38,10 +38,9 @@ _INF = math.inf
 class BinaryInto(NativeCall):
     """One operator's calls at one step: natively where the tensors allow, else ``fallback`` (PyTorch's binding)."""
 
-    def __init__(self, op: int, fallback: Callable[..., Any], alpha: str) -> None:
+    def __init__(self, op: int, fallback: Callable[..., torch.Tensor]) -> None:
         self._op = op
-        self._fallback = fallback
-        self._alpha = alpha  # how the operator takes one: "keyword", "positional" or "" (none)
+        self._fallback = fallback  # PyTorch's call, as fallback(a, b, alpha, out)
         self._key: tuple = ()
         self._native: tuple | None = None  # the native call's arguments for the key, or None: PyTorch's call
         self._held: tuple = ()  # what the native call reads: its geometry, a scalar operand as float32
@@ -57,13 +56,7 @@ class BinaryInto(NativeCall):
             native.kernels.vbinary(*self._native, torch.get_num_threads())  # type: ignore[union-attr]
             self._ran_natively = True
             return out
-        if self._op == geometry.BINARY_OPS["clamp"]:
-            return self._fallback(a, out=out)
-        if self._alpha == "keyword":
-            return self._fallback(a, b, alpha=alpha, out=out)
-        if self._alpha == "positional":
-            return self._fallback(a, b, alpha, out=out)
-        return self._fallback(a, b, out=out)
+        return self._fallback(a, b, alpha, out)
 
     @staticmethod
     def _scalar(b) -> torch.Tensor | None:
@@ -121,10 +114,19 @@ def factory(name: str) -> KernelFactory:
 
     def make(count: int) -> Binding:
         binding = generic(count)
-        alpha = "keyword" if any(k == "alpha" for k, _ in binding.keywords) else \
-            "positional" if len(binding.positional) == 3 else ""
         kind = ReluInto if op == "clamp" else BinaryInto
-        kernel = kind(geometry.BINARY_OPS[op], binding_fn or binding.fn, alpha)
+        kernel = kind(geometry.BINARY_OPS[op], _torch_call(binding_fn or binding.fn, binding))
         return dataclasses.replace(binding, fn=kernel)
 
     return make
+
+
+def _torch_call(fn: Callable[..., torch.Tensor], binding: Binding) -> Callable[..., torch.Tensor]:
+    """``fn`` called as (a, b, alpha, out), with the arguments its operator takes, as the binding passes them."""
+    if any(k == "alpha" for k, _ in binding.keywords):
+        return lambda a, b, alpha, out: fn(a, b, alpha=alpha, out=out)
+    if len(binding.positional) == 3:  # a scalar's alpha
+        return lambda a, b, alpha, out: fn(a, b, alpha, out=out)
+    if len(binding.positional) == 1:  # relu
+        return lambda a, b, alpha, out: fn(a, out=out)
+    return lambda a, b, alpha, out: fn(a, b, out=out)

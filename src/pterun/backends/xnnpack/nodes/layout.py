@@ -143,7 +143,6 @@ def constant_pad(node: Node, b: Builder) -> None:
         scale, zp = qmath.per_tensor(y, node.where)
         lo, hi = qmath.qrange(y)
         value = qmath.quantize_bound(value, scale, zp, lo, hi)
-    index = ", ".join(f"{b.number(a)}:{b.number(a + d)}" for a, d in zip(pre, xshape))
     if native.moves(b, (len(shape),)):
         # The border never changes: a buffer filled once, its interior written each call (then copied whole into an
         # output).
@@ -168,6 +167,7 @@ def constant_pad(node: Node, b: Builder) -> None:
         b.emit(f"{inner}.copy_({b.ref(x.id)})")
         return
     o = b.define(y.id, shape)
+    index = ", ".join(f"{b.number(a)}:{b.number(a + d)}" for a, d in zip(pre, xshape))
     b.emit(f"{o}.fill_({b.number(float(value))})")
     b.emit(f"{o}[{index}].copy_({b.ref(x.id)})")
 
