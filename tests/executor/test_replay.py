@@ -42,16 +42,15 @@ def test_an_8da4w_decoders_layers_replay_with_the_steps_bits():
     theirs = reference_module(program.pte)
     # The premise: one run from the first layer's norm to the last layer's products (attentions at each call's
     # positions), and one of the last norm with the output's product; in the unfused steps, runs of one delegate
-    # each (PyTorch's calls between the delegates).
+    # each, PyTorch's calls between the delegates but for small native arithmetic, a run of its own.
     assert len(method.replays) == 2, method.replays
     first = next(iter(method.replays))
     source = _run_source(method, first)
     assert source.count("pterun_cached_attention") == llama_args()["n_layers"]
     assert source.count("delegate_XnnpackBackend") == 4 * llama_args()["n_layers"]
-    assert len(plain.replays) == 4 * llama_args()["n_layers"] + 1, plain.replays
-    for start in plain.replays:
-        assert len(re.findall(r"delegate_XnnpackBackend\w*\(", _run_source(plain, start))) == 1
-        assert "pterun_" not in _run_source(plain, start)
+    delegates = [len(re.findall(r"delegate_XnnpackBackend\w*\(", _run_source(plain, start))) for start in plain.replays]
+    assert delegates.count(1) == 4 * llama_args()["n_layers"] + 1 and set(delegates) == {0, 1}, delegates
+    assert not any("pterun_" in _run_source(plain, start) for start in plain.replays)
     calls = [[torch.tensor([[3, 17, 25, 9, 41, 7]]), torch.tensor([0])]]
     calls += [[torch.tensor([[t]]), torch.tensor([6 + i])] for i, t in enumerate([5, 11, 2, 30, 8])]
     calls += [[torch.tensor([[13, 14, 15]]), torch.tensor([11])]]

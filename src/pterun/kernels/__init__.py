@@ -18,7 +18,19 @@ from pterun.kernels.registry import (
 
 def default_registry() -> KernelRegistry:
     """A registry holding every built-in kernel, with ATen as the fallback provider."""
-    from pterun.kernels import aten, binary, device_copy, dim_order, float_stats, llm, prim, quantized, split, views
+    from pterun.kernels import (
+        aten,
+        binary,
+        device_copy,
+        dim_order,
+        float_stats,
+        layer_norm,
+        llm,
+        prim,
+        quantized,
+        split,
+        views,
+    )
     from pterun.kernels.llm import positions  # what executor/load/fuse/positions.py makes of host start positions
 
     registry = KernelRegistry()
@@ -37,6 +49,8 @@ def default_registry() -> KernelRegistry:
     if native.kernels is not None:
         for name in binary.NAMES:  # small float32 arithmetic in one native call each (and replayed in runs)
             registry.register(name, binary.factory(name), DeviceType.CPU, builtin=True)
+        # Short rows in ExecuTorch's order (its bits), in one native call each (and replayed in runs).
+        registry.register(layer_norm.NAME, layer_norm.factory, DeviceType.CPU, builtin=True)
     return registry
 
 

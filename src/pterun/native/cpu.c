@@ -127,6 +127,8 @@ int pn_parallel_team(void) {
   return gomp_parallel != NULL && getpid() == gomp_process;
 }
 
+static void pool_run(pn_task task, void* ctx, int64_t count, int threads);
+
 void pn_parallel(pn_task task, void* ctx, int64_t count, int threads) {
   if (threads > count) threads = (int)count;
   if (threads > PN_MAX_WORKERS + 1) threads = PN_MAX_WORKERS + 1;
@@ -139,6 +141,20 @@ void pn_parallel(pn_task task, void* ctx, int64_t count, int threads) {
     gomp_parallel(team_member, &job, (unsigned)threads, 0);
     return;
   }
+  pool_run(task, ctx, count, threads);
+}
+
+void pn_parallel_apart(pn_task task, void* ctx, int64_t count, int threads) {
+  if (threads > count) threads = (int)count;
+  if (threads > PN_MAX_WORKERS + 1) threads = PN_MAX_WORKERS + 1;
+  if (threads <= 1) {
+    for (int64_t i = 0; i < count; i++) task(ctx, i);
+    return;
+  }
+  pool_run(task, ctx, count, threads);
+}
+
+static void pool_run(pn_task task, void* ctx, int64_t count, int threads) {
   pthread_once(&fork_handler, install_fork_handler);
   pthread_mutex_lock(&pool_call);
   pthread_mutex_lock(&pool_lock);

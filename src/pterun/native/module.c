@@ -584,6 +584,28 @@ static PyObject* py_rms_norm(PyObject* self, PyObject* const* args, Py_ssize_t n
   Py_RETURN_NONE;
 }
 
+/* layer_norm(x, weight, bias, y, mean, rstd, rows, n, eps, threads): weight and bias 0 for none */
+static PyObject* py_layer_norm(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[9];
+  if (!counted(nargs, 10, "layer_norm") || !ints(args, 8, a) || !ints(args + 9, 1, a + 8)) return spoiled();
+  const double eps = PyFloat_AsDouble(args[8]);
+  if (PyErr_Occurred()) return spoiled();
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = pn_layer_norm((const float*)(intptr_t)a[0], (const float*)(intptr_t)a[1], (const float*)(intptr_t)a[2],
+                         (float*)(intptr_t)a[3], (float*)(intptr_t)a[4], (float*)(intptr_t)a[5], a[6], a[7], (float)eps,
+                         (int)a[8]);
+  Py_END_ALLOW_THREADS
+  if (status) {
+    PyErr_Format(PyExc_ValueError, "layer_norm: %lld rows of %lld values (rows of 1 to %d)", a[6], a[7],
+                 PN_LAYER_NORM_LONGEST - 1);
+    return spoiled();
+  }
+  recorded(PN_CALL_LAYER_NORM, NULL, NULL, a, 9, eps, 0.0);
+  Py_RETURN_NONE;
+}
+
 /* add_rms_norm(a, b, total, weight, out, rows, n, eps, lanes) */
 static PyObject* py_add_rms_norm(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
@@ -826,6 +848,8 @@ static PyMethodDef methods[] = {
     {"sdpa", (PyCFunction)(void (*)(void))py_sdpa, METH_FASTCALL, "ExecuTorch's float32 custom_sdpa."},
     {"sdpa_blas", py_sdpa_blas, METH_NOARGS, "Whether attention's products run in PyTorch's sgemm_."},
     {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL, "RMSNorm as PyTorch's CPU steps round it."},
+    {"layer_norm", (PyCFunction)(void (*)(void))py_layer_norm, METH_FASTCALL,
+     "Layer normalization of float32 rows shorter than 256 values, as ExecuTorch's portable kernel rounds it."},
     {"add_rms_norm", (PyCFunction)(void (*)(void))py_add_rms_norm, METH_FASTCALL,
      "A residual add and the RMSNorm of its sum, each rounded as PyTorch's."},
     {"silu_mul", (PyCFunction)(void (*)(void))py_silu_mul, METH_FASTCALL,

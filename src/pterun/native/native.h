@@ -29,6 +29,10 @@ const char* pn_isa_name(int isa);
  * between calls. */
 typedef void (*pn_task)(void* ctx, int64_t index);
 void pn_parallel(pn_task task, void* ctx, int64_t count, int threads);
+/* pn_parallel on workers of its own even where PyTorch's OpenMP team is there: for tasks that call PyTorch's
+ * BLAS, which chooses its own threads for a call from outside an OpenMP region as it does for ExecuTorch's
+ * pthreadpool workers, and runs a call from inside one on that thread alone (sums split differently). */
+void pn_parallel_apart(pn_task task, void* ctx, int64_t count, int threads);
 /* Whether pn_parallel runs on PyTorch's OpenMP team (1) or on workers of its own (0). */
 int pn_parallel_team(void);
 /* Tiles of `tile` outputs per task of a product over `rows` rows of k inputs: enough tasks to balance `threads`,
@@ -232,6 +236,12 @@ int pn_rms_norm(const float* x, const float* weight, float* out, int64_t rows, i
  * norm. total may be a or b but no other bytes of them; out may be total but no other bytes of it. */
 int pn_add_rms_norm(const float* a, const float* b, float* total, const float* weight, float* out, int64_t rows,
                     int64_t n, float eps, int lanes);
+/* Layer normalization as ExecuTorch's portable kernel computes it (norm.c): `rows` contiguous rows of n values
+ * (1 <= n < PN_LAYER_NORM_LONGEST), weight and bias n values each or NULL (1 and 0), y rows like x (x itself or
+ * bytes apart), mean and rstd one value per row. Returns -1 (and computes nothing) for other lengths. */
+#define PN_LAYER_NORM_LONGEST 256
+int pn_layer_norm(const float* x, const float* weight, const float* bias, float* y, float* mean, float* rstd,
+                  int64_t rows, int64_t n, float eps, int threads);
 /* The rotary embedding of interleaved pairs: x contiguous [sizes..., 2], each pair (x0, x1) turned into
  * (x0 cos - x1 sin, x0 sin + x1 cos), cos and sin read at their strides (elements) for the four sizes (0 where
  * they broadcast); out contiguous like x, and may be x but no other bytes of it. */
@@ -279,7 +289,7 @@ enum pn_call_kind {
   PN_CALL_QUANTIZE_ROWS, PN_CALL_QB4W_RUN, PN_CALL_Q8_RUN, PN_CALL_RMS_NORM, PN_CALL_ADD_RMS_NORM, PN_CALL_SILU_MUL,
   PN_CALL_CACHED_ATTENTION, PN_CALL_QUANTIZE_S8, PN_CALL_DEQUANTIZE_S8, PN_CALL_LOOKUP_S8, PN_CALL_QCONV_RUN,
   PN_CALL_QBINARY_RUN, PN_CALL_QMEAN_S8, PN_CALL_QMAXPOOL_S8, PN_CALL_VUNARY, PN_CALL_SOFTMAX, PN_CALL_DWCONV,
-  PN_CALL_CONV, PN_CALL_COPY_STRIDED, PN_CALL_VBINARY
+  PN_CALL_CONV, PN_CALL_COPY_STRIDED, PN_CALL_VBINARY, PN_CALL_LAYER_NORM
 };
 #define PN_CALL_INTS 20
 typedef struct {

@@ -101,6 +101,11 @@ int pn_calls_run(const pn_call* calls, int64_t count, const int64_t* positions) 
                              (float*)(intptr_t)a[3], (int)a[4], (const int64_t*)(intptr_t)a[5], (float)c->f[0],
                              (float)c->f[1], (int)a[6]);
         break;
+      case PN_CALL_LAYER_NORM:  /* its length was checked when it was recorded */
+        (void)pn_layer_norm((const float*)(intptr_t)a[0], (const float*)(intptr_t)a[1], (const float*)(intptr_t)a[2],
+                            (float*)(intptr_t)a[3], (float*)(intptr_t)a[4], (float*)(intptr_t)a[5], a[6], a[7],
+                            (float)c->f[0], (int)a[8]);
+        break;
       case PN_CALL_CACHED_ATTENTION: {
         const int status = pn_cached_attention_run((const pn_cached_attention*)c->object, p[0], p[1], p[2], (int)a[3]);
         p += 3;

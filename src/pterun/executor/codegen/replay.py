@@ -5,8 +5,8 @@ A decode step of an 8da4w language model is a few hundred native calls (the XNNP
 Python that finds its pointers and checks its tensors: on one CPU thread that Python took about a fifth of the
 step. The generated code wraps each run of consecutive steps whose kernels can say that a call was native calls
 alone (``ran_natively``: the fused kernels of ``kernels/fused.py`` and ``kernels/llm/cached_attention.py``, small
-float arithmetic of ``kernels/binary.py``, the XNNPACK delegate where its translation is native calls alone), with
-the views between them, in a ``Replay``:
+float arithmetic of ``kernels/binary.py``, layer norms of ``kernels/layer_norm.py``, the XNNPACK delegate where its
+translation is native calls alone), with the views between them, in a ``Replay``:
 
     if not _replay84((v163, v163, v164, ...), v204, v264, v80):   # the attentions' positions, then the state
         try:
