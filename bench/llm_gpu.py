@@ -247,7 +247,8 @@ def run(directory: Path, sizes: list[str], new_tokens: int, rounds: int, out: Pa
 def profile(directory: Path, sizes: list[str], steps: int, ways: list[str], out: Path | None) -> None:
     """Where a decode step's time goes, for each way of running the program: the runner's own step (feed the
     token, run the method, pick the next token greedily) ``steps`` times after a generation, timed whole, then
-    under PyTorch's profiler: the GPU's kernels per step (how many, their time) and the kernels that take most."""
+    under PyTorch's profiler: the GPU's kernels per step (how many, their time) and the kernels that take most.
+    The 8da4w program, where its file is there, is profiled the same ways (``<way>_8da4w``)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as profiler
 
@@ -255,12 +256,16 @@ def profile(directory: Path, sizes: list[str], steps: int, ways: list[str], out:
 
     table: dict = {}
     for size in sizes:
-        pte, tokenizer = _program(directory, size), directory / tokenizer_name(size)
-        if pte is None:
-            print(f"{size}: no {program_name(size)}(.xz): skipped", flush=True)
+        tokenizer = directory / tokenizer_name(size)
+        programs = [(way, _program(directory, size), way) for way in ways]
+        # The 8da4w form, where it is there, the same ways: its own step against the bf16 program's.
+        programs += [(f"{way}_8da4w", _program(directory, size, "8da4w"), way) for way in ways]
+        programs = [(key, pte, way) for key, pte, way in programs if pte is not None]
+        if not programs:
+            print(f"{size}: no {program_name(size)}(.xz) nor {program_name(size, '8da4w')}(.xz): skipped", flush=True)
             continue
         prompt = prompt_of(tokenizer, 128)
-        for way in ways:
+        for key, pte, way in programs:
             runner = TextLLMRunner(str(pte), str(tokenizer), device="cuda", **WAYS[way])
             runner.generate(prompt, GenerationConfig(temperature=0.0, echo=False, max_new_tokens=32))
             _decode_steps(runner, steps)  # the same positions again: shapes and graphs as measured
@@ -282,8 +287,9 @@ def profile(directory: Path, sizes: list[str], steps: int, ways: list[str], out:
             row = {"step_ms": wall * 1000, "gpu_kernel_ms": gpu, "kernels_per_step": len(kernels) / steps,
                    "top_kernels_us_per_step": {name[:90]: t / steps for name, (t, _) in top},
                    "top_kernels_per_step": {name[:90]: n / steps for name, (_, n) in top}}
-            table.setdefault(size, {})[way] = row
-            print(f"{size} {way}: step {row['step_ms']:.3f} ms, GPU kernels {gpu:.3f} ms in "
+            row["compile_status"] = runner.decoder.method.compile_status
+            table.setdefault(size, {})[key] = row
+            print(f"{size} {key} ({row['compile_status']}): step {row['step_ms']:.3f} ms, GPU kernels {gpu:.3f} ms in "
                   f"{row['kernels_per_step']:.0f} kernels per step", flush=True)
             for name, t in row["top_kernels_us_per_step"].items():
                 print(f"    {t:8.1f} us in {row['top_kernels_per_step'][name]:5.1f}  {name}", flush=True)
