@@ -279,8 +279,13 @@ int pn_sdpa(const pn_attention* a, int threads) {
   job.slot = floats * sizeof(float);
   job.scratch = thread_scratch(job.slot * (size_t)tasks);
   if (job.scratch == NULL) return -2;
-  /* Apart from PyTorch's OpenMP team: MKL's sgemm_ then splits a product over threads of its own as it does
-   * under ExecuTorch's pool (on an AMD EPYC it gives a product of five columns the last one's sums apart). */
-  pn_parallel_apart(sdpa_task, &job, tasks, threads);
+  /* Queries of several rows apart from PyTorch's OpenMP team: from inside the team MKL's sgemm_ runs a product
+   * on that thread alone, where under ExecuTorch's pool it chooses its own threads, and on an AMD EPYC the last
+   * of five columns came out apart from ExecuTorch's. A decode step's one row comes out the same either way
+   * (tests/kernels/test_llm_kernels.py), and on the team it finds the threads the step's other calls woke. */
+  if (a->q_len > 1)
+    pn_parallel_apart(sdpa_task, &job, tasks, threads);
+  else
+    pn_parallel(sdpa_task, &job, tasks, threads);
   return 0;
 }
