@@ -12,7 +12,7 @@ setup(
         sources=[f"{NATIVE}/{name}.c"
                  for name in ("module", "cpu", "quantize", "convert", "qb4w", "q8", "qconv", "qbinary", "qpool",
                               "vunary", "vsoftmax", "sdpa", "fused", "dwconv", "gemm",
-                              "cached_attention", "silu", "move", "norm", "replay")],
+                              "cached_attention", "silu", "move", "norm", "fpool", "replay")],
         depends=[f"{NATIVE}/native.h", f"{NATIVE}/vlanes.h"],
         # No contraction of a * b + c into a fused multiply-add the kernels did not ask for: their results
         # must round as XNNPACK's do. Instruction sets beyond the baseline are chosen per function at run time.

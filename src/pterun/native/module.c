@@ -584,6 +584,30 @@ static PyObject* py_rms_norm(PyObject* self, PyObject* const* args, Py_ssize_t n
   Py_RETURN_NONE;
 }
 
+/* mean_f32(x, y, n, pixels, c, lo, hi, threads) */
+static PyObject* py_mean_f32(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  long long a[6];
+  if (!counted(nargs, 8, "mean_f32") || !ints(args, 5, a) || !ints(args + 7, 1, a + 5)) return spoiled();
+  const double lo = PyFloat_AsDouble(args[5]), hi = PyFloat_AsDouble(args[6]);
+  if (PyErr_Occurred()) return spoiled();
+  if (a[3] <= 0 || a[2] < 0 || a[4] < 0) {
+    PyErr_Format(PyExc_ValueError, "mean_f32: %lld images of %lld pixels and %lld channels", a[2], a[3], a[4]);
+    return spoiled();
+  }
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = pn_mean_f32((const float*)(intptr_t)a[0], (float*)(intptr_t)a[1], a[2], a[3], a[4], (float)lo, (float)hi,
+                       (int)a[5]);
+  Py_END_ALLOW_THREADS
+  if (status) {
+    PyErr_NoMemory();
+    return spoiled();
+  }
+  recorded(PN_CALL_MEAN_F32, NULL, NULL, a, 6, lo, hi);
+  Py_RETURN_NONE;
+}
+
 /* layer_norm(x, weight, bias, y, mean, rstd, rows, n, eps, threads): weight and bias 0 for none */
 static PyObject* py_layer_norm(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
@@ -848,6 +872,7 @@ static PyMethodDef methods[] = {
     {"sdpa", (PyCFunction)(void (*)(void))py_sdpa, METH_FASTCALL, "ExecuTorch's float32 custom_sdpa."},
     {"sdpa_blas", py_sdpa_blas, METH_NOARGS, "Whether attention's products run in PyTorch's sgemm_."},
     {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL, "RMSNorm as PyTorch's CPU steps round it."},
+    {"mean_f32", (PyCFunction)(void (*)(void))py_mean_f32, METH_FASTCALL, "XNNPACK's float global mean."},
     {"layer_norm", (PyCFunction)(void (*)(void))py_layer_norm, METH_FASTCALL,
      "Layer normalization of float32 rows shorter than 256 values, as ExecuTorch's portable kernel rounds it."},
     {"add_rms_norm", (PyCFunction)(void (*)(void))py_add_rms_norm, METH_FASTCALL,

@@ -77,11 +77,6 @@ static void plane_run(const char* x, char* y, int64_t r0, int64_t r1, int64_t co
   }
 }
 
-static inline float clamped(float v, float lo, float hi) {
-  v = v < lo ? lo : v; /* NaN stays NaN, as PyTorch's clamp leaves it */
-  return v > hi ? hi : v;
-}
-
 /* One operation over a run: both inputs contiguous, or one of them a single value (broadcast), vectorized by
  * the compiler; else strided. */
 #define BINARY_RUN(EXPR)                                                                              \
@@ -89,24 +84,24 @@ static inline float clamped(float v, float lo, float hi) {
     if (ys == 1 && as == 1 && bs == 1) {                                                              \
       for (int64_t i = 0; i < n; i++) {                                                               \
         const float p = a[i], q = b[i];                                                               \
-        y[i] = clamped(EXPR, lo, hi);                                                                 \
+        y[i] = pn_clamped(EXPR, lo, hi);                                                                 \
       }                                                                                               \
     } else if (ys == 1 && as == 1 && bs == 0) {                                                       \
       const float q = b[0];                                                                           \
       for (int64_t i = 0; i < n; i++) {                                                               \
         const float p = a[i];                                                                         \
-        y[i] = clamped(EXPR, lo, hi);                                                                 \
+        y[i] = pn_clamped(EXPR, lo, hi);                                                                 \
       }                                                                                               \
     } else if (ys == 1 && as == 0 && bs == 1) {                                                       \
       const float p = a[0];                                                                           \
       for (int64_t i = 0; i < n; i++) {                                                               \
         const float q = b[i];                                                                         \
-        y[i] = clamped(EXPR, lo, hi);                                                                 \
+        y[i] = pn_clamped(EXPR, lo, hi);                                                                 \
       }                                                                                               \
     } else {                                                                                          \
       for (int64_t i = 0; i < n; i++) {                                                               \
         const float p = a[i * as], q = b[i * bs];                                                     \
-        y[i * ys] = clamped(EXPR, lo, hi);                                                            \
+        y[i * ys] = pn_clamped(EXPR, lo, hi);                                                            \
       }                                                                                               \
     }                                                                                                 \
   } while (0)
@@ -127,7 +122,7 @@ static void binary_run(int op, const float* a, const float* b, float* y, int64_t
       BINARY_RUN(p / q);
       break;
     default: /* PN_CLAMP */
-      for (int64_t i = 0; i < n; i++) y[i * ys] = clamped(a[i * as], lo, hi);
+      for (int64_t i = 0; i < n; i++) y[i * ys] = pn_clamped(a[i * as], lo, hi);
   }
 }
 

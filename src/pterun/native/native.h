@@ -236,6 +236,15 @@ int pn_rms_norm(const float* x, const float* weight, float* out, int64_t rows, i
  * norm. total may be a or b but no other bytes of them; out may be total but no other bytes of it. */
 int pn_add_rms_norm(const float* a, const float* b, float* total, const float* weight, float* out, int64_t rows,
                     int64_t n, float eps, int lanes);
+/* PyTorch's clamp of a float: a value equal to a bound kept, NaN kept (move.c's clamp, fpool.c's mean). */
+static inline float pn_clamped(float v, float lo, float hi) {
+  v = v < lo ? lo : v;
+  return v > hi ? hi : v;
+}
+/* XNNPACK's float global mean of `n` NHWC images of `pixels` (> 0) pixels and c channels (fpool.c): each channel
+ * summed in pixel order from 0.0f, times 1.0f / pixels, clamped to [lo, hi]; y n x c. Returns -2 where a thread's
+ * sums could not be allocated. */
+int pn_mean_f32(const float* x, float* y, int64_t n, int64_t pixels, int64_t c, float lo, float hi, int threads);
 /* Layer normalization as ExecuTorch's portable kernel computes it (norm.c): `rows` contiguous rows of n values
  * (1 <= n < PN_LAYER_NORM_LONGEST), weight and bias n values each or NULL (1 and 0), y rows like x (x itself or
  * bytes apart), mean and rstd one value per row. Returns -1 (and computes nothing) for other lengths. */
@@ -289,7 +298,7 @@ enum pn_call_kind {
   PN_CALL_QUANTIZE_ROWS, PN_CALL_QB4W_RUN, PN_CALL_Q8_RUN, PN_CALL_RMS_NORM, PN_CALL_ADD_RMS_NORM, PN_CALL_SILU_MUL,
   PN_CALL_CACHED_ATTENTION, PN_CALL_QUANTIZE_S8, PN_CALL_DEQUANTIZE_S8, PN_CALL_LOOKUP_S8, PN_CALL_QCONV_RUN,
   PN_CALL_QBINARY_RUN, PN_CALL_QMEAN_S8, PN_CALL_QMAXPOOL_S8, PN_CALL_VUNARY, PN_CALL_SOFTMAX, PN_CALL_DWCONV,
-  PN_CALL_CONV, PN_CALL_COPY_STRIDED, PN_CALL_VBINARY, PN_CALL_LAYER_NORM
+  PN_CALL_CONV, PN_CALL_COPY_STRIDED, PN_CALL_VBINARY, PN_CALL_LAYER_NORM, PN_CALL_MEAN_F32
 };
 #define PN_CALL_INTS 20
 typedef struct {

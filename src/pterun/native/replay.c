@@ -106,6 +106,11 @@ int pn_calls_run(const pn_call* calls, int64_t count, const int64_t* positions) 
                             (float*)(intptr_t)a[3], (float*)(intptr_t)a[4], (float*)(intptr_t)a[5], a[6], a[7],
                             (float)c->f[0], (int)a[8]);
         break;
+      case PN_CALL_MEAN_F32:  /* it fails only where its scratch memory cannot be had */
+        if (pn_mean_f32((const float*)(intptr_t)a[0], (float*)(intptr_t)a[1], a[2], a[3], a[4], (float)c->f[0],
+                        (float)c->f[1], (int)a[5]))
+          return -2;
+        break;
       case PN_CALL_CACHED_ATTENTION: {
         const int status = pn_cached_attention_run((const pn_cached_attention*)c->object, p[0], p[1], p[2], (int)a[3]);
         p += 3;

@@ -296,6 +296,19 @@ def emit_qmean(b, x: str, out: str, xshape, shape, scale: float, zero: float, qm
     b.route(f"native int8 mean ({kernel_isa()})")
 
 
+def emit_mean(b, x: str, out: str, xshape, shape, lo: float, hi: float) -> None:
+    """Lines setting float ``out`` of ``shape`` ([n, c] or [n, 1, 1, c]) to XNNPACK's global mean of NHWC ``x``
+    (each channel summed in pixel order, times 1 / pixels), clamped to [lo, hi]."""
+    n, h, w, c = xshape
+    run = _function(b, "mean_f32", _kernels().mean_f32)
+    into, after = target(b, out, shape)
+    b.emit(f"{run}({source(b, x)}, {into}, {n}, {h * w}, {c}, {b.number(float(lo))}, {b.number(float(hi))}, "
+           f"{threads(b)}())")
+    if after:
+        b.emit(after)
+    b.route("native float mean")
+
+
 def emit_qmaxpool(b, x: str, out: str, xshape, shape, window: tuple[int, ...], qmin: int, qmax: int) -> None:
     """Lines computing signed 8-bit NHWC ``out`` of ``shape``, the max pooling of ``x`` by ``window`` (kernel
     height and width, strides, dilations, top and left padding)."""
@@ -490,7 +503,7 @@ def emit_softmax(b, x: str, out: str, shape) -> None:
 # recording keeps, read the thread count, and look at its arguments (their pointers, layouts and sizes, a view).
 _RECORDED = ("quantize_rows", "qb4w_run", "q8_run", "quantize_s8", "dequantize_s8", "lookup_s8", "qconv_run",
              "qbinary_run", "qmean_s8", "qmaxpool_s8", "vunary", "softmax", "dwconv", "conv", "copy_strided",
-             "vbinary")
+             "vbinary", "mean_f32")
 _LOOKS = frozenset({"data_ptr", "is_contiguous", "resize_", "view"})
 _SYNTAX = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Return, ast.Assign, ast.Expr, ast.If, ast.IfExp,
            ast.Delete, ast.Del, ast.Load, ast.Store, ast.Name, ast.Constant, ast.Tuple, ast.Call, ast.Attribute,

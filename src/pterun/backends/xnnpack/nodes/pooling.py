@@ -8,7 +8,7 @@ import torch
 from pterun.backends.xnnpack.compiler import Builder
 from pterun.backends.xnnpack.graph import Datatype, Node
 from pterun.backends.xnnpack.nodes import native, qmath
-from pterun.backends.xnnpack.nodes.common import emit_float_clamp, require_float, unsupported
+from pterun.backends.xnnpack.nodes.common import emit_float_clamp, float_bounds, require_float, unsupported
 from pterun.errors import InvalidArgument
 
 FLAG_KEEP_DIMS = 0x40
@@ -147,6 +147,9 @@ def global_average_pooling(node: Node, b: Builder) -> None:
         return _q8_mean(node, b, x, y, shape, h * w)
     require_float(node, x, y)
     o = b.define(y.id, shape)
+    if native.enabled(b) and h * w > 0:
+        # XNNPACK's order (each channel's pixels in turn, times 1 / pixels): its bits, which torch.mean's are not.
+        return native.emit_mean(b, b.ref(x.id), o, xshape, shape, *float_bounds(node))
     out4 = b.view(y.id, (n, 1, 1, c))
     b.emit(f"torch.mean({b.ref(x.id)}, dim=(1, 2), keepdim=True, out={out4})")
     emit_float_clamp(node, b, o)
