@@ -12,6 +12,7 @@ import pterun
 from pterun import native
 from pterun.kernels.binary import LARGEST, NAMES, BinaryInto, ReluInto, factory
 from pterun.native import geometry
+from tests.support.compare import same_bits
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.oracle import run_reference
 
@@ -34,11 +35,6 @@ def _inputs(seed: int) -> list:
     return [x, torch.randn(9, generator=g), torch.randn(6, 1, generator=g)]
 
 
-def _same(actual: torch.Tensor, expected: torch.Tensor) -> bool:
-    nan = expected.isnan()
-    return bool(torch.equal(actual.isnan(), nan)
-                and torch.equal(actual[~nan].view(torch.int32), expected[~nan].view(torch.int32)))
-
 
 def test_a_portable_chain_replays_with_executorchs_bits():
     exported = export_program("kernels-binary-arithmetic-v1", lambda: ExportSpec(Arithmetic(), tuple(_inputs(0))))
@@ -51,7 +47,7 @@ def test_a_portable_chain_replays_with_executorchs_bits():
         actual = method.execute(args)
         expected = run_reference(exported.pte, args)
         for k, (a, e) in enumerate(zip(actual, expected)):
-            assert _same(a, e), f"call {seed}, output {k}"
+            assert same_bits(a, e), f"call {seed}, output {k}"
         assert all(kernel.ran_natively() for kernel in kernels), seed
     assert sum(method.replays.values()) >= 3, method.replays
 
@@ -76,7 +72,7 @@ def test_each_operator_is_pytorchs_to_the_bit(name):
         op = getattr(torch, NAMES[name][0])
         kernel(a, b, out=out) if count == 4 else kernel(a, b, 1, out=out)
         assert kernel.ran_natively(), (name, a_shape, b_shape)
-        assert _same(out, op(a, b)), (name, a_shape, b_shape)
+        assert same_bits(out, op(a, b)), (name, a_shape, b_shape)
 
 
 def test_relu_keeps_what_pytorchs_keeps():
@@ -85,7 +81,7 @@ def test_relu_keeps_what_pytorchs_keeps():
     x = torch.tensor([-0.0, math.nan, -1.0, 2.0, 0.0, -math.inf, math.inf, 1e-40] * 3)
     out = torch.empty_like(x)
     kernel(x, out=out)
-    assert kernel.ran_natively() and _same(out, torch.relu(x))
+    assert kernel.ran_natively() and same_bits(out, torch.relu(x))
 
 
 def test_what_the_native_call_does_not_take_is_pytorchs_call():

@@ -11,6 +11,7 @@ import torch
 import pterun
 from pterun import native
 from pterun.kernels.layer_norm import LONGEST, LayerNormInto, factory
+from tests.support.compare import same_bits
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.oracle import run_reference
 
@@ -51,11 +52,6 @@ def _inputs(seed: int) -> list:
     return [x]
 
 
-def _same(actual: torch.Tensor, expected: torch.Tensor) -> bool:
-    nan = expected.isnan()
-    return bool(torch.equal(actual.isnan(), nan)
-                and torch.equal(actual[~nan].view(torch.int32), expected[~nan].view(torch.int32)))
-
 
 def _kernels(method) -> list[LayerNormInto]:
     return [s.binding.fn for s in method.steps
@@ -72,7 +68,7 @@ def test_a_portable_program_gets_executorchs_bits_and_replays():
         actual = method.execute(args)
         expected = run_reference(exported.pte, args)
         for k, (a, e) in enumerate(zip(actual, expected)):
-            assert _same(a, e), f"call {seed}, output {k}: {(a - e).abs().nan_to_num().max()}"
+            assert same_bits(a, e), f"call {seed}, output {k}: {(a - e).abs().nan_to_num().max()}"
         assert all(kernel.ran_natively() for kernel in kernels), seed
     assert sum(method.replays.values()) >= 2, method.replays
 
@@ -151,4 +147,4 @@ def test_a_row_whose_variance_cancels_is_pytorchs_not_executorchs_loss():
     for row, tolerance in ((1, 1e-5), (2, 1e-3)):
         assert not torch.allclose(theirs[row], eager[row], atol=tolerance, rtol=tolerance), f"premise: row {row}"
         torch.testing.assert_close(actual[row], eager[row], atol=tolerance, rtol=tolerance)
-    assert _same(actual[0], theirs[0])
+    assert same_bits(actual[0], theirs[0])

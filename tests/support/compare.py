@@ -50,3 +50,11 @@ def assert_matches(actual, expected, *, rtol: float = FLOAT_RTOL, ulps: int = 1,
     scale = max(1.0, e.abs().max().item() if e.numel() else 0.0)
     diff = (a - e).abs().max().item() if a.numel() else 0.0
     assert diff <= rtol * scale, f"{what}: max abs diff {diff:.3g} > {rtol:g} * {scale:.3g}"
+
+
+def same_bits(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """float32 tensors equal bit for bit (signs of zero included) where a number, NaN where NaN (which NaN the
+    hardware makes varies)."""
+    nan = expected.isnan()
+    return bool(torch.equal(actual.isnan(), nan) and torch.equal(
+        actual[~nan].view(torch.int32), expected[~nan].view(torch.int32)))

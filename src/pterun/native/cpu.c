@@ -129,14 +129,16 @@ int pn_parallel_team(void) {
 
 static void pool_run(pn_task task, void* ctx, int64_t count, int threads);
 
-void pn_parallel(pn_task task, void* ctx, int64_t count, int threads) {
+/* The tasks on the calling thread alone where one thread is all the call may use, else on PyTorch's OpenMP team
+ * (where `team` and the process has one) or on workers of pterun's own. */
+static void parallel(pn_task task, void* ctx, int64_t count, int threads, int team) {
   if (threads > count) threads = (int)count;
   if (threads > PN_MAX_WORKERS + 1) threads = PN_MAX_WORKERS + 1;
   if (threads <= 1) {
     for (int64_t i = 0; i < count; i++) task(ctx, i);
     return;
   }
-  if (pn_parallel_team()) {
+  if (team && pn_parallel_team()) {
     team_job job = {task, ctx, count, 0};
     gomp_parallel(team_member, &job, (unsigned)threads, 0);
     return;
@@ -144,14 +146,10 @@ void pn_parallel(pn_task task, void* ctx, int64_t count, int threads) {
   pool_run(task, ctx, count, threads);
 }
 
+void pn_parallel(pn_task task, void* ctx, int64_t count, int threads) { parallel(task, ctx, count, threads, 1); }
+
 void pn_parallel_apart(pn_task task, void* ctx, int64_t count, int threads) {
-  if (threads > count) threads = (int)count;
-  if (threads > PN_MAX_WORKERS + 1) threads = PN_MAX_WORKERS + 1;
-  if (threads <= 1) {
-    for (int64_t i = 0; i < count; i++) task(ctx, i);
-    return;
-  }
-  pool_run(task, ctx, count, threads);
+  parallel(task, ctx, count, threads, 0);
 }
 
 static void pool_run(pn_task task, void* ctx, int64_t count, int threads) {

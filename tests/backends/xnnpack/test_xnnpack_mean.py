@@ -13,6 +13,7 @@ import torch.nn.functional as F
 import pterun
 from pterun import native
 from tests.backends.xnnpack.programs import node_kinds, partitioners
+from tests.support.compare import same_bits
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.oracle import run_reference
 
@@ -35,11 +36,6 @@ def _inputs(seed: int) -> list[torch.Tensor]:
     return [x, torch.randn(1, 600, 7, 7, generator=g)]
 
 
-def _same(actual: torch.Tensor, expected: torch.Tensor) -> bool:
-    nan = expected.isnan()
-    return bool(torch.equal(actual.isnan(), nan)
-                and torch.equal(actual[~nan].view(torch.int32), expected[~nan].view(torch.int32)))
-
 
 def test_global_means_are_executorchs_bits_and_replay():
     exported = export_program("xnnpack-mean-v1", lambda: ExportSpec(Pooled(), tuple(_inputs(0)), lower=partitioners))
@@ -49,7 +45,7 @@ def test_global_means_are_executorchs_bits_and_replay():
         args = _inputs(seed)
         actual, expected = method.execute(args), run_reference(exported.pte, args)
         for k, (a, e) in enumerate(zip(actual, expected)):
-            assert _same(a, e), f"call {seed}, output {k}"
+            assert same_bits(a, e), f"call {seed}, output {k}"
         if seed == 0:
             routes = [way for d in method.delegate_handles for _, way in d.routes]
             assert routes.count("native float mean") == 3, routes

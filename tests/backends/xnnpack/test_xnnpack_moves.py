@@ -23,6 +23,7 @@ from pterun.backends.xnnpack.nodes import native as xnn_native
 from pterun.executor.call.precision import Unpinned
 from pterun.native import geometry
 from tests.backends.xnnpack.programs import export_quantized, node_kinds, partitioners, quantized_inputs
+from tests.support.compare import same_bits
 from tests.support.exporting import ExportSpec, export_program
 from tests.support.oracle import run_reference
 
@@ -75,12 +76,6 @@ _TORCH = {"XNNAdd": torch.add, "XNNSubtract": torch.sub, "XNNMultiply": torch.mu
 EDGES = [0.0, -0.0, 1.0, -1.5, math.inf, -math.inf, math.nan, 3.0e38, -3.0e38, 1e-45, 1e-40]
 
 
-def _same(actual: torch.Tensor, expected: torch.Tensor) -> bool:
-    """Equal values (and signs of zero) where a number, NaN where NaN (which NaN the hardware makes varies)."""
-    nan = expected.isnan()
-    return bool(torch.equal(actual.isnan(), nan) and torch.equal(
-        actual[~nan].view(torch.int32), expected[~nan].view(torch.int32)))
-
 
 @pytest.mark.parametrize("kind", list(xnn_native.BINARY_OPS))
 @pytest.mark.parametrize("threads", [1, 2])
@@ -103,7 +98,7 @@ def test_vbinary_is_torchs_arithmetic_then_the_clamp(kind, threads):
             expected = _TORCH[kind](a, b)
             if math.isfinite(lo) or math.isfinite(hi):
                 expected = expected.clamp(lo, hi)
-            assert _same(y, expected), (kind, a_shape, b_shape, lo, hi)
+            assert same_bits(y, expected), (kind, a_shape, b_shape, lo, hi)
 
 
 # -- programs ---------------------------------------------------------------------------------------------------
@@ -133,7 +128,7 @@ def _assert_replays_with_their_bits(exported, inputs, calls: int = 5) -> pterun.
         expected = run_reference(exported.pte, args)
         assert len(actual) == len(expected)
         for k, (a, e) in enumerate(zip(actual, expected)):
-            assert torch.equal(a, e) or _same(a, e), f"call {seed}, output {k}"
+            assert torch.equal(a, e) or same_bits(a, e), f"call {seed}, output {k}"
     return method
 
 
@@ -189,7 +184,7 @@ def test_a_whole_replay_pins_the_precision_around_its_steps_alone():
         for seed in range(4):
             args = _moves_inputs(seed)
             for a, e in zip(method.execute(args), run_reference(exported.pte, args)):
-                assert torch.equal(a, e) or _same(a, e), seed
+                assert torch.equal(a, e) or same_bits(a, e), seed
             assert torch._C._get_fp32_precision_getter("mkldnn", "matmul") == "bf16", "the caller's, back after"
     finally:
         torch.set_float32_matmul_precision(saved)  # user-set
