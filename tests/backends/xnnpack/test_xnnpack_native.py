@@ -39,12 +39,24 @@ def test_the_native_kernels_are_built_where_ci_runs():
 AARCH64_GCC = shutil.which("aarch64-linux-gnu-gcc")
 
 
+def _aarch64_toolchain_missing() -> str | None:
+    """Why the cross-compiler cannot build a CPython extension here, or None: the compiler and its C library's
+    headers come in two packages (Python.h includes <unistd.h>, and the compiler alone falls back on the host's)."""
+    if AARCH64_GCC is None:
+        return "aarch64-linux-gnu-gcc is not installed (apt-get install gcc-aarch64-linux-gnu)"
+    probe = subprocess.run([AARCH64_GCC, "-E", "-x", "c", "-", "-o", "/dev/null"], input="#include <unistd.h>\n",
+                           capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        return "AArch64's C library headers are not installed (apt-get install libc6-dev-arm64-cross)"
+    return None
+
+
 def test_the_native_kernels_compile_for_aarch64_without_a_warning(tmp_path):
     """On an AArch64 machine the extension builds from the same sources, its x86 kernels left out: every kernel then
     takes its portable C or PyTorch's path. No machine of that kind runs the suite, so a cross-compiler checks that
     the x86 sections stay fenced (the sources as setup.py lists them, its flags, warnings as errors)."""
-    if AARCH64_GCC is None:
-        message = "aarch64-linux-gnu-gcc is not installed (apt-get install gcc-aarch64-linux-gnu)"
+    message = _aarch64_toolchain_missing()
+    if message is not None:
         if on_ci():
             pytest.fail(f"{message}; on CI (CI=true) it must be (.ci/run installs it)", pytrace=False)
         pytest.skip(message)
