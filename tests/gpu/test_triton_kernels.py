@@ -101,3 +101,65 @@ def test_products_of_one_row_made_together_are_each_products_bits(k, sizes, dtyp
         alone = torch.full((1, w.shape[0]), float("nan"), device="cuda", dtype=dtype)
         mm_out(x, w.t(), alone)
         assert torch.equal(got, alone)
+
+
+def _qb4w_in_order(family: str, x8, packed, scales, start, zero_points, row_scales, bias, size: int) -> torch.Tensor:
+    """XNNPACK's qd8 x qb4w order spelled out one block at a time, every operation rounded to float32 (the
+    reference the Triton kernel must match bit for bit): a running sum per output (``avx512vnni``) or per lane
+    of inputs (k % 8) // 2 (``avx2``), from the start value times the row's zero point, plus each block's exact
+    integer sum times its scale, block after block; then times the row's scale, plus the bias (a fused
+    multiply-add for ``avx2``: computed in float64, where the product is exact)."""
+    rows, k = x8.shape
+    weights = torch.stack([(packed & 15).to(torch.int64) - 8, (packed >> 4).to(torch.int64) - 8], -1).reshape(-1, k)
+    lanes = 1 if family == "avx512vnni" else 4
+    lane = (torch.arange(k) % 8) // 2 if lanes == 4 else torch.zeros(k, dtype=torch.int64)
+    out = torch.empty(rows, weights.shape[0])
+    for r in range(rows):
+        products = weights * x8[r].to(torch.int64)  # [N, K], exact
+        sums = [zero_points[r] * start] + [torch.zeros_like(start)] * (lanes - 1)
+        for b in range(k // size):
+            part = products[:, b * size:(b + 1) * size]
+            for lane_index in range(lanes):
+                block = part[:, lane[b * size:(b + 1) * size] == lane_index].sum(1)
+                sums[lane_index] = sums[lane_index] + block.to(torch.float32) * scales[b]
+        if lanes == 1:
+            out[r] = sums[0] * row_scales[r] + (bias if bias is not None else -torch.zeros_like(start))
+        else:
+            total = (sums[0] + sums[1]) + (sums[2] + sums[3])
+            out[r] = (total * row_scales[r] if bias is None
+                      else (total.double() * row_scales[r].double() + bias.double()).float())
+    return out
+
+
+# One row and several; blocks of 32 and 128; more blocks than a program reads at once and tails short of a
+# whole read; outputs past a program's last; a running sum of -0.0 (zero rows, negative scales).
+QB4W_CASES = [(1, 2048, 72, 32), (1, 3072, 40, 32), (1, 576, 24, 32), (1, 8192, 16, 32), (3, 1024, 37, 128),
+              (17, 512, 40, 32), (32, 2048, 256, 32), (2, 96, 5, 32)]
+
+
+@pytest.mark.parametrize("family", ["avx512vnni", "avx2"])
+@pytest.mark.parametrize("rows, k, n, size", QB4W_CASES)
+@pytest.mark.parametrize("biased", [False, True])
+def test_4bit_block_kernel_adds_the_blocks_in_order(rows, k, n, size, family, biased):
+    from pterun.backends.xnnpack.nodes.qblock_triton import qb4w
+
+    g = torch.Generator().manual_seed(rows * 1000 + k + n)
+    x8 = torch.randint(-128, 128, (rows, k), dtype=torch.int8, generator=g)
+    packed = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=g)
+    scales = (torch.rand(k // size, n, generator=g) * 0.01).bfloat16().float()
+    start = torch.randn(n, generator=g)
+    zero_points = torch.randint(-128, 128, (rows,), generator=g).float()
+    row_scales = torch.rand(rows, generator=g) * 0.1
+    bias = torch.randn(n, generator=g) if biased else None
+    if k == 96:
+        x8.zero_(), zero_points.zero_()
+        scales, start = -scales, -torch.zeros(n)
+        bias = -torch.zeros(n) if biased else None
+    expected = _qb4w_in_order(family, x8, packed, scales, start, zero_points, row_scales, bias, size)
+    if k == 96 and family == "avx512vnni":  # (avx2's other lanes start at +0.0, so its sums end there)
+        assert (expected == 0).all() and torch.signbit(expected).all(), "premise: every result is -0.0"
+    out = torch.full((rows, n), float("nan"), device="cuda")
+    cuda = [t.cuda() if t is not None else None for t in (x8, packed, scales, start, zero_points, row_scales, bias)]
+    qb4w(family, *cuda, out, size)
+    assert torch.equal(out.cpu().view(torch.int32), expected.view(torch.int32)), (
+        f"{(out.cpu() != expected).sum().item()} of {out.numel()} differ")

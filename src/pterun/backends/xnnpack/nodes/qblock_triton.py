@@ -2,11 +2,17 @@
 
 ``qblock.py`` says what the order is; this kernel repeats it on the GPU, so a CUDA run of an 8da4w program
 gives the bits ExecuTorch gives on the machine's CPU. Each program takes one row and ``BLOCK_N`` outputs
-and walks the blocks in order, ``CHUNK`` at a time: their sums are computed together (exact in int32),
-then each block's, taken out of the tile exactly (a sum of one integer and zeros), is multiplied by its
-scale (exact in float32) and added onto the running sum (one sum, or the ``avx2`` kernels' four lanes),
-one rounding per block, in the blocks' order. The weights stay as the file packs them, two 4-bit values to
-a byte plus 8, read once per row.
+and walks the blocks in order, ``CHUNK`` at a time: their sums are computed together (exact in int32) and
+multiplied by their scales (one rounding each, in any order), then added onto the running sum (one sum, or
+the ``avx2`` kernels' four lanes) one block after the other, each sum rounded, in the blocks' order
+(``_in_order`` takes the tile's columns apart in registers). The weights stay as the file packs them, two
+4-bit values to a byte plus 8, read once per row.
+
+A decode step has one row, so its outputs are all the parallelism there is (the order forbids splitting a
+column's blocks between programs): each program then takes a few outputs and up to 64 of their blocks at
+once, kilobytes of weights in flight, where eight outputs of eight blocks each left a 1B decoder's products
+at a sixteenth of the GPU's bandwidth. tests/backends/xnnpack/test_xnnpack_gpu.py holds it to the CPU's bits
+in both orders, at one row and many.
 
 The kernel is compiled with ``enable_fp_fusion=False``: Triton would otherwise contract a product and a
 sum into one fused multiply-add, which rounds once where XNNPACK rounds twice (the row's scale times the
@@ -22,7 +28,20 @@ import triton.language as tl
 from pterun.core.triton_options import NO_FUSION
 
 _LANES = {"avx512vnni": 1, "avx2": 4}  # the running sums each output keeps, by family
-_TILE = 4096  # weight bytes a program holds at once (outputs x blocks x bytes of a block)
+_TILE = 8192  # weight bytes a program holds at once (outputs x blocks x bytes of a block)
+_MAX_CHUNK = 64  # blocks a program reads at once
+_PROGRAMS = 256  # programs wanted at one row: about two per multiprocessor of a large GPU
+
+
+@triton.jit
+def _in_order(s, p, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr):
+    """``s`` plus the columns of ``p`` [BLOCK_N, CHUNK], one after the other, each sum rounded: halves
+    taken apart in registers (tl.split), the first half's columns added before the second's."""
+    if CHUNK == 1:
+        return s + tl.reshape(p, (BLOCK_N,))
+    else:
+        first, second = tl.split(tl.permute(tl.reshape(p, (BLOCK_N, 2, CHUNK // 2)), (0, 2, 1)))
+        return _in_order(_in_order(s, first, BLOCK_N, CHUNK // 2), second, BLOCK_N, CHUNK // 2)
 
 
 @triton.jit
@@ -44,33 +63,32 @@ def _qb4w(x_ptr, w_ptr, scale_ptr, start_ptr, zp_ptr, rs_ptr, bias_ptr, y_ptr, N
     s0, s1, s2, s3 = first, zero, zero, zero
     for c0 in range(0, blocks, CHUNK):
         block = c0 + chunk
-        ok = (block < blocks)[:, None] & t_ok[None, :]
+        there = block < blocks
+        ok = there[:, None] & t_ok[None, :]
         x_at = x_row + block[:, None] * SIZE + 2 * t[None, :]
         xe = tl.load(x_at, mask=ok, other=0).to(tl.int32)
         xo = tl.load(x_at + 1, mask=ok, other=0).to(tl.int32)
         wb = tl.load(w_rows + (block[:, None] * (SIZE // 2) + t[None, :])[None, :, :],
                      mask=col_ok[:, None, None] & ok[None, :, :], other=0x88).to(tl.int32)
         products = ((wb & 15) - 8) * xe[None, :, :] + ((wb >> 4) - 8) * xo[None, :, :]  # [outputs, blocks, bytes]
+        # Each block's sum times its scale: one rounding, whatever the order (the sums are exact in int32). A
+        # block past the last adds -0.0, which leaves every running sum as it was, bit for bit (made from its
+        # bits: Triton takes the literal -0.0 for 0.0, equal as floats).
+        scale = tl.load(scale_ptr + block[None, :] * N + cols[:, None], mask=col_ok[:, None] & there[None, :],
+                        other=0.0)
+        past = tl.full((BLOCK_N, CHUNK), -(2**31), tl.int32).to(tl.float32, bitcast=True)
         if LANES == 1:
-            sums = tl.sum(products, axis=2)
-            for j in tl.static_range(CHUNK):
-                there = c0 + j < blocks
-                scale = tl.load(scale_ptr + (c0 + j) * N + cols, mask=col_ok & there, other=0.0)
-                s = tl.sum(tl.where(chunk[None, :] == j, sums, 0), axis=1)  # block j's sums, exact
-                s0 = tl.where(there, s0 + s.to(tl.float32) * scale, s0)
+            s0 = _in_order(s0, tl.where(there[None, :], tl.sum(products, axis=2).to(tl.float32) * scale, past),
+                           BLOCK_N, CHUNK)
         else:
-            sums0 = tl.sum(tl.where(lane[None, None, :] == 0, products, 0), axis=2)
-            sums1 = tl.sum(tl.where(lane[None, None, :] == 1, products, 0), axis=2)
-            sums2 = tl.sum(tl.where(lane[None, None, :] == 2, products, 0), axis=2)
-            sums3 = tl.sum(tl.where(lane[None, None, :] == 3, products, 0), axis=2)
-            for j in tl.static_range(CHUNK):
-                there = c0 + j < blocks
-                scale = tl.load(scale_ptr + (c0 + j) * N + cols, mask=col_ok & there, other=0.0)
-                pick = chunk[None, :] == j
-                s0 = tl.where(there, s0 + tl.sum(tl.where(pick, sums0, 0), axis=1).to(tl.float32) * scale, s0)
-                s1 = tl.where(there, s1 + tl.sum(tl.where(pick, sums1, 0), axis=1).to(tl.float32) * scale, s1)
-                s2 = tl.where(there, s2 + tl.sum(tl.where(pick, sums2, 0), axis=1).to(tl.float32) * scale, s2)
-                s3 = tl.where(there, s3 + tl.sum(tl.where(pick, sums3, 0), axis=1).to(tl.float32) * scale, s3)
+            p0 = tl.sum(tl.where(lane[None, None, :] == 0, products, 0), axis=2).to(tl.float32) * scale
+            p1 = tl.sum(tl.where(lane[None, None, :] == 1, products, 0), axis=2).to(tl.float32) * scale
+            p2 = tl.sum(tl.where(lane[None, None, :] == 2, products, 0), axis=2).to(tl.float32) * scale
+            p3 = tl.sum(tl.where(lane[None, None, :] == 3, products, 0), axis=2).to(tl.float32) * scale
+            s0 = _in_order(s0, tl.where(there[None, :], p0, past), BLOCK_N, CHUNK)
+            s1 = _in_order(s1, tl.where(there[None, :], p1, past), BLOCK_N, CHUNK)
+            s2 = _in_order(s2, tl.where(there[None, :], p2, past), BLOCK_N, CHUNK)
+            s3 = _in_order(s3, tl.where(there[None, :], p3, past), BLOCK_N, CHUNK)
     rs = tl.load(rs_ptr + row)
     if LANES == 1:
         y = s0 * rs
@@ -85,10 +103,15 @@ def _qb4w(x_ptr, w_ptr, scale_ptr, start_ptr, zp_ptr, rs_ptr, bias_ptr, y_ptr, N
     tl.store(y_ptr + row.to(tl.int64) * N + cols, y, mask=col_ok)
 
 
-def block_n(rows: int, n: int) -> int:
-    """Outputs per program: enough programs to fill a large GPU at one row, wide tiles for many rows."""
-    want = max(8, min(128, triton.next_power_of_2(max(1, rows * n // 512))))
-    return min(want, max(8, triton.next_power_of_2(n)))
+def tiles(rows: int, n: int, blocks: int, half: int) -> tuple[int, int]:
+    """(outputs, blocks) a program takes at once. Enough programs to fill a large GPU: at one row, where the
+    outputs alone give the parallelism, a few outputs each and many of their blocks at once, so that every
+    program has kilobytes of weights in flight (eight outputs and eight blocks each read the 1B decoder's
+    weights at a sixteenth of the bandwidth); wide tiles for many rows."""
+    outputs = max(2, min(128, triton.next_power_of_2(max(1, rows * n // _PROGRAMS))))
+    outputs = min(outputs, max(2, triton.next_power_of_2(n)))
+    chunk = min(_MAX_CHUNK, triton.next_power_of_2(blocks), max(1, _TILE // (outputs * half)))
+    return outputs, chunk
 
 
 def qb4w(family: str, x8: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, start: torch.Tensor,
@@ -99,13 +122,10 @@ def qb4w(family: str, x8: torch.Tensor, packed: torch.Tensor, scales: torch.Tens
     and ``bias`` [N], in ``family``'s order; every tensor contiguous and on one GPU."""
     rows, k = x8.shape
     n = out.shape[1]
-    tile = block_n(rows, n)
     half = triton.next_power_of_2(size // 2)
-    chunk = 1  # blocks a program reads at once, a power of two
-    while chunk < 8 and 2 * chunk * tile * half <= _TILE:
-        chunk *= 2
+    tile, chunk = tiles(rows, n, k // size, half)
     _qb4w[(triton.cdiv(n, tile), rows)](
         x8, packed, scales, start, zero_points, row_scales, bias if bias is not None else start, out, n, k,
         k // size, packed.stride(0), SIZE=size, HALF=half, CHUNK=chunk, BLOCK_N=tile, LANES=_LANES[family],
-        HAS_BIAS=bias is not None, num_warps=4, **NO_FUSION)
+        HAS_BIAS=bias is not None, num_warps=8 if tile * chunk * half > _TILE // 2 else 4, **NO_FUSION)
     return out
