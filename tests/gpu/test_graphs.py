@@ -94,8 +94,6 @@ def test_shapes_that_alternate_each_keep_their_graph():
 def test_a_compiled_method_of_dynamic_shapes_compiles_outside_the_capture_and_replays_the_compiled_code():
     """compile=True compiles a set of input shapes once it comes twice in a row: that call runs eagerly, never inside a
     capture (Inductor launches kernels while it compiles), and the next call captures the compiled code."""
-    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
-
     method = _method(example_program(), compile=True)
     assert method.compile_status == "compiled", "premise: the method has a functional form"
     reference = pterun.Runtime.get().load_program(example_program()).load_method("forward")
@@ -109,7 +107,7 @@ def test_a_compiled_method_of_dynamic_shapes_compiles_outside_the_capture_and_re
             assert runner.graph is None, "the call that compiled ran eagerly"
         if k == 2:
             assert runner.graph is not None, "the next one captured"
-    assert len(_debug_get_cache_entry_list(method.functional.__code__)) == 1, "length 17 came once: not compiled"
+    assert len(method._loaded.compiled_function.shapes) == 1, "length 17 came once: not compiled"
     assert runner.replaying and method.compile_status == "compiled"
 
 
@@ -117,8 +115,6 @@ def test_a_compiled_methods_replays_count_as_calls_so_a_prompt_between_generatio
     """Generations alternate a prompt's length with replayed one-token steps. Replays do not call the compiled
     function; unless they count, the prompt came "twice in a row" at the second generation and compiled (3.7 s
     inside a 100M decoder's generation on an H100). Calls left uncompiled run the method's generated code."""
-    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
-
     method = _method(example_program(), compile=True)
     assert method.compile_status == "compiled", "premise: the method has a functional form"
     compiled = method._loaded.compiled_function
@@ -132,7 +128,7 @@ def test_a_compiled_methods_replays_count_as_calls_so_a_prompt_between_generatio
             assert_matches(logits.cpu(), reference.execute([tokens.cpu()])[0], rtol=2e-4,
                            what=f"generation {generation} call {k}")
         assert runner.replaying, f"generation {generation}: the one-token steps replay"
-    assert len(_debug_get_cache_entry_list(method.functional.__code__)) == 1, "only the one-token step compiled"
+    assert len(compiled.shapes) == 1, "only the one-token step compiled"
     assert runner.failure is None and method.compile_status == "compiled"
 
 

@@ -131,7 +131,8 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
                 plain = _plain_call(plan, generated.run, tensor_inputs, params_in, objects)
             params_in, outputs_unplanned = tensor_inputs, []
             run = compiled_function = CompiledFunction(functional, dynamic=any(vi in dynamic for vi in params_in),
-                                                       plain=plain)
+                                                       plain=plain, source=functional_source,
+                                                       cache=context.options.cache)
 
     where = f"method {plan.name!r}"
     binders = [_binder(context, plan, i, vi, objects, params_in) for i, vi in enumerate(plan.inputs)]

@@ -29,6 +29,10 @@ by the same rule (call/graphs.py). The alternative, one graph with symbolic
 sizes, spent over a minute in Dynamo's shape reasoning on a two-layer decoder
 (docs/benchmarks.md) and still compiled the one-token step again, as sizes of 1
 are specialized.
+
+Where torch can (2.11 on, Inductor's caches on), each set of shapes is compiled ahead of time and kept in the
+load cache (``ahead.py``): another process reads it back instead of tracing the method again. Elsewhere
+``torch.compile``'s own path compiles it, and Dynamo's cache of the function's frame holds the code.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+
+from pterun.executor.cache import LoadCache
+from pterun.executor.codegen.ahead import Ahead, compile_ahead
 
 COMPILED = "compiled"
 LEFT_UNCOMPILED = "torch.compile ran it uncompiled (its recompilation limits were reached)"
@@ -52,17 +59,21 @@ def _shapes(args: Sequence) -> tuple:
 
 
 class CompiledFunction:
-    def __init__(self, functional: Callable, *, dynamic: bool, plain: Callable | None = None) -> None:
+    def __init__(self, functional: Callable, *, dynamic: bool, plain: Callable | None = None, source: str = "",
+                 cache: LoadCache | None = None) -> None:
         """``dynamic``: some input can change shape (a set of shapes is compiled once it comes twice in a row).
         ``plain``: what runs a call uncompiled, taking the functional form's arguments and returning its
-        results (the functional form itself where None)."""
+        results (the functional form itself where None). ``source``: the functional form's generated source,
+        which keys its code in the load cache ``cache``."""
         self.functional = functional
         self.uncompiled = functional if plain is None else plain
         self.compiled = torch.compile(functional, dynamic=False, fullgraph=True)
+        self.source, self.cache = source, cache
         self.status = COMPILED
         self.dynamic = dynamic
         self.last: tuple | None = None  # the input shapes of the last call
         self.shapes: set[tuple] = set()  # sets of input shapes with compiled code
+        self.ahead: dict[tuple, Ahead] = {}  # of those, the ones compiled ahead of time (or read from the cache)
         self.ready = False  # a method of static shapes: compiled
         self._call: Callable = self._by_shapes if dynamic else self._first
 
@@ -97,13 +108,14 @@ class CompiledFunction:
         key = _shapes(args)
         last, self.last = self.last, key
         if key in self.shapes:
-            return self.compiled(*args)
+            ahead = self.ahead.get(key)
+            return self.compiled(*args) if ahead is None else self._run_ahead(ahead, args)
         if key != last or not self._room():
             return self.uncompiled(*args)
         before = _entries(self.functional)
         outputs = self._compile(args)
         if self.running:
-            if _entries(self.functional) <= before:
+            if key not in self.ahead and _entries(self.functional) <= before:
                 self._give_up(LEFT_UNCOMPILED, None)
             else:
                 self.shapes.add(key)
@@ -116,15 +128,27 @@ class CompiledFunction:
     def _first(self, *args):
         outputs = self._compile(args)
         if self.running:
-            if _entries(self.functional) == 0:
+            key = _shapes(args)
+            ahead = self.ahead.get(key)
+            if ahead is None and _entries(self.functional) == 0:
                 self._give_up(LEFT_UNCOMPILED, None)
             else:
                 self.ready = True
-                self._call = self.compiled
+                self.shapes.add(key)
+                self._call = self.compiled if ahead is None else lambda *a: self._run_ahead(ahead, a)
         return outputs
+
+    def _run_ahead(self, ahead: Ahead, args: Sequence):
+        # The guards torch saved with the code: a call they refuse (inputs of other strides or dtypes, another
+        # grad mode) runs uncompiled rather than through code compiled for other inputs.
+        return ahead.run(*args) if ahead.check(*args) else self.uncompiled(*args)
 
     def _compile(self, args: Sequence):
         try:
+            ahead = compile_ahead(self.functional, args, self.source, self.cache)
+            if ahead is not None:
+                self.ahead[_shapes(args)] = ahead
+                return self._run_ahead(ahead, args)
             return self.compiled(*args)
         except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as exc:
             # Dynamo's and the backend's errors; the kernels' own errors raise again from the plain call.

@@ -1,0 +1,157 @@
+"""A method's compiled code kept in the load cache, so that another process need not trace it again.
+
+``torch.compile`` traces a function with Dynamo in every process; Inductor's caches then hand back the
+compiled kernels, but not the trace. On the 100M decoder's one-token step a second process spent 5.8 of its
+6.2 s on a CPU in Dynamo (3.2 s tracing the bytecode, 1.9 of them making fake tensors of the weights) and in
+reading back Inductor's code. torch's ahead-of-time form (``torch.compile(...).aot_compile``, read back with
+``torch.compiler.load_compiled_function``, in torch 2.11 and later) holds the traced bytecode, its guards and
+the compiled graph: read from the load cache, the same step started in 1.5 s.
+
+An entry holds no tensor and no function of the method: they are the closure of the functional form's
+generated ``run`` (its constants, the kernels), handed to torch as external data when an entry is written and
+read, so an entry is about 2 MB for a 100M decoder whatever its weights. The entry's key is everything the
+compiled code may depend on: the generated source, every closure value that is no tensor (numbers bound by
+name, lists, dtypes, the kernels by their qualified names), every tensor's dtype, sizes, strides and device
+(Dynamo specializes on them; the values are inputs of the graph, never folded in, unless Inductor's
+``freezing`` is on, which is in the key too), the call's inputs likewise, the GPU's model, and pterun's,
+Python's and torch's versions (``LoadCache.key``). A closure value of a kind it cannot describe keeps the
+method out of the cache; it still compiles ahead of time. The guards torch saved are checked on every call
+(the inputs' sizes, strides and dtypes, the grad mode); a call they refuse runs uncompiled.
+
+Reading an entry unpickles it: the load cache holds code this process will run, trusted as the user's own
+files are (docs/cache.md); an entry that fails to read back (damaged, another GPU, another torch) is a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import marshal
+import types
+from collections.abc import Callable, Sequence
+
+import torch
+
+from pterun.executor.cache import LoadCache
+
+
+class Ahead:
+    """The code compiled ahead of time for one set of input shapes."""
+
+    def __init__(self, compiled, from_cache: bool) -> None:
+        self.check: Callable[..., bool] = compiled.guard_check
+        self.run: Callable = compiled.fn
+        self.from_cache = from_cache  # read back from the load cache, not traced in this process
+
+
+def available() -> bool:
+    """Whether this torch compiles ahead of time with external data (torch 2.11 on) and Inductor's caches are on
+    (the ahead-of-time form needs them)."""
+    import torch._inductor.config as inductor
+
+    loader = getattr(torch.compiler, "load_compiled_function", None)
+    return loader is not None and not inductor.force_disable_caches
+
+
+def compile_ahead(functional: Callable, args: Sequence, source: str, cache: LoadCache | None) -> Ahead | None:
+    """``functional``'s code for ``args``' shapes: read from ``cache``, else compiled (and kept there); None where
+    torch cannot compile it ahead of time (torch.compile's own path then compiles it). Dynamo's and the
+    backend's errors raise, as torch.compile's would."""
+    if not available():
+        return None
+    closure = _closure(functional)
+    key = _key(cache, source, closure, args) if cache is not None else None
+    if cache is not None and key is not None:
+        payload = cache.get(key)
+        if payload is not None:
+            try:
+                compiled = torch.compiler.load_compiled_function(
+                    io.BytesIO(payload), f_globals=functional.__globals__, external_data=_external(closure))
+            except Exception:  # noqa: BLE001 - an entry that does not read back (damaged, other GPU) is a miss
+                compiled = None
+            if compiled is not None:
+                return Ahead(compiled, from_cache=True)
+    try:
+        compiled = torch.compile(functional, fullgraph=True, dynamic=False).aot_compile(  # type: ignore[attr-defined]
+            (tuple(args), {}))
+    except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit):
+        raise
+    except RuntimeError:
+        return None  # what torch cannot compile ahead of time (a backend without a serializable form)
+    if cache is not None and key is not None:
+        try:
+            payload = type(compiled).serialize(compiled, _external(closure)).serialized_data
+        except Exception:  # noqa: BLE001 - what cannot be kept is compiled again in the next process
+            payload = None
+        if payload is not None:
+            cache.put(key, payload)
+    return Ahead(compiled, from_cache=False)
+
+
+def _closure(functional: Callable) -> dict[str, object]:
+    """The values the generated ``run`` reads, by name (make_function binds them as its closure)."""
+    code = functional.__code__
+    return {name: cell.cell_contents for name, cell in zip(code.co_freevars, functional.__closure__ or ())}
+
+
+def _external(closure: dict[str, object]) -> dict[str, object]:
+    """What an entry refers to rather than holds: the tensors and functions. Numbers stay in it (the key holds
+    their values): handed over as external data, an entry would take any equal small int it holds, wherever,
+    for a reference to the closure's."""
+    return {name: value for name, value in closure.items() if not _scalar(value)}
+
+
+def _scalar(value) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device, torch.memory_format,
+                                               torch.layout))
+
+
+def _key(cache: LoadCache, source: str, closure: dict[str, object], args: Sequence) -> str | None:
+    parts = [source, _compile_settings()]
+    for name in sorted(closure):
+        described = _describe(closure[name])
+        if described is None:
+            return None
+        parts.append(f"{name}={described}")
+    for arg in args:
+        described = _describe(arg)
+        if described is None:
+            return None
+        parts.append(described)
+    return cache.key("ahead-compiled", *parts)
+
+
+def _compile_settings() -> str:
+    import torch._inductor.config as inductor
+
+    gpu = ""
+    if torch.cuda.is_available():
+        gpu = f"{torch.cuda.get_device_name()} {torch.cuda.get_device_capability()}"
+    return f"freezing={inductor.freezing} gpu={gpu}"
+
+
+def _describe(value) -> str | None:
+    """What compiled code may depend on of one value, as text; None for a kind this does not know."""
+    if isinstance(value, torch.Tensor):
+        return (f"tensor({value.dtype}, {tuple(value.shape)}, {value.stride()}, {value.storage_offset()}, "
+                f"{value.device}, {value.requires_grad})")
+    if isinstance(value, float):
+        return f"float({value.hex()})"
+    if _scalar(value):
+        return f"{type(value).__name__}({value!r})"
+    if isinstance(value, (list, tuple)):
+        items = [_describe(v) for v in value]
+        return None if any(i is None for i in items) else f"{type(value).__name__}[{', '.join(items)}]"  # type: ignore[arg-type]
+    if isinstance(value, torch._ops.OpOverload):
+        return f"op({value.name()})"
+    if isinstance(value, types.FunctionType):
+        # Dynamo traces into a Python function: its code and what it closes over are part of the trace.
+        inner = [_describe(cell.cell_contents) for cell in value.__closure__ or ()]
+        inner.append(_describe(value.__defaults__))
+        if any(i is None for i in inner):
+            return None
+        digest = hashlib.sha256(marshal.dumps(value.__code__)).hexdigest()
+        return f"function({value.__module__}.{value.__qualname__}, {digest}, {', '.join(inner)})"  # type: ignore[arg-type]
+    if isinstance(value, types.BuiltinFunctionType):
+        return f"builtin({value.__module__}.{value.__qualname__})"
+    return None
