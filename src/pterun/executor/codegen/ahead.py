@@ -71,9 +71,11 @@ def compile_ahead(functional: Callable, args: Sequence, source: str, cache: Load
                 compiled = None
             if compiled is not None:
                 return Ahead(compiled, from_cache=True)
+    aot_compile = getattr(torch.compile(functional, fullgraph=True, dynamic=False), "aot_compile", None)
+    if aot_compile is None:
+        return None
     try:
-        compiled = torch.compile(functional, fullgraph=True, dynamic=False).aot_compile(  # type: ignore[attr-defined]
-            (tuple(args), {}))
+        compiled = aot_compile((tuple(args), {}))
     except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit):
         raise
     except RuntimeError:
