@@ -124,6 +124,8 @@ CASES = [  # (n, h, w, cin, cout, kh, kw, sh, sw, dh, dw, top, left, bottom, rig
     (1, 11, 13, 3, 65, 5, 3, 1, 2, 2, 1, 2, 0, 3, 1),
     (1, 4, 4, 7, 16, 7, 7, 1, 1, 1, 1, 3, 3, 3, 3),
     (2, 32, 32, 3, 20, 16, 16, 16, 16, 1, 1, 0, 0, 0, 0),  # a vision transformer's patches: 256 taps
+    (3, 5, 7, 24, 40, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0),  # pointwise: each output pixel reads its own input pixel
+    (2, 3, 5, 4, 17, 1, 1, 2, 1, 1, 1, 0, 1, 0, 0),  # one tap, but strided and padded: not pointwise
 ]
 
 
