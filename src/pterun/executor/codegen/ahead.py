@@ -11,10 +11,11 @@ An entry holds no tensor and no function of the method: they are the closure of 
 generated ``run`` (its constants, the kernels), handed to torch as external data when an entry is written and
 read, so an entry is about 2 MB for a 100M decoder whatever its weights. The entry's key is everything the
 compiled code may depend on: the generated source, every closure value that is no tensor (numbers bound by
-name, lists, dtypes, the kernels by their qualified names), every tensor's dtype, sizes, strides and device
-(Dynamo specializes on them; the values are inputs of the graph, never folded in, unless Inductor's
-``freezing`` is on, which is in the key too), the call's inputs likewise, the GPU's model, and pterun's,
-Python's and torch's versions (``LoadCache.key``). A closure value of a kind it cannot describe keeps the
+name, lists, dtypes, operators by name, Python functions by their code and what they close over), every
+tensor's dtype, sizes, strides and device (Dynamo specializes on them; the values are inputs of the graph,
+never folded in, unless Inductor's ``freezing`` is on, which is in the key too), the call's inputs likewise,
+the GPU's model or the CPU's vector instructions, and pterun's, Python's and torch's versions
+(``LoadCache.key``). A closure value of a kind it cannot describe keeps the
 method out of the cache; it still compiles ahead of time. The guards torch saved are checked on every call
 (the inputs' sizes, strides and dtypes, the grad mode); a call they refuse runs uncompiled.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import io
 import marshal
+import platform
 import types
 from collections.abc import Callable, Sequence
 
@@ -109,7 +111,7 @@ def _scalar(value) -> bool:
 
 
 def _key(cache: LoadCache, source: str, closure: dict[str, object], args: Sequence) -> str | None:
-    parts = [source, _compile_settings()]
+    parts = [source, _compile_settings(args)]
     for name in sorted(closure):
         described = _describe(closure[name])
         if described is None:
@@ -123,17 +125,27 @@ def _key(cache: LoadCache, source: str, closure: dict[str, object], args: Sequen
     return cache.key("ahead-compiled", *parts)
 
 
-def _compile_settings() -> str:
+def _compile_settings(args: Sequence) -> str:
+    """What the compiled code depends on of the machine: the CPU's vector instructions (Inductor's C++ is compiled
+    for them: a cache shared with a machine without AVX-512 would otherwise hand it code that cannot run there)
+    and the GPU its inputs are on (Triton's kernels are built for it); and Inductor's freezing, which folds the
+    values of tensors into the code."""
     import torch._inductor.config as inductor
 
-    gpu = ""
-    if torch.cuda.is_available():
-        gpu = f"{torch.cuda.get_device_name()} {torch.cuda.get_device_capability()}"
-    return f"freezing={inductor.freezing} gpu={gpu}"
+    machine = f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()}"
+    gpu = next((a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"), None)
+    if gpu is None and torch.cuda.is_available():
+        gpu = torch.device("cuda", torch.cuda.current_device())
+    if gpu is not None:
+        machine += f" {torch.cuda.get_device_name(gpu)} {torch.cuda.get_device_capability(gpu)}"
+    return f"freezing={inductor.freezing} machine={machine}"
 
 
-def _describe(value) -> str | None:
-    """What compiled code may depend on of one value, as text; None for a kind this does not know."""
+def _describe(value, depth: int = 0) -> str | None:
+    """What compiled code may depend on of one value, as text; None for a kind this does not know (or nested past
+    a few levels: a function that closes over itself)."""
+    if depth > 4:
+        return None
     if isinstance(value, torch.Tensor):
         return (f"tensor({value.dtype}, {tuple(value.shape)}, {value.stride()}, {value.storage_offset()}, "
                 f"{value.device}, {value.requires_grad})")
@@ -142,14 +154,14 @@ def _describe(value) -> str | None:
     if _scalar(value):
         return f"{type(value).__name__}({value!r})"
     if isinstance(value, (list, tuple)):
-        items = [_describe(v) for v in value]
+        items = [_describe(v, depth + 1) for v in value]
         return None if any(i is None for i in items) else f"{type(value).__name__}[{', '.join(items)}]"  # type: ignore[arg-type]
     if isinstance(value, torch._ops.OpOverload):
         return f"op({value.name()})"
     if isinstance(value, types.FunctionType):
         # Dynamo traces into a Python function: its code and what it closes over are part of the trace.
-        inner = [_describe(cell.cell_contents) for cell in value.__closure__ or ()]
-        inner.append(_describe(value.__defaults__))
+        inner = [_describe(cell.cell_contents, depth + 1) for cell in value.__closure__ or ()]
+        inner.append(_describe(value.__defaults__, depth + 1))
         if any(i is None for i in inner):
             return None
         digest = hashlib.sha256(marshal.dumps(value.__code__)).hexdigest()
