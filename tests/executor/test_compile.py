@@ -342,3 +342,19 @@ def test_a_damaged_compiled_entry_is_a_miss(tmp_path):
     assert torch.equal(compiled.run(x)[0], x + 1)
     again = ahead.compile_ahead(run, [x], "run", cache)
     assert again is not None and again.from_cache, "the entry was written again"
+
+
+def test_a_call_the_compiled_codes_guards_refuse_runs_uncompiled_and_says_so():
+    """Code compiled ahead of time holds the guards Dynamo traced it under (its inputs' strides among them): a
+    call they refuse runs the method's own code, right, and the status says some calls ran uncompiled."""
+    from tests.executor import programs
+
+    exported = programs.add_mul()
+    method = pterun.Runtime.get().load_program(exported.pte, compile=True, cache_dir=False).load_method("forward")
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    assert_matches(method.execute([x, y]), [x + y, x * y])
+    assert method.compile_status == "compiled" and method._loaded.compiled_function.ahead, "premise: ahead of time"
+    transposed = torch.randn(3, 2).t()  # the same shape, other strides
+    outputs = method.execute([transposed, y])
+    assert torch.equal(outputs[0], transposed + y) and torch.equal(outputs[1], transposed * y)
+    assert method.compile_status.startswith("compiled; some calls ran uncompiled"), method.compile_status

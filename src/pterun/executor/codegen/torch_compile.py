@@ -46,6 +46,8 @@ from pterun.executor.codegen.ahead import Ahead, compile_ahead
 
 COMPILED = "compiled"
 LEFT_UNCOMPILED = "torch.compile ran it uncompiled (its recompilation limits were reached)"
+REFUSED = ("compiled; some calls ran uncompiled: the compiled code's guards refused their inputs (other strides or "
+           "dtypes, another grad mode)")
 
 
 def _entries(fn: Callable) -> int:
@@ -139,9 +141,13 @@ class CompiledFunction:
         return outputs
 
     def _run_ahead(self, ahead: Ahead, args: Sequence):
-        # The guards torch saved with the code: a call they refuse (inputs of other strides or dtypes, another
-        # grad mode) runs uncompiled rather than through code compiled for other inputs.
-        return ahead.run(*args) if ahead.check(*args) else self.uncompiled(*args)
+        if ahead.check(*args):
+            return ahead.run(*args)
+        # The guards torch saved with the code refused the call (inputs of other strides or dtypes, another grad
+        # mode): it runs uncompiled rather than through code compiled for other inputs, and the status says so.
+        if self.status == COMPILED:
+            self.status = REFUSED
+        return self.uncompiled(*args)
 
     def _compile(self, args: Sequence):
         try:
