@@ -73,15 +73,17 @@ def compile_ahead(functional: Callable, args: Sequence, source: str, cache: Load
                 compiled = None
             if compiled is not None:
                 return Ahead(compiled, from_cache=True)
-    aot_compile = getattr(torch.compile(functional, fullgraph=True, dynamic=False), "aot_compile", None)
-    if aot_compile is None:
-        return None
-    try:
-        compiled = aot_compile((tuple(args), {}))
-    except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit):
-        raise
-    except RuntimeError:
-        return None  # what torch cannot compile ahead of time (a backend without a serializable form)
+    # torch 2.11 offers aot_compile only where asked (its default from 2.13 on)
+    with torch._dynamo.config.patch(enable_aot_compile=True):
+        aot_compile = getattr(torch.compile(functional, fullgraph=True, dynamic=False), "aot_compile", None)
+        if aot_compile is None:
+            return None
+        try:
+            compiled = aot_compile((tuple(args), {}))
+        except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit):
+            raise
+        except RuntimeError:
+            return None  # what torch cannot compile ahead of time (a backend without a serializable form)
     if cache is not None and key is not None:
         try:
             payload = type(compiled).serialize(compiled, _external(closure)).serialized_data
