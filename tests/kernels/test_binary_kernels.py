@@ -14,7 +14,7 @@ from pterun.kernels.binary import LARGEST, NAMES, BinaryInto, ReluInto, factory
 from pterun.native import geometry
 from tests.support.compare import same_bits
 from tests.support.exporting import ExportSpec, export_program
-from tests.support.oracle import run_reference
+from tests.support.oracle import assert_executorch_bits
 
 pytestmark = pytest.mark.skipif(native.kernels is None, reason="needs pterun's native kernels (CI builds them)")
 
@@ -42,13 +42,7 @@ def test_a_portable_chain_replays_with_executorchs_bits():
     kernels = [s.binding.fn for s in method.steps if s is not None and isinstance(getattr(s, "binding", None) and
                                                                                s.binding.fn, BinaryInto)]
     assert len(kernels) >= 8, "premise: the arithmetic runs in the native kernels"
-    for seed in range(5):
-        args = _inputs(seed)
-        actual = method.execute(args)
-        expected = run_reference(exported.pte, args)
-        for k, (a, e) in enumerate(zip(actual, expected)):
-            assert same_bits(a, e), f"call {seed}, output {k}"
-        assert all(kernel.ran_natively() for kernel in kernels), seed
+    assert_executorch_bits(method, exported.pte, _inputs, range(5), kernels)
     assert sum(method.replays.values()) >= 3, method.replays
 
 

@@ -13,7 +13,7 @@ from pterun import native
 from pterun.kernels.layer_norm import LONGEST, LayerNormInto, factory
 from tests.support.compare import same_bits
 from tests.support.exporting import ExportSpec, export_program
-from tests.support.oracle import run_reference
+from tests.support.oracle import assert_executorch_bits, run_reference
 
 pytestmark = pytest.mark.skipif(native.kernels is None, reason="needs pterun's native kernels (CI builds them)")
 
@@ -63,13 +63,7 @@ def test_a_portable_program_gets_executorchs_bits_and_replays():
     method = pterun.Runtime.get().load_program(exported.pte).load_method("forward")
     kernels = _kernels(method)
     assert len(kernels) == 4, "premise: every layer norm is the native kernel's"
-    for seed in range(4):
-        args = _inputs(seed)
-        actual = method.execute(args)
-        expected = run_reference(exported.pte, args)
-        for k, (a, e) in enumerate(zip(actual, expected)):
-            assert same_bits(a, e), f"call {seed}, output {k}: {(a - e).abs().nan_to_num().max()}"
-        assert all(kernel.ran_natively() for kernel in kernels), seed
+    assert_executorch_bits(method, exported.pte, _inputs, range(4), kernels)
     assert sum(method.replays.values()) >= 2, method.replays
 
 

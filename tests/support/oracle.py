@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from tests.support.compare import same_bits
+
 
 def _runtime():
     # Loading the quantized and LLM kernel libraries registers their operators with the runtime.
@@ -32,3 +34,14 @@ def reference_module(pte: Path, ptd: Sequence[Path] = ()):
     """A module that keeps its state between calls (mutable buffers)."""
     runtime = _runtime()
     return runtime._load_for_executorch(str(pte), str(ptd[0]) if ptd else None)
+
+
+def assert_executorch_bits(method, pte: Path, make_inputs, seeds, natives: Sequence = ()) -> None:
+    """``method`` gives ExecuTorch's float32 bits on ``pte`` for the inputs ``make_inputs(seed)`` of every seed, and
+    each of ``natives`` (kernels with ``ran_natively``) ran its native code on every call."""
+    for seed in seeds:
+        args = make_inputs(seed)
+        actual, expected = method.execute(args), run_reference(pte, args)
+        for k, (a, e) in enumerate(zip(actual, expected)):
+            assert same_bits(a, e), f"call {seed}, output {k}: {(a - e).abs().nan_to_num().max()}"
+        assert all(kernel.ran_natively() for kernel in natives), seed
