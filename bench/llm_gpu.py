@@ -3,6 +3,7 @@
     python bench/llm_gpu.py export [--size 100m|1b] [--quant 8da4w] [--out .cache/bench/llm]  # with ExecuTorch
     python bench/llm_gpu.py run --dir DIR [--sizes 100m,1b] [--json OUT]     # on the GPU machine
     python bench/llm_gpu.py profile --dir DIR [--sizes 100m] [--steps 64]    # where a decode step goes
+    python bench/llm_gpu.py startup --dir DIR [--sizes 100m]                 # compile=True, cold and again
 
 ``export --size tiny`` writes the same program at a size of a few thousand weights (2 layers, width 64, a
 512-token vocabulary): the test suite exports it so that the export step cannot break unseen
@@ -26,6 +27,11 @@ quantizes them (8-bit dynamic activations, 4-bit weights in groups of 32) and lo
   ``cache_implementation="static"``, which transformers compiles (``mode="reduce-overhead"``: CUDA graphs);
 - the floor: the weights' bytes over the device-to-device copy bandwidth measured here, per token.
 The JSON (``--json``) is written again after each measurement, so a run cut short keeps what it measured.
+
+``startup`` times what ``compile=True`` costs a process: twice, each time a fresh Python process that imports
+pterun, loads the program with ``compile=True`` and generates 8 tokens from the 128-token prompt. The first
+process starts from empty caches (pterun's load cache and Inductor's, in a temporary directory): the cold
+compile. The second finds both as the first left them: the compiled code read back from the load cache.
 """
 
 from __future__ import annotations
@@ -299,6 +305,57 @@ def profile(directory: Path, sizes: list[str], steps: int, ways: list[str], out:
             torch.cuda.empty_cache()
 
 
+def startup(directory: Path, sizes: list[str], device: str, out: Path | None) -> None:
+    """Each size's compile=True start, cold and then again, each in a process of its own (see the module's text)."""
+    import os
+    import subprocess
+    import tempfile
+
+    table: dict = {}
+    for size in sizes:
+        pte = _program(directory, size)
+        if pte is None:
+            print(f"{size}: no {program_name(size)}(.xz): skipped", flush=True)
+            continue
+        with tempfile.TemporaryDirectory() as caches:
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(caches, "inductor"),
+                       PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+            for run_ in ("cold", "again"):
+                start = time.perf_counter()
+                child = subprocess.run(
+                    [sys.executable, __file__, "_start", "--dir", str(directory), "--size", size, "--device", device,
+                     "--cache-dir", os.path.join(caches, "pterun")],
+                    env=env, capture_output=True, text=True)
+                if child.returncode != 0:
+                    raise SystemExit(f"{size} {run_}: the process failed:\n{child.stderr[-3000:]}")
+                row = json.loads(child.stdout.strip().splitlines()[-1])
+                row["process_s"] = time.perf_counter() - start
+                table.setdefault(size, {})[run_] = row
+                print(f"{size} {run_}: process {row['process_s']:.1f} s (load {row['load_s']:.1f} s, 8 tokens "
+                      f"{row['generate_s']:.1f} s); {row['compile_status']}",
+                      flush=True)
+                if out is not None:
+                    out.write_text(json.dumps(table, indent=1))
+
+
+def _start(directory: Path, size: str, device: str, cache_dir: str) -> None:
+    """One process's start with compile=True, as ``startup`` runs it: one JSON line of its phases."""
+    from pterun.llm import GenerationConfig, TextLLMRunner
+
+    imported = time.perf_counter()
+    runner = TextLLMRunner(str(_program(directory, size)), str(directory / tokenizer_name(size)), device=device,
+                           compile=True, cache_dir=cache_dir)
+    runner.load()
+    loaded = time.perf_counter()
+    runner.generate(prompt_of(directory / tokenizer_name(size), 128),
+                    GenerationConfig(temperature=0.0, echo=False, max_new_tokens=8))
+    if device == "cuda":
+        torch.cuda.synchronize()
+    done = time.perf_counter()
+    print(json.dumps({"load_s": loaded - imported, "generate_s": done - loaded,
+                      "compile_status": runner.decoder.method.compile_status}))
+
+
 def _decode_steps(runner, count: int) -> None:
     """The runner's per-token work, greedily, from the position its last generation reached."""
     token = 5
@@ -320,7 +377,7 @@ def _program(directory: Path, size: str, quant: str | None = None) -> Path | Non
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=["export", "run", "profile"])
+    parser.add_argument("what", choices=["export", "run", "profile", "startup", "_start"])
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "llm")
     parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "bench" / "llm")
     parser.add_argument("--size", choices=sorted(SIZES), default="100m", help="export: which model")
@@ -332,6 +389,8 @@ def main() -> None:
     parser.add_argument("--quant", choices=["8da4w"], default=None, help="export: the 8da4w form (XNNPACK)")
     parser.add_argument("--no-xz", action="store_true", help="export: the .pte as it is (to run where exported)")
     parser.add_argument("--ways", default=",".join(WAYS), help=f"run: which of pterun's ways ({', '.join(WAYS)})")
+    parser.add_argument("--device", default="cuda", help="startup: where the program runs")
+    parser.add_argument("--cache-dir", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     ways = [w for w in args.ways.split(",") if w]  # none: only the 8da4w program, where it is there
     if set(ways) - set(WAYS):
@@ -341,6 +400,10 @@ def main() -> None:
         print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
     elif args.what == "profile":
         profile(args.dir, args.sizes.split(","), args.steps, ways, args.json)
+    elif args.what == "startup":
+        startup(args.dir, args.sizes.split(","), args.device, args.json)
+    elif args.what == "_start":
+        _start(args.dir, args.size, args.device, args.cache_dir)
     else:
         run(args.dir, args.sizes.split(","), args.new_tokens, args.rounds, args.json, ways)
 

@@ -83,6 +83,9 @@ def test_bench_llm_gpus_export_step_writes_a_program_the_runner_generates_from(t
     runner.generate("Hello", GenerationConfig(max_new_tokens=4, temperature=0.0, echo=False),
                     token_callback=pieces.append)
     assert len(pieces) == 4
+    if quant == "bf16":  # the compile's start, cold and again, each in a process of its own
+        result = _run("bench/llm_gpu.py", "startup", "--dir", str(tmp_path), "--sizes", "tiny", "--device", "cpu")
+        assert "tiny cold: " in result.stdout and "tiny again: " in result.stdout, result.stdout
 
 
 def test_the_et_cuda_export_builds_and_traces_every_model():

@@ -358,3 +358,23 @@ def test_a_call_the_compiled_codes_guards_refuse_runs_uncompiled_and_says_so():
     outputs = method.execute([transposed, y])
     assert torch.equal(outputs[0], transposed + y) and torch.equal(outputs[1], transposed * y)
     assert method.compile_status.startswith("compiled; some calls ran uncompiled"), method.compile_status
+
+
+class _Double(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def test_a_method_that_only_returns_a_constant_runs_compiled():
+    """A language model's metadata methods have no operator: Dynamo makes no graph of them, and torch's
+    ahead-of-time compile asserts on that (a runner with compile=True failed reading its metadata)."""
+    from tests.support.exporting import ExportSpec, export_program
+
+    exported = export_program("compile-constant-method", lambda: ExportSpec(
+        _Double(), (torch.ones(2),), constant_methods={"get_max_seq_len": 16, "use_kv_cache": True}))
+    plan = pterun.format.ProgramFile(exported.pte).plan("get_max_seq_len")
+    assert not plan.instructions, "premise: a method without an instruction"
+    program = pterun.Runtime.get().load_program(exported.pte, compile=True)
+    assert program.load_method("get_max_seq_len").execute([]) == [16]
+    assert program.load_method("use_kv_cache").execute([]) == [True]
+    assert_matches(program.load_method("forward").execute([torch.ones(2)]), [torch.full((2,), 2.0)])
