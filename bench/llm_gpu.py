@@ -29,7 +29,7 @@ quantizes them (8-bit dynamic activations, 4-bit weights in groups of 32) and lo
 The JSON (``--json``) is written again after each measurement, so a run cut short keeps what it measured.
 
 ``startup`` times what ``compile=True`` costs a process: twice, each time a fresh Python process that imports
-pterun, loads the program with ``compile=True`` and generates 8 tokens from the 128-token prompt. The first
+torch and pterun, loads the program with ``compile=True`` and generates 8 tokens from the 128-token prompt. The first
 process starts from empty caches (pterun's load cache and Inductor's, in a temporary directory): the cold
 compile. The second finds both as the first left them: the compiled code read back from the load cache.
 """
@@ -305,8 +305,29 @@ def profile(directory: Path, sizes: list[str], steps: int, ways: list[str], out:
             torch.cuda.empty_cache()
 
 
+# A process as a user's: Python, pterun and the runner, timed from its first line (its import of torch included).
+START = """
+import json, sys, time
+start = time.perf_counter()
+import torch
+from pterun.llm import GenerationConfig, TextLLMRunner
+imported = time.perf_counter()
+pte, tokenizer, device, cache_dir, prompt = sys.argv[1:6]
+runner = TextLLMRunner(pte, tokenizer, device=device, compile=True, cache_dir=cache_dir)
+runner.load()
+loaded = time.perf_counter()
+runner.generate(prompt, GenerationConfig(temperature=0.0, echo=False, max_new_tokens=8))
+if device == "cuda":
+    torch.cuda.synchronize()
+done = time.perf_counter()
+print(json.dumps({"import_s": imported - start, "load_s": loaded - imported, "generate_s": done - loaded,
+                  "compile_status": runner.decoder.method.compile_status}))
+"""
+
+
 def startup(directory: Path, sizes: list[str], device: str, out: Path | None) -> None:
-    """Each size's compile=True start, cold and then again, each in a process of its own (see the module's text)."""
+    """Each size's compile=True start, cold and then again, each in a process of its own (see the module's text);
+    with ``out``, the second process's profile beside it (``<out>.<size>.prof``, for pstats)."""
     import os
     import subprocess
     import tempfile
@@ -317,43 +338,30 @@ def startup(directory: Path, sizes: list[str], device: str, out: Path | None) ->
         if pte is None:
             print(f"{size}: no {program_name(size)}(.xz): skipped", flush=True)
             continue
+        tokenizer = directory / tokenizer_name(size)
         with tempfile.TemporaryDirectory() as caches:
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(caches, "inductor"),
-                       PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+                       PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
             for run_ in ("cold", "again"):
+                profiled = ["-m", "cProfile", "-o", f"{out}.{size}.prof"] if out is not None and run_ == "again" else []
+                command = [sys.executable, *profiled, "-c", START, str(pte), str(tokenizer), device,
+                           os.path.join(caches, "pterun"), prompt_of(tokenizer, 128)]
+                if profiled:  # cProfile runs a file, not -c
+                    script = Path(caches) / "start.py"
+                    script.write_text(START)
+                    command = [sys.executable, *profiled, str(script), *command[len(profiled) + 3:]]
                 start = time.perf_counter()
-                child = subprocess.run(
-                    [sys.executable, __file__, "_start", "--dir", str(directory), "--size", size, "--device", device,
-                     "--cache-dir", os.path.join(caches, "pterun")],
-                    env=env, capture_output=True, text=True)
+                child = subprocess.run(command, env=env, capture_output=True, text=True)
                 if child.returncode != 0:
                     raise SystemExit(f"{size} {run_}: the process failed:\n{child.stderr[-3000:]}")
                 row = json.loads(child.stdout.strip().splitlines()[-1])
                 row["process_s"] = time.perf_counter() - start
                 table.setdefault(size, {})[run_] = row
-                print(f"{size} {run_}: process {row['process_s']:.1f} s (load {row['load_s']:.1f} s, 8 tokens "
-                      f"{row['generate_s']:.1f} s); {row['compile_status']}",
+                print(f"{size} {run_}: process {row['process_s']:.1f} s (imports {row['import_s']:.1f} s, load "
+                      f"{row['load_s']:.1f} s, 8 tokens {row['generate_s']:.1f} s); {row['compile_status']}",
                       flush=True)
                 if out is not None:
                     out.write_text(json.dumps(table, indent=1))
-
-
-def _start(directory: Path, size: str, device: str, cache_dir: str) -> None:
-    """One process's start with compile=True, as ``startup`` runs it: one JSON line of its phases."""
-    from pterun.llm import GenerationConfig, TextLLMRunner
-
-    imported = time.perf_counter()
-    runner = TextLLMRunner(str(_program(directory, size)), str(directory / tokenizer_name(size)), device=device,
-                           compile=True, cache_dir=cache_dir)
-    runner.load()
-    loaded = time.perf_counter()
-    runner.generate(prompt_of(directory / tokenizer_name(size), 128),
-                    GenerationConfig(temperature=0.0, echo=False, max_new_tokens=8))
-    if device == "cuda":
-        torch.cuda.synchronize()
-    done = time.perf_counter()
-    print(json.dumps({"load_s": loaded - imported, "generate_s": done - loaded,
-                      "compile_status": runner.decoder.method.compile_status}))
 
 
 def _decode_steps(runner, count: int) -> None:
@@ -377,7 +385,7 @@ def _program(directory: Path, size: str, quant: str | None = None) -> Path | Non
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=["export", "run", "profile", "startup", "_start"])
+    parser.add_argument("what", choices=["export", "run", "profile", "startup"])
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "llm")
     parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "bench" / "llm")
     parser.add_argument("--size", choices=sorted(SIZES), default="100m", help="export: which model")
@@ -390,7 +398,6 @@ def main() -> None:
     parser.add_argument("--no-xz", action="store_true", help="export: the .pte as it is (to run where exported)")
     parser.add_argument("--ways", default=",".join(WAYS), help=f"run: which of pterun's ways ({', '.join(WAYS)})")
     parser.add_argument("--device", default="cuda", help="startup: where the program runs")
-    parser.add_argument("--cache-dir", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     ways = [w for w in args.ways.split(",") if w]  # none: only the 8da4w program, where it is there
     if set(ways) - set(WAYS):
@@ -402,8 +409,6 @@ def main() -> None:
         profile(args.dir, args.sizes.split(","), args.steps, ways, args.json)
     elif args.what == "startup":
         startup(args.dir, args.sizes.split(","), args.device, args.json)
-    elif args.what == "_start":
-        _start(args.dir, args.size, args.device, args.cache_dir)
     else:
         run(args.dir, args.sizes.split(","), args.new_tokens, args.rounds, args.json, ways)
 

@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 import torch
 
 from pterun.backends import BackendRegistry, default_backend_registry
+from pterun.core.collection import collector_held_off
 from pterun.core.device import Device, DeviceType
 from pterun.executor import Method, MethodMeta, Program, Registries
 from pterun.executor.cache import LoadCache
@@ -89,6 +90,7 @@ class Runtime:
     def allocators(self) -> AllocatorRegistry:
         return self.registries.allocators
 
+    @collector_held_off()
     def load_program(
         self,
         data: bytes | bytearray | memoryview | BinaryIO | Path | str,

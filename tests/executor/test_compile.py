@@ -365,9 +365,10 @@ class _Double(torch.nn.Module):
         return x * 2
 
 
-def test_a_method_that_only_returns_a_constant_runs_compiled():
-    """A language model's metadata methods have no operator: Dynamo makes no graph of them, and torch's
-    ahead-of-time compile asserts on that (a runner with compile=True failed reading its metadata)."""
+def test_a_method_that_only_returns_a_constant_is_not_compiled_and_says_so():
+    """A language model's metadata methods have no instruction: nothing to compile (where one was handed to torch,
+    its ahead-of-time compile asserted on the empty graph: a runner with compile=True failed reading its
+    metadata)."""
     from tests.support.exporting import ExportSpec, export_program
 
     exported = export_program("compile-constant-method", lambda: ExportSpec(
@@ -375,6 +376,10 @@ def test_a_method_that_only_returns_a_constant_runs_compiled():
     plan = pterun.format.ProgramFile(exported.pte).plan("get_max_seq_len")
     assert not plan.instructions, "premise: a method without an instruction"
     program = pterun.Runtime.get().load_program(exported.pte, compile=True)
-    assert program.load_method("get_max_seq_len").execute([]) == [16]
-    assert program.load_method("use_kv_cache").execute([]) == [True]
-    assert_matches(program.load_method("forward").execute([torch.ones(2)]), [torch.full((2,), 2.0)])
+    for name, value in (("get_max_seq_len", 16), ("use_kv_cache", True)):
+        method = program.load_method(name)
+        assert method.execute([]) == [value]
+        assert method.compile_status == "not compiled: the method has no instruction, only values it returns"
+    forward = program.load_method("forward")
+    assert_matches(forward.execute([torch.ones(2)]), [torch.full((2,), 2.0)])
+    assert forward.compile_status == "compiled"

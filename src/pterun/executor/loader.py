@@ -115,6 +115,9 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     run, compiled_function, status, functional_source = generated.run, None, "off", None
     if context.options.compile and trace is not None:
         status = "not compiled: profiling (ETDump) is on, which times every instruction"
+    elif context.options.compile and not plan.instructions:
+        # A language model's metadata methods: tracing one cost a runner's load with compile=True a second apiece.
+        status = "not compiled: the method has no instruction, only values it returns"
     elif context.options.compile:
         pure = passes.run(passes.passes(Form.FUNCTIONAL, context), load, folded)
         try:

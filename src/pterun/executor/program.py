@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from pterun.core.collection import collector_held_off
 from pterun.core.device import Device
 from pterun.errors import InvalidState
 from pterun.executor.call.method import Method
@@ -72,6 +73,7 @@ class Program:
                 self._methods[name] = method
             return method
 
+    @collector_held_off()
     def _load(self, name: str, context: LoadContext | None = None) -> Method:
         context = context or self._context
         if self.options.trace is None:

@@ -85,8 +85,8 @@ def compile_ahead(functional: Callable, args: Sequence, source: str, cache: Load
         except RuntimeError:
             return None  # what torch cannot compile ahead of time (a backend without a serializable form)
         except AssertionError:
-            # torch 2.11-2.13 assert where Dynamo made no graph (a method that only returns a constant, such as
-            # a language model's metadata methods): torch.compile's own path decides what such a method gets
+            # torch 2.11-2.13 assert where Dynamo made no graph (steps without a tensor operation: moves, lists):
+            # torch.compile's own path decides what such a method gets
             return None
     if cache is not None and key is not None:
         try:
