@@ -1,1 +1,2 @@
-"""Vocabulary shared by memory, kernels, backends and the executor: devices, dtypes, layouts. No file format."""
+"""Vocabulary shared by memory, kernels, backends and the executor: devices, dtypes, layouts (and the collector
+held off during loads). No file format."""
