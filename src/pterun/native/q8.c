@@ -77,7 +77,7 @@ static inline void vnni_rows(const int8_t* tile, int64_t tile_bytes, int64_t ful
       int32_t v;
       memcpy(&v, x + r * x_stride + 4 * g, 4);
       const __m512i xv = _mm512_set1_epi32(v);
-      for (int j = 0; j < TILES; j++) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], w[j], xv);
+      for (int j = 0; j < TILES; j++) PN_DPBUSD(acc[r][j], w[j], xv);
     }
   }
   if (tail) { /* never past the row: the rest of the group is zeros */
@@ -87,7 +87,7 @@ static inline void vnni_rows(const int8_t* tile, int64_t tile_bytes, int64_t ful
       int32_t v = 0;
       memcpy(&v, x + r * x_stride + 4 * full, (size_t)tail);
       const __m512i xv = _mm512_set1_epi32(v);
-      for (int j = 0; j < TILES; j++) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], w[j], xv);
+      for (int j = 0; j < TILES; j++) PN_DPBUSD(acc[r][j], w[j], xv);
     }
   }
   for (int r = 0; r < NR; r++) {

@@ -184,14 +184,14 @@ static inline void vnni_rows(const pn_qb4w* L, int64_t t, const int NR, const in
         memcpy(&first, xb + r * x_stride, 8);
         memcpy(&second, xb + r * x_stride + 8, 8);
         const __m512i x0 = _mm512_set1_epi64(first), x8 = _mm512_set1_epi64(second);
-        a[r] = _mm512_dpbusd_epi32(a[r], w0lo, x0);
-        c[r] = _mm512_dpbusd_epi32(c[r], w8lo, x0);
+        PN_DPBUSD(a[r], w0lo, x0);
+        PN_DPBUSD(c[r], w8lo, x0);
         if (apart) {
-          ah[r] = _mm512_dpbusd_epi32(ah[r], w0hi, x8);
-          ch8[r] = _mm512_dpbusd_epi32(ch8[r], w8hi, x8);
+          PN_DPBUSD(ah[r], w0hi, x8);
+          PN_DPBUSD(ch8[r], w8hi, x8);
         } else {
-          a[r] = _mm512_dpbusd_epi32(a[r], w0hi, x8);
-          c[r] = _mm512_dpbusd_epi32(c[r], w8hi, x8);
+          PN_DPBUSD(a[r], w0hi, x8);
+          PN_DPBUSD(c[r], w8hi, x8);
         }
       }
     }

@@ -208,19 +208,14 @@ static inline AVX512_TARGET void store16(int8_t* y, __m128i v, int cols) {
 #define LOAD32(p) ({ int32_t v_; memcpy(&v_, (p), 4); v_; })
 #define LOAD64(p) ({ int64_t v_; memcpy(&v_, (p), 8); v_; })
 
-/* acc += the products of x's unsigned bytes and w's signed ones, in groups of 4. GCC 12 copies the accumulator
- * of the intrinsic into a register of its own and back on every call where accumulators live in zmm16-31;
- * the instruction itself takes any. */
-#define DPBUSD(acc, x, w) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w))
-
 /* Row r's 8 inputs broadcast against 16 outputs' 8 weights (two vectors of 8 outputs, a pair of lanes each);
  * signed inputs read from the image itself have their top bits flipped here (XNNPACK's kernels do the same). */
 #define VNNI_ROW(r)                                                    \
   {                                                                    \
     __m512i x_ = _mm512_set1_epi64(LOAD64(a##r + at));                 \
     if (flip) x_ = _mm512_xor_si512(x_, sign);                         \
-    DPBUSD(a##r##0, x_, w0);                                           \
-    DPBUSD(a##r##1, x_, w1);                                           \
+    PN_DPBUSD(a##r##0, x_, w0);                                        \
+    PN_DPBUSD(a##r##1, x_, w1);                                        \
   }
 /* The pairs of lanes summed into 16 outputs, requantized and stored. */
 #define VNNI_STORE(r)                                                                                        \
