@@ -342,14 +342,12 @@ def startup(directory: Path, sizes: list[str], device: str, out: Path | None) ->
         with tempfile.TemporaryDirectory() as caches:
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(caches, "inductor"),
                        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+            script = Path(caches) / "start.py"  # a file: cProfile runs one, not -c
+            script.write_text(START)
+            arguments = [str(pte), str(tokenizer), device, os.path.join(caches, "pterun"), prompt_of(tokenizer, 128)]
             for run_ in ("cold", "again"):
                 profiled = ["-m", "cProfile", "-o", f"{out}.{size}.prof"] if out is not None and run_ == "again" else []
-                command = [sys.executable, *profiled, "-c", START, str(pte), str(tokenizer), device,
-                           os.path.join(caches, "pterun"), prompt_of(tokenizer, 128)]
-                if profiled:  # cProfile runs a file, not -c
-                    script = Path(caches) / "start.py"
-                    script.write_text(START)
-                    command = [sys.executable, *profiled, str(script), *command[len(profiled) + 3:]]
+                command = [sys.executable, *profiled, str(script), *arguments]
                 start = time.perf_counter()
                 child = subprocess.run(command, env=env, capture_output=True, text=True)
                 if child.returncode != 0:

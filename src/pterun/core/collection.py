@@ -9,9 +9,9 @@ more than 29 ms (``bench/load.py`` reports the mean too). ExecuTorch's loads mak
 never pay it.
 
 Held off, the objects a load frees are freed by their reference counts as ever; only cycles wait for the
-collector's next run after the load. The collector is restored to what it was (on, unless the process turned
-it off) when the last load running in the process ends; a load inside a load (a program nested in a
-delegate's blob, a method's first call loading another) holds it off once.
+collector's next run after the load. The collector is restored to what it was when the first of the loads
+running in the process began (on, unless the process had turned it off) once the last of them ends; a load
+inside a load (a program nested in a delegate's blob) holds it off once.
 """
 
 from __future__ import annotations
