@@ -84,24 +84,24 @@ static void plane_run(const char* x, char* y, int64_t r0, int64_t r1, int64_t co
     if (ys == 1 && as == 1 && bs == 1) {                                                              \
       for (int64_t i = 0; i < n; i++) {                                                               \
         const float p = a[i], q = b[i];                                                               \
-        y[i] = pn_clamped(EXPR, lo, hi);                                                                 \
+        y[i] = pn_clamped(EXPR, lo, hi);                                                              \
       }                                                                                               \
     } else if (ys == 1 && as == 1 && bs == 0) {                                                       \
       const float q = b[0];                                                                           \
       for (int64_t i = 0; i < n; i++) {                                                               \
         const float p = a[i];                                                                         \
-        y[i] = pn_clamped(EXPR, lo, hi);                                                                 \
+        y[i] = pn_clamped(EXPR, lo, hi);                                                              \
       }                                                                                               \
     } else if (ys == 1 && as == 0 && bs == 1) {                                                       \
       const float p = a[0];                                                                           \
       for (int64_t i = 0; i < n; i++) {                                                               \
         const float q = b[i];                                                                         \
-        y[i] = pn_clamped(EXPR, lo, hi);                                                                 \
+        y[i] = pn_clamped(EXPR, lo, hi);                                                              \
       }                                                                                               \
     } else {                                                                                          \
       for (int64_t i = 0; i < n; i++) {                                                               \
         const float p = a[i * as], q = b[i * bs];                                                     \
-        y[i * ys] = pn_clamped(EXPR, lo, hi);                                                            \
+        y[i * ys] = pn_clamped(EXPR, lo, hi);                                                         \
       }                                                                                               \
     }                                                                                                 \
   } while (0)
