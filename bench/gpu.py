@@ -8,8 +8,9 @@ events (device time; host time with synchronization is printed beside it):
 pterun, pterun without graphs, eager, a CUDA graph of eager, torch.compile,
 and torch.compile(mode="reduce-overhead"). Device time per call includes the GPU
 waiting for the host's work; ``--busy`` (always on for the SwiGLU MLP) also times
-each way's GPU work alone. For the bf16 SwiGLU MLP the floor is its weight bytes
-over the device-to-device copy bandwidth measured here.
+each way's GPU work alone, and ``host_us`` each way's host time per call. For the
+bf16 SwiGLU MLP the floor is its weight bytes over the device-to-device copy
+bandwidth measured here.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import lzma
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
@@ -108,6 +110,21 @@ def busy_ms(call, repeat: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def host_us(call, calls: int = 200) -> float:
+    """Host time of one call, µs: ``calls`` calls back to back, unsynchronized, after warm-up. The GPU runs them
+    meanwhile and the host never waits for it (fewer calls than the launch queue holds), so this is the
+    host's own path: for pterun, ``execute()``'s Python and the replay's launch."""
+    for _ in range(10):
+        call()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    host = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return host / calls * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "bench" / "gpu")
@@ -133,6 +150,7 @@ def main() -> None:
                 ways = ways_for(name, pte, not args.no_compile)
                 rows[name] = measure(ways, warmup=args.warmup, repeat=args.repeat)
                 console.print(name, "  ".join(f"{t.name} {t.median:.3f}" for t in rows[name]))
+                console.print(name, "host µs a call:", "  ".join(f"{w.name} {host_us(w.call):.1f}" for w in ways))
                 timed = args.busy or name == "swiglu_bf16"
                 busy = {w.name: busy_ms(w.call, args.repeat) for w in ways} if timed else {}
                 if busy:

@@ -92,18 +92,19 @@ class CudaGraphRunner:
     def call(self, args: Sequence, precision: AbstractContextManager) -> tuple:
         """A call's outputs: a replay when a graph holds this call, else run eagerly or captured, under the
         call's ``precision``."""
-        key = self.shape_key(args)
-        outputs = self.replay(args, key)
+        outputs = self.replay(args)
         if outputs is None:
             with precision:
-                outputs = self(args, key)
+                outputs = self(args, self.shape_key(args))
         return outputs
 
-    def replay(self, args: Sequence, key) -> tuple | None:
+    def replay(self, args: Sequence) -> tuple | None:
         """The outputs of a replay if a graph holds this call (its shapes, bound inputs in place), else None.
 
         A replay runs the captured kernels as captured: the precision switches and autocast state a call
-        runs under were read at capture and do not apply, so the caller need not set them."""
+        runs under were read at capture and do not apply, so the caller need not set them; nor does it run
+        an operator on the CPU, so the caller need not set a thread count either."""
+        key = self.shape_key(args)
         captured = self.graphs.get(key)
         if captured is None or not self._feed(captured, args):
             return None

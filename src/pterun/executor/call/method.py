@@ -169,24 +169,33 @@ class Method:
             raise InvalidArgument(f"{self._where}: input {self._input_set.index(False)} has not been set")
         if self._slots:
             prepare(self._slots, self._allocators, self._args)
-        threads = self._threads.enter()
+        graph = self._graph
         calls = self._calls
         calls.start()
         try:
-            if self._graph is None:
-                precision = self._precision
-                pinned = precision.enter()
-                try:
-                    self._outputs = self._run(*self._args)
-                finally:
-                    precision.exit(pinned)
+            # The usual call of a CUDA method: its graph replayed, which runs no operator on the CPU (no threads
+            # to set) and none of the method's Python. Its host path is tests/executor/test_host_path.py's.
+            replayed = graph.replay(self._args) if graph is not None else None
+            if replayed is not None:
+                self._outputs = replayed
             else:
-                self._outputs = self._graph.call(self._args, self._precision)
+                threads = self._threads.enter()
+                try:
+                    if graph is None:
+                        precision = self._precision
+                        pinned = precision.enter()
+                        try:
+                            self._outputs = self._run(*self._args)
+                        finally:
+                            precision.exit(pinned)
+                    else:
+                        self._outputs = graph.call(self._args, self._precision)  # run eagerly, or captured
+                finally:
+                    self._threads.exit(threads)
         except Exception as exc:  # noqa: BLE001 - mapped to a PteError naming the instruction
             self._outputs = None
             raise as_pte_error(exc, self._loaded.generated, self._loaded.steps, self._where) from exc
         finally:
-            self._threads.exit(threads)
             calls.busy = False
         if self._trace is not None:
             self._trace.check()  # a debug buffer too small for this run's values
