@@ -12,6 +12,7 @@ from pterun.cli.options import example_program
 from pterun.executor.call.graphs import CudaGraphRunner
 from tests.gpu.conftest import FIXTURES, load_fixture, on
 from tests.support.compare import assert_matches
+from tests.support.host_path import calls_made
 
 pytestmark = pytest.mark.gpu
 
@@ -28,6 +29,22 @@ def test_replay_matches_kernel_by_kernel_and_the_graph_is_used():
         torch.testing.assert_close(a[0], b[0], rtol=0, atol=0)
     assert graphed.cuda_graph is not None and graphed.cuda_graph.graph is not None and graphed.cuda_graph.replaying
     assert plain.cuda_graph is None
+
+
+def test_a_replayed_call_s_host_path_does_not_grow():
+    # tests/executor/test_host_path.py counts the same path against a budget, with a stand-in graph; here the real
+    # one, with a CUDA input's binder.
+    method = _method(example_program())
+    tokens = torch.randint(0, 1024, (1, 32), device="cuda")
+    for _ in range(3):
+        method.execute([tokens], clone_outputs=False)
+    made = calls_made(lambda: method.execute([tokens], clone_outputs=False))
+    assert method.cuda_graph.replaying, "premise: the call replayed"
+    assert any(name.endswith("CUDAGraph.replay") for name in made), f"premise: the count sees the replay: {dict(made)}"
+    assert not any("<pterun method" in name or "Threads" in name for name in made), dict(made)
+    for _ in range(100):
+        method.execute([tokens], clone_outputs=False)
+    assert calls_made(lambda: method.execute([tokens], clone_outputs=False)) == made
 
 
 def test_a_new_shape_runs_eagerly_then_is_captured_again():
