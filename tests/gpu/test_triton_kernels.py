@@ -137,12 +137,7 @@ QB4W_CASES = [(1, 2048, 72, 32), (1, 3072, 40, 32), (1, 576, 24, 32), (1, 8192, 
               (17, 512, 40, 32), (32, 2048, 256, 32), (2, 96, 5, 32)]
 
 
-@pytest.mark.parametrize("family", ["avx512vnni", "avx2"])
-@pytest.mark.parametrize("rows, k, n, size", QB4W_CASES)
-@pytest.mark.parametrize("biased", [False, True])
-def test_4bit_block_kernel_adds_the_blocks_in_order(rows, k, n, size, family, biased):
-    from pterun.backends.xnnpack.nodes.qblock_triton import qb4w
-
+def _qb4w_case(rows: int, k: int, n: int, size: int, biased: bool) -> tuple:
     g = torch.Generator().manual_seed(rows * 1000 + k + n)
     x8 = torch.randint(-128, 128, (rows, k), dtype=torch.int8, generator=g)
     packed = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=g)
@@ -151,6 +146,16 @@ def test_4bit_block_kernel_adds_the_blocks_in_order(rows, k, n, size, family, bi
     zero_points = torch.randint(-128, 128, (rows,), generator=g).float()
     row_scales = torch.rand(rows, generator=g) * 0.1
     bias = torch.randn(n, generator=g) if biased else None
+    return x8, packed, scales, start, zero_points, row_scales, bias
+
+
+@pytest.mark.parametrize("family", ["avx512vnni", "avx2"])
+@pytest.mark.parametrize("rows, k, n, size", QB4W_CASES)
+@pytest.mark.parametrize("biased", [False, True])
+def test_4bit_block_kernel_adds_the_blocks_in_order(rows, k, n, size, family, biased):
+    from pterun.backends.xnnpack.nodes.qblock_triton import qb4w
+
+    x8, packed, scales, start, zero_points, row_scales, bias = _qb4w_case(rows, k, n, size, biased)
     if k == 96:
         x8.zero_(), zero_points.zero_()
         scales, start = -scales, -torch.zeros(n)
@@ -163,3 +168,21 @@ def test_4bit_block_kernel_adds_the_blocks_in_order(rows, k, n, size, family, bi
     qb4w(family, *cuda, out, size)
     assert torch.equal(out.cpu().view(torch.int32), expected.view(torch.int32)), (
         f"{(out.cpu() != expected).sum().item()} of {out.numel()} differ")
+
+
+def test_4bit_rows_off_a_word_take_the_byte_kernel_with_the_same_bits():
+    from pterun.backends.xnnpack.nodes import qblock_triton
+
+    rows, k, n, size = 2, 1024, 40, 32
+    x8, packed, scales, start, zero_points, row_scales, bias = _qb4w_case(rows, k, n, size, True)
+    cuda = [t.cuda() for t in (x8, packed, scales, start, zero_points, row_scales, bias)]
+    off = torch.empty(rows * k + 1, dtype=torch.int8, device="cuda")[1:].view(rows, k)
+    off.copy_(cuda[0])
+    assert qblock_triton._words(cuda[0], cuda[1], size) and not qblock_triton._words(off, cuda[1], size), (
+        "premise: word-aligned rows take the word kernel, rows one byte off do not")
+    aligned, shifted = (torch.full((rows, n), float("nan"), device="cuda") for _ in range(2))
+    qblock_triton.qb4w("avx512vnni", *cuda, aligned, size)
+    qblock_triton.qb4w("avx512vnni", off, *cuda[1:], shifted, size)
+    expected = _qb4w_in_order("avx512vnni", x8, packed, scales, start, zero_points, row_scales, bias, size)
+    assert torch.equal(aligned.cpu().view(torch.int32), expected.view(torch.int32))
+    assert torch.equal(shifted.cpu().view(torch.int32), expected.view(torch.int32))

@@ -10,4 +10,5 @@ from __future__ import annotations
 
 import os
 
-NO_FUSION: dict[str, bool] = {} if os.environ.get("TRITON_INTERPRET") == "1" else {"enable_fp_fusion": False}
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # kernels run by Triton's interpreter, which runs no PTX
+NO_FUSION: dict[str, bool] = {} if INTERPRETED else {"enable_fp_fusion": False}

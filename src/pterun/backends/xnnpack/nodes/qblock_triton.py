@@ -14,7 +14,16 @@ once, kilobytes of weights in flight, where eight outputs of eight blocks each l
 at a sixteenth of the GPU's bandwidth. tests/backends/xnnpack/test_xnnpack_gpu.py holds it to the CPU's bits
 in both orders, at one row and many.
 
-The kernel is compiled with ``enable_fp_fusion=False``: Triton would otherwise contract a product and a
+In the ``avx512vnni`` order (one running sum per output) the block sums come from the GPU's own 8-bit dot
+products (``dp4a``) in ``_qb4w_words``: a 32-bit word of weights holds eight nibbles, inputs 8j to 8j + 7,
+the low nibbles the even inputs and the high ones the odd; the row's bytes are picked into the same order
+(``prmt``), so that two ``dp4a`` make a word's eight products, where the byte-at-a-time kernel spent a
+dozen instructions a byte and left the 1B decoder's products bound by instructions, not by memory. The
+nibbles hold a weight plus 8: a block's sum is the nibbles' dot product less 8 times the inputs' sum, exact
+in int32 as before, so the bits are the byte-at-a-time kernel's. The ``avx2`` order keeps four running sums,
+one per pair of bytes of each word, which a word's dot product would mix: it stays byte at a time.
+
+The kernels are compiled with ``enable_fp_fusion=False``: Triton would otherwise contract a product and a
 sum into one fused multiply-add, which rounds once where XNNPACK rounds twice (the row's scale times the
 sum, then the bias). The one fused multiply-add XNNPACK's ``avx2`` kernels do make is ``tl.fma``.
 """
@@ -25,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pterun.core.triton_options import NO_FUSION
+from pterun.core.triton_options import INTERPRETED, NO_FUSION
 
 _LANES = {"avx512vnni": 1, "avx2": 4}  # the running sums each output keeps, by family
 _TILE = 8192  # weight bytes a program holds at once (outputs x blocks x bytes of a block)
@@ -103,6 +112,60 @@ def _qb4w(x_ptr, w_ptr, scale_ptr, start_ptr, zp_ptr, rs_ptr, bias_ptr, y_ptr, N
     tl.store(y_ptr + row.to(tl.int64) * N + cols, y, mask=col_ok)
 
 
+@triton.jit
+def _dp4a(a, b, c):
+    """``c`` plus the products of ``a``'s four unsigned bytes and ``b``'s four signed bytes."""
+    return tl.inline_asm_elementwise("dp4a.u32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c], dtype=tl.int32,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def _pick(a, b, SELECTOR: tl.constexpr):
+    """The bytes of the 64-bit ``b:a`` the selector names (byte 0 of ``a`` is 0, byte 0 of ``b`` is 4)."""
+    return tl.inline_asm_elementwise(f"prmt.b32 $0, $1, $2, {SELECTOR};", "=r,r,r", [a, b], dtype=tl.int32,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def _qb4w_words(x_ptr, w_ptr, scale_ptr, start_ptr, zp_ptr, rs_ptr, bias_ptr, y_ptr, N, K, blocks, stride_w,
+                SIZE: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """``_qb4w`` in the ``avx512vnni`` order, a word at a time: ``x_ptr`` the int8 rows and ``w_ptr`` the
+    nibbles as 32-bit words, ``stride_w`` in words."""
+    WORDS: tl.constexpr = SIZE // 8  # of weights, a block's
+    row = tl.program_id(1)
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    i = tl.arange(0, CHUNK * WORDS)  # the words of CHUNK blocks, in order
+    chunk = tl.arange(0, CHUNK)
+    x_row = x_ptr + row.to(tl.int64) * (K // 4)
+    w_rows = w_ptr + cols[:, None].to(tl.int64) * stride_w
+    eights = tl.full((CHUNK * WORDS,), 0x08080808, tl.int32)
+    s = tl.load(zp_ptr + row) * tl.load(start_ptr + cols, mask=col_ok, other=0.0)
+    for c0 in range(0, blocks, CHUNK):
+        word = c0 * WORDS + i
+        ok = word < blocks * WORDS
+        x0 = tl.load(x_row + 2 * word, mask=ok, other=0)  # inputs 8j to 8j + 3
+        x1 = tl.load(x_row + 2 * word + 1, mask=ok, other=0)  # 8j + 4 to 8j + 7
+        even = _pick(x0, x1, 0x6420)  # the inputs the low nibbles weigh
+        odd = _pick(x0, x1, 0x7531)
+        less = _dp4a(eights, even, _dp4a(eights, odd, tl.zeros((CHUNK * WORDS,), tl.int32)))  # 8 times their sum
+        w = tl.load(w_rows + word[None, :], mask=col_ok[:, None] & ok[None, :], other=0)
+        low = w & 0x0F0F0F0F
+        high = (w >> 4) & 0x0F0F0F0F
+        products = _dp4a(low, even[None, :], _dp4a(high, odd[None, :], -less[None, :]))
+        sums = tl.sum(tl.reshape(products, (BLOCK_N, CHUNK, WORDS)), axis=2)
+        block = c0 + chunk
+        there = block < blocks
+        scale = tl.load(scale_ptr + block[None, :] * N + cols[:, None], mask=col_ok[:, None] & there[None, :],
+                        other=0.0)
+        past = tl.full((BLOCK_N, CHUNK), -(2**31), tl.int32).to(tl.float32, bitcast=True)  # -0.0, as in _qb4w
+        s = _in_order(s, tl.where(there[None, :], sums.to(tl.float32) * scale, past), BLOCK_N, CHUNK)
+    y = s * tl.load(rs_ptr + row)
+    if HAS_BIAS:
+        y = y + tl.load(bias_ptr + cols, mask=col_ok, other=0.0)
+    tl.store(y_ptr + row.to(tl.int64) * N + cols, y, mask=col_ok)
+
+
 def tiles(rows: int, n: int, blocks: int, half: int) -> tuple[int, int]:
     """(outputs, blocks) a program takes at once. Enough programs to fill a large GPU: at one row, where the
     outputs alone give the parallelism, a few outputs each and many of their blocks at once, so that every
@@ -124,8 +187,23 @@ def qb4w(family: str, x8: torch.Tensor, packed: torch.Tensor, scales: torch.Tens
     n = out.shape[1]
     half = triton.next_power_of_2(size // 2)
     tile, chunk = tiles(rows, n, k // size, half)
+    warps = 8 if tile * chunk * half > _TILE // 2 else 4
+    if family == "avx512vnni" and _words(x8, packed, size):
+        _qb4w_words[(triton.cdiv(n, tile), rows)](
+            x8.view(torch.int32), packed.view(torch.int32), scales, start, zero_points, row_scales,
+            bias if bias is not None else start, out, n, k, k // size, packed.stride(0) // 4, SIZE=size,
+            CHUNK=chunk, BLOCK_N=tile, HAS_BIAS=bias is not None, num_warps=warps, **NO_FUSION)
+        return out
     _qb4w[(triton.cdiv(n, tile), rows)](
         x8, packed, scales, start, zero_points, row_scales, bias if bias is not None else start, out, n, k,
         k // size, packed.stride(0), SIZE=size, HALF=half, CHUNK=chunk, BLOCK_N=tile, LANES=_LANES[family],
-        HAS_BIAS=bias is not None, num_warps=8 if tile * chunk * half > _TILE // 2 else 4, **NO_FUSION)
+        HAS_BIAS=bias is not None, num_warps=warps, **NO_FUSION)
     return out
+
+
+def _words(x8: torch.Tensor, packed: torch.Tensor, size: int) -> bool:
+    """Whether ``_qb4w_words`` reads these: blocks of whole words, in a power of two of them (a tile's shape), and
+    rows and weights that start on a word (Triton's interpreter runs no PTX: there the byte-at-a-time kernel)."""
+    words = size // 8
+    return (not INTERPRETED and size % 8 == 0 and words & (words - 1) == 0 and x8.stride(0) % 4 == 0
+            and x8.data_ptr() % 4 == 0 and packed.stride(0) % 4 == 0 and packed.data_ptr() % 4 == 0)
