@@ -17,8 +17,8 @@ in both orders, at one row and many.
 In the ``avx512vnni`` order (one running sum per output) the block sums come from the GPU's own 8-bit dot
 products (``dp4a``) in ``_qb4w_words``: a 32-bit word of weights holds eight nibbles, inputs 8j to 8j + 7,
 the low nibbles the even inputs and the high ones the odd; the row's bytes are picked into the same order
-(``prmt``), so that two ``dp4a`` make a word's eight products, where the byte-at-a-time kernel spent a
-dozen instructions a byte and left the 1B decoder's products bound by instructions, not by memory. The
+(``prmt``), so that two ``dp4a`` make a word's eight products, where the byte-at-a-time kernel spent about
+twenty instructions a byte and left the 1B decoder's products bound by instructions, not by memory. The
 nibbles hold a weight plus 8: a block's sum is the nibbles' dot product less 8 times the inputs' sum, exact
 in int32 as before, so the bits are the byte-at-a-time kernel's. The ``avx2`` order keeps four running sums,
 one per pair of bytes of each word, which a word's dot product would mix: it stays byte at a time.
