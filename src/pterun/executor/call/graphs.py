@@ -93,10 +93,12 @@ class CudaGraphRunner:
         """A call's outputs: a replay when a graph holds this call, else run eagerly or captured, under the
         call's ``precision``."""
         outputs = self.replay(args)
-        if outputs is None:
-            with precision:
-                outputs = self(args, self.shape_key(args))
-        return outputs
+        return outputs if outputs is not None else self.run_or_capture(args, precision)
+
+    def run_or_capture(self, args: Sequence, precision: AbstractContextManager) -> tuple:
+        """A call no kept graph replays (``replay`` said None): run eagerly, or captured, under ``precision``."""
+        with precision:
+            return self(args, self.shape_key(args))
 
     def replay(self, args: Sequence) -> tuple | None:
         """The outputs of a replay if a graph holds this call (its shapes, bound inputs in place), else None.

@@ -189,7 +189,7 @@ class Method:
                         finally:
                             precision.exit(pinned)
                     else:
-                        self._outputs = graph.call(self._args, self._precision)  # run eagerly, or captured
+                        self._outputs = graph.run_or_capture(self._args, self._precision)
                 finally:
                     self._threads.exit(threads)
         except Exception as exc:  # noqa: BLE001 - mapped to a PteError naming the instruction
