@@ -6,6 +6,7 @@ import torch
 
 from pterun.executor.load.steps import KernelStep
 from pterun.format import KernelCall
+from tests.support.compare import assert_matches
 from tests.support.differential import check, export_model, load
 from tests.support.models import build
 from tests.support.oracle import reference_module
@@ -57,3 +58,35 @@ def test_weight_transposes_are_folded_where_a_dim_order_copy_rewrites_their_byte
         tokens, positions = torch.randint(3, 500, (1, length)), torch.arange(start, start + length)
         expected = reference.run_method("forward", [tokens.clone(), positions.clone()])[0]
         assert torch.equal(unfused.execute([tokens, positions])[0], expected), f"{length} tokens at {start}"
+
+
+def test_copies_delegates_read_become_views_laid_out_as_planned():
+    """A transformers decoder quantized as optimum-executorch quantizes it (8da4w: its linear layers, attention's
+    matrix products and softmax in XNNPACK delegates): the exporter repeats a tensor to its own shape
+    (``expand_copy``) for a delegate, which reads its arguments as the plan lays them out. The copy becomes a view
+    where the view has that layout (``Rewriter.keeps_layout``); the calls still give ExecuTorch's values (to the
+    ulp, as tests/llm/test_llm_programs.py holds these programs)."""
+    import pterun
+    from pterun.executor.load.steps import DelegateStep
+    from tests.support.llm_programs import transformers_program
+
+    pte = transformers_program("qwen2-8da4w").pte
+    method = pterun.Runtime.get().load_program(pte).load_method("forward")
+    plan, steps = method.plan, method.steps
+    readers: dict[int, list[int]] = {}
+    for n, ins in enumerate(plan.instructions):
+        for a in getattr(ins, "args", ()):
+            readers.setdefault(a, []).append(n)
+    laid_out = [n for n, s in enumerate(steps) if isinstance(s, KernelStep) and s.binding.result is not None
+                and getattr(s.binding.fn, "__name__", "").endswith("_laid_out")]
+    assert laid_out, "a copy a delegate reads became a view"
+    for n in laid_out:
+        # The premise: the view's readers rely on the planned layout (a delegate, or et_view handing it to one).
+        later = [r for r in readers[steps[n].args[steps[n].binding.result]] if r > n]
+        assert any(isinstance(steps[r], DelegateStep) or "et_view" in getattr(steps[r], "name", "") for r in later), n
+
+    reference = reference_module(pte)
+    for length, start in ((5, 0), (1, 5), (1, 6)):
+        tokens, positions = torch.randint(3, 500, (1, length)), torch.arange(start, start + length)
+        expected = reference.run_method("forward", [tokens.clone(), positions.clone()])[0]
+        assert_matches(method.execute([tokens, positions])[0], expected, what=f"{length} tokens at {start}")

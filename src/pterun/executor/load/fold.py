@@ -14,8 +14,9 @@ only read by them can be a view, computed either
 Either way a copy is replaced only when the memory it writes is written
 nowhere else (through any value that may refer to it: what each step writes
 and reads is effects.py's), is no method output, is read only by kernels that take
-any strides (``Binding.strided``: a delegate or ``et_view`` may rely on the
-planned layout), and no view the exporter planned on its bytes reads them
+any strides (``Binding.strided``) or is a view laid out as the plan lays out
+the copy (a delegate or ``et_view`` relies on that layout: see
+``keeps_layout``), and no view the exporter planned on its bytes reads them
 after it (such a view is read, never written, and sees its base's bytes
 through the arena; memory planning reuses bytes, so only a reader after the
 copy with no whole rewrite of the bytes in between counts). Methods with
@@ -31,10 +32,17 @@ from functools import cached_property
 
 import torch
 
+from pterun.core.layout import is_contiguous_order
 from pterun.executor.load.effects import MethodEffects
-from pterun.executor.load.steps import DelegateStep, KernelStep
+from pterun.executor.load.steps import KernelStep
 from pterun.format import Dynamism, JumpFalseCall, Kind, ListValue, Plan, TensorSpec
 from pterun.kernels import Binding, Functional
+
+_aten = torch.ops.aten
+# Views that, of a tensor laid out contiguously, are laid out contiguously too, at no offset: their result has the
+# layout the plan gives the copy, whatever the sizes (``expand`` where it expands nothing: Rewriter.keeps_layout).
+_LAYOUT_KEEPING = frozenset({_aten.unsqueeze.default, _aten.squeeze.default, _aten.squeeze.dim, _aten.squeeze.dims,
+                             _aten.alias.default, _aten.view.default})
 
 
 def planned_bytes(spec: TensorSpec) -> tuple[int, int, int] | None:
@@ -104,7 +112,8 @@ class Rewriter:
         return moving
 
     def candidate(self, n: int, step) -> tuple | None:
-        """(view op, output value) when step ``n`` is a copy whose result could be a view."""
+        """(view op, output value, whether a reader relies on the planned layout) when step ``n`` is a copy whose
+        result could be a view."""
         if not isinstance(step, KernelStep):
             return None
         b = step.binding
@@ -117,11 +126,27 @@ class Rewriter:
         if (self.effects.writers.get(out) != [n] or out in self.effects.bound or out in self.outputs
                 or not isinstance(spec, TensorSpec)):
             return None
-        if not all(self.effects.effects[r].strided for r in self.effects.readers.get(out, ())):
+        laid_out = not all(self.effects.effects[r].strided for r in self.effects.readers.get(out, ()))
+        if laid_out and not self.keeps_layout(step, view, spec):
             return None
         if any(True for _ in self.reading_after(spec, n)):
             return None
-        return view, out
+        return view, out, laid_out
+
+    def keeps_layout(self, step: KernelStep, view, spec: TensorSpec) -> bool:
+        """Whether the view ``step`` copies, of a source laid out contiguously, is laid out as the plan lays out the
+        copy, ``spec``: contiguously, from the source's first byte. So is an ``expand`` whose planned sizes are its
+        source's (the exporter's repeat of a tensor to its own shape); that its sizes stay equal on every call is
+        checked where it runs (``planned_layout``)."""
+        inputs = self.tensor_inputs(step)
+        if len(inputs) != 1 or not isinstance(source := self.plan.values[inputs[0]], TensorSpec):
+            return False
+        if not (is_contiguous_order(spec.dim_order) and is_contiguous_order(source.dim_order)
+                and spec.scalar_type == source.scalar_type):
+            return False
+        if view is _aten.expand.default:
+            return tuple(source.sizes) == tuple(spec.sizes)
+        return view in _LAYOUT_KEEPING
 
     def reading_after(self, spec: TensorSpec, n: int) -> Iterator[int]:
         """The views the exporter planned that may read, through the arena, bytes of ``spec`` that step ``n``
@@ -221,7 +246,7 @@ def _reads_constants(rw: Rewriter, step, constants: frozenset[int], views: dict)
 
 def _fold_now(rw: Rewriter, step: KernelStep, found, views: dict):
     """The view a copy of constants computes, or None."""
-    view, out = found
+    view, out, laid_out = found
     b = step.binding
     if any(step.args[p] in rw.moving for p in (*b.positional, *(i for _, i in b.keywords))):
         return None
@@ -239,6 +264,8 @@ def _fold_now(rw: Rewriter, step: KernelStep, found, views: dict):
         return None
     planned = rw.objects[out]
     if not isinstance(result, torch.Tensor) or result.shape != planned.shape or result.dtype != planned.dtype:
+        return None
+    if laid_out and result.stride() != planned.stride():
         return None
     return result
 
@@ -272,7 +299,7 @@ def elide_view_copies(plan: Plan, steps: list, objects: list, computed: frozense
         found = rw.candidate(n, step)
         if found is None:
             continue
-        view, out = found
+        view, out, laid_out = found
         inputs = rw.tensor_inputs(step)
         if len(inputs) != 1 or inputs[0] in made:
             continue
@@ -285,8 +312,10 @@ def elide_view_copies(plan: Plan, steps: list, objects: list, computed: frozense
             continue
         b = step.binding
         if view is torch.ops.aten.view.default:
-            # The source may be laid out so that no view has the new shape; reshape copies then.
+            # The source (a caller's tensor) may be laid out so that no view has the new shape; reshape copies then.
             view = torch.ops.aten.reshape.default
+        if laid_out:
+            view = planned_layout(view)
         result[n] = KernelStep(step.name, Binding(
             view,
             tuple(p for p in b.positional if p not in b.writes),
@@ -301,12 +330,24 @@ def elide_view_copies(plan: Plan, steps: list, objects: list, computed: frozense
     return result, frozenset(made)
 
 
+def planned_layout(view):
+    """``view`` whose result, where not laid out contiguously as the plan lays out the copy it replaces, is copied
+    so: for readers that rely on that layout. ``Rewriter.keeps_layout`` chose views that are, so the copy is for an
+    ``expand`` whose sizes came apart from its source's, which no exporter emits."""
+
+    def laid_out(*args, **kwargs) -> torch.Tensor:
+        result = view(*args, **kwargs)
+        return result if result.is_contiguous() else result.contiguous()
+
+    laid_out.__name__ = laid_out.__qualname__ = f"{getattr(view, '__name__', 'view')}_laid_out"
+    return laid_out
+
+
 def _untouched(rw: Rewriter, source: int, spec: TensorSpec, first: int, last: int) -> bool:
-    """No step after ``first``, up to ``last``, writes the source's memory or bytes it occupies."""
+    """No step after ``first``, up to ``last``, writes the source's memory or bytes it occupies (a delegate's
+    writes are those its backend declares, ``written_arguments``)."""
     source_memory = rw.effects.memory(source)
     for k in range(first + 1, last + 1):
-        if isinstance(rw.steps[k], DelegateStep):
-            return False
         for m in rw.effects.written[k]:
             if m in source_memory:
                 return False
