@@ -40,6 +40,10 @@ _LANES = {"avx512vnni": 1, "avx2": 4}  # the running sums each output keeps, by 
 _TILE = 8192  # weight bytes a program holds at once (outputs x blocks x bytes of a block)
 _MAX_CHUNK = 64  # blocks a program reads at once
 _PROGRAMS = 256  # programs wanted at one row: about two per multiprocessor of a large GPU
+# The word kernel at one row (a decode step), as measured on an H200 over every tiling of a 1B decoder's and a 100M
+# one's layers: 16 KB of weights a program, at most 32 outputs, 4 warps (docs/benchmarks.md).
+_ROW_TILE = 16384
+_ROW_OUTPUTS = 32
 
 
 @triton.jit
@@ -166,14 +170,15 @@ def _qb4w_words(x_ptr, w_ptr, scale_ptr, start_ptr, zp_ptr, rs_ptr, bias_ptr, y_
     tl.store(y_ptr + row.to(tl.int64) * N + cols, y, mask=col_ok)
 
 
-def tiles(rows: int, n: int, blocks: int, half: int) -> tuple[int, int]:
-    """(outputs, blocks) a program takes at once. Enough programs to fill a large GPU: at one row, where the
-    outputs alone give the parallelism, a few outputs each and many of their blocks at once, so that every
-    program has kilobytes of weights in flight (eight outputs and eight blocks each read the 1B decoder's
-    weights at a sixteenth of the bandwidth); wide tiles for many rows."""
-    outputs = max(2, min(128, triton.next_power_of_2(max(1, rows * n // _PROGRAMS))))
+def tiles(rows: int, n: int, blocks: int, half: int, *, most: int = 128, tile: int = _TILE) -> tuple[int, int]:
+    """(outputs, blocks) a program takes at once, at most ``most`` outputs and ``tile`` bytes of weights. Enough
+    programs to fill a large GPU: at one row, where the outputs alone give the parallelism, a few outputs each
+    and many of their blocks at once, so that every program has kilobytes of weights in flight (eight outputs
+    and eight blocks each read the 1B decoder's weights at a sixteenth of the bandwidth); wide tiles for many
+    rows."""
+    outputs = max(2, min(most, triton.next_power_of_2(max(1, rows * n // _PROGRAMS))))
     outputs = min(outputs, max(2, triton.next_power_of_2(n)))
-    chunk = min(_MAX_CHUNK, triton.next_power_of_2(blocks), max(1, _TILE // (outputs * half)))
+    chunk = min(_MAX_CHUNK, triton.next_power_of_2(blocks), max(1, tile // (outputs * half)))
     return outputs, chunk
 
 
@@ -186,9 +191,15 @@ def qb4w(family: str, x8: torch.Tensor, packed: torch.Tensor, scales: torch.Tens
     rows, k = x8.shape
     n = out.shape[1]
     half = triton.next_power_of_2(size // 2)
-    tile, chunk = tiles(rows, n, k // size, half)
-    warps = 8 if tile * chunk * half > _TILE // 2 else 4
-    if family == "avx512vnni" and _words(x8, packed, size):
+    words = family == "avx512vnni" and _words(x8, packed, size)
+    if words and rows == 1:
+        # A 2048 -> 32768 head: 128 outputs of 4 blocks each took 22.0 us, 32 of 32 blocks 11.3 (H200).
+        tile, chunk = tiles(rows, n, k // size, half, most=_ROW_OUTPUTS, tile=_ROW_TILE)
+        warps = 4
+    else:
+        tile, chunk = tiles(rows, n, k // size, half)
+        warps = 8 if tile * chunk * half > _TILE // 2 else 4
+    if words:
         _qb4w_words[(triton.cdiv(n, tile), rows)](
             x8.view(torch.int32), packed.view(torch.int32), scales, start, zero_points, row_scales,
             bias if bias is not None else start, out, n, k, k // size, packed.stride(0) // 4, SIZE=size,
