@@ -393,6 +393,30 @@ def _sigmoid_lanes() -> int:
     return 0
 
 
+class ZeroHiddenRows:
+    """``probs`` with each row whose ``scores`` are all -inf (a row the mask hides entirely) made zeros
+    (executor/load/fuse/hidden_rows.py), in three calls into outs of the steps it replaces: ``hidden``, where a
+    score is -inf; ``rows``, where all of a row's are (``not any(not ...)``, as the steps compute it); ``out``. The
+    steps' values, bit for bit: a 0 of the probabilities' dtype or their value. Where a shape changes, each out is
+    emptied before its call, as the executor does for the steps."""
+
+    def __init__(self) -> None:
+        self._zeros: dict[tuple, torch.Tensor] = {}  # by dtype and device: the 0 ``where`` takes, made once
+
+    def __call__(self, scores: torch.Tensor, probs: torch.Tensor, *, hidden: torch.Tensor, rows: torch.Tensor,
+                 out: torch.Tensor) -> torch.Tensor:
+        zero = self._zeros.get((probs.dtype, probs.device))
+        if zero is None:
+            zero = self._zeros[(probs.dtype, probs.device)] = torch.zeros((), dtype=probs.dtype, device=probs.device)
+        if hidden.shape == scores.shape and out.shape == probs.shape and rows.shape == (*scores.shape[:-1], 1):
+            torch.eq(scores, -torch.inf, out=hidden)
+            torch.all(hidden, -1, keepdim=True, out=rows)
+            return torch.where(rows, zero, probs, out=out)
+        _emptied_into(torch.eq, (scores, -torch.inf), hidden)
+        _emptied_into(functools.partial(torch.all, dim=-1, keepdim=True), (hidden,), rows)
+        return _emptied_into(torch.where, (rows, zero, probs), out)
+
+
 def _emptied_into(op, args: tuple, out: torch.Tensor) -> torch.Tensor:
     out.resize_(0)
     op(*args, out=out)

@@ -12,7 +12,9 @@ kernel registry holds a kernel for the method's device), cached_attention.py
 (on the CPU, a layer's cache writes, rotary embeddings and attention over the
 cache, ten calls, once the rotary chains are fused), add_rms_norm.py (on the
 CPU, a residual add and the fused RMSNorm of its sum), silu_mul.py (on the
-CPU, a SwiGLU's SiLU-product where its products run elsewhere). Each chain found
+CPU, a SwiGLU's SiLU-product where its products run elsewhere), hidden_rows.py
+(the six steps that zero a softmax's rows the mask hides entirely, where the
+softmax ran elsewhere, as three calls). Each chain found
 whole is replaced by one call, placed where its last step was; the other
 steps are folded away (None). The fused step's comment in the generated code
 lists the operators it replaced. A fused call without a functional form is
@@ -45,6 +47,7 @@ from pterun.executor.load.fuse import (
     add_rms_norm,
     attention,
     cached_attention,
+    hidden_rows,
     rms_norm,
     rotary,
     rotate_half,
@@ -63,8 +66,9 @@ def patterns(kernels: KernelRegistry, device_type: DeviceType) -> dict[str, tupl
     shown the patterns that can end at it, in this order."""
     found = swiglu.matcher(kernels, device_type)
     # The grouped attention first: where find_chains refuses it, the same chain from the repeated heads on.
-    chosen = [attention.match_grouped, attention.match, rms_norm.match, rotary.match, rotate_half.match]
-    ends = [attention.ENDS, attention.ENDS, rms_norm.ENDS, rotary.ENDS, rotate_half.ENDS]
+    chosen = [attention.match_grouped, attention.match, rms_norm.match, rotary.match, rotate_half.match,
+              hidden_rows.match]
+    ends = [attention.ENDS, attention.ENDS, rms_norm.ENDS, rotary.ENDS, rotate_half.ENDS, hidden_rows.ENDS]
     if found is not None:
         chosen.append(found)
         ends.append(swiglu.ENDS)
