@@ -39,7 +39,7 @@ def test_each_layers_hidden_rows_are_one_call_bit_for_bit():
 def test_rows_the_mask_hides_are_zeros_and_the_rest_kept_whatever_the_shape():
     """Rows of all -inf scores (and only those: one -inf short, a NaN) give zeros, others the probabilities as they
     are (NaN and -0.0 included); outs of another shape are emptied first and left contiguous."""
-    kernel = kernels.ZeroHiddenRows()
+    kernel = kernels.ZeroHiddenRows(torch.zeros(()))
     hidden, rows, out = torch.empty(0, dtype=torch.bool), torch.empty(0, dtype=torch.bool), torch.empty(0)
     for shape in ((1, 2, 3, 5), (1, 2, 3, 5), (1, 2, 1, 5), (2, 1, 4, 6)):
         scores = torch.randn(shape)
@@ -56,6 +56,7 @@ def test_rows_the_mask_hides_are_zeros_and_the_rest_kept_whatever_the_shape():
         assert torch.equal(rows, torch.eq(scores, -math.inf).all(-1, keepdim=True))
     bf16 = torch.randn(1, 1, 2, 4).bfloat16()
     scores = torch.tensor([[[[-math.inf] * 4, [0.0] * 4]]])
-    got = kernels.ZeroHiddenRows()(scores, bf16, hidden=torch.empty(0, dtype=torch.bool),
-                                   rows=torch.empty(0, dtype=torch.bool), out=torch.empty(0, dtype=torch.bfloat16))
+    kernel = kernels.ZeroHiddenRows(torch.zeros((), dtype=torch.bfloat16))
+    got = kernel(scores, bf16, hidden=torch.empty(0, dtype=torch.bool), rows=torch.empty(0, dtype=torch.bool),
+                 out=torch.empty(0, dtype=torch.bfloat16))
     assert got.dtype == torch.bfloat16 and torch.equal(got, _steps(scores, bf16))

@@ -400,14 +400,12 @@ class ZeroHiddenRows:
     steps' values, bit for bit: a 0 of the probabilities' dtype or their value. Where a shape changes, each out is
     emptied before its call, as the executor does for the steps."""
 
-    def __init__(self) -> None:
-        self._zeros: dict[tuple, torch.Tensor] = {}  # by dtype and device: the 0 ``where`` takes, made once
+    def __init__(self, zero: torch.Tensor) -> None:
+        self.zero = zero  # the 0 ``where`` takes: a scalar tensor of the probabilities' dtype, on their device
 
     def __call__(self, scores: torch.Tensor, probs: torch.Tensor, *, hidden: torch.Tensor, rows: torch.Tensor,
                  out: torch.Tensor) -> torch.Tensor:
-        zero = self._zeros.get((probs.dtype, probs.device))
-        if zero is None:
-            zero = self._zeros[(probs.dtype, probs.device)] = torch.zeros((), dtype=probs.dtype, device=probs.device)
+        zero = self.zero
         if hidden.shape == scores.shape and out.shape == probs.shape and rows.shape == (*scores.shape[:-1], 1):
             torch.eq(scores, -torch.inf, out=hidden)
             torch.all(hidden, -1, keepdim=True, out=rows)

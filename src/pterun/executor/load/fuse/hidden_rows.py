@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from pterun.enums import scalar_type_name
 from pterun.executor.load.fold import overlaps
 from pterun.executor.load.fuse.common import Chain, Graph, last_dim, scalar
@@ -58,7 +60,11 @@ def match(g: Graph, n: int) -> Chain | None:
     if scratch is None:
         return None
     hidden, rows = scratch
-    binding = Binding(kernels.ZeroHiddenRows(), (0, 1), (("hidden", 2), ("rows", 3), ("out", 4)),
+    planned = g.value(probs)
+    if not isinstance(planned, torch.Tensor):
+        return None
+    zero = torch.zeros((), dtype=planned.dtype, device=planned.device)
+    binding = Binding(kernels.ZeroHiddenRows(zero), (0, 1), (("hidden", 2), ("rows", 3), ("out", 4)),
                       writes=(2, 3, 4), strided=True, sizes_outs=True)
     return Chain(NAME, frozenset((eq, inner, found, cond, zeros, n)), binding, (scores, probs, hidden, rows, out),
                  (scores, probs))
