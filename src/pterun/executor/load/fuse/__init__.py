@@ -42,7 +42,7 @@ from collections import Counter
 
 from pterun.core.device import DeviceType
 from pterun.executor.load.effects import MethodEffects
-from pterun.executor.load.fold import PlannedViews, Rewriter, overlaps
+from pterun.executor.load.fold import PlannedViews, Rewriter
 from pterun.executor.load.fuse import (
     add_rms_norm,
     attention,
@@ -54,7 +54,7 @@ from pterun.executor.load.fuse import (
     silu_mul,
     swiglu,
 )
-from pterun.executor.load.fuse.common import Chain, Graph
+from pterun.executor.load.fuse.common import Chain, Graph, shared
 from pterun.executor.load.steps import KernelStep
 from pterun.format import JumpFalseCall, Plan, TensorSpec
 from pterun.kernels import KernelRegistry
@@ -164,16 +164,10 @@ def _unobserved(plan: Plan, rw: Rewriter, effects: MethodEffects, binders: dict[
             if k in chain.steps:
                 continue
             for m in effects.written[k]:
-                if m in memory or _shared(spec, plan.values[m]):
+                if m in memory or shared(spec, plan.values[m]):
                     return False
     if chain.apart:
         out, memory = chain.args[-1], effects.memory(*chain.inputs)
-        if effects.memory(out) & memory or any(_shared(plan.values[out], plan.values[m]) for m in memory):
+        if effects.memory(out) & memory or any(shared(plan.values[out], plan.values[m]) for m in memory):
             return False
     return True
-
-
-def _shared(a, b) -> bool:
-    """Whether two planned tensors overlap in an arena."""
-    return (isinstance(a, TensorSpec) and isinstance(b, TensorSpec) and a.memory_id is not None
-            and b.memory_id is not None and overlaps(a, b))

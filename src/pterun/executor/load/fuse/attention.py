@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from pterun.executor.load.fuse.common import Chain, Graph, contiguous, last_dim, plain_cast, scalar
+from pterun.executor.load.fuse.common import Chain, Graph, contiguous, hidden_rows, last_dim, plain_cast, scalar
 from pterun.format import Dynamism, ListValue
 from pterun.kernels import Binding, Functional
 from pterun.kernels import fused as kernels
@@ -62,8 +62,8 @@ def _match(g: Graph, n2: int, grouped: bool) -> Chain | None:
         if (not g.runs(zeros, "aten::full_like.out") or g.maker_of(zeros, 0) != sm or scalar(g, g.arg(zeros, 1)) != 0
                 or not g.runs(sm, "aten::_softmax.out")):
             return None
-        safe = _hidden_rows(g, cond, g.maker_of(sm, 0))
-        if safe is None:
+        safe = hidden_rows(g, cond)
+        if safe is None or g.maker_of(safe[-1], 0) != g.maker_of(sm, 0):
             return None
         chain += [p, zeros, *safe]
     elif g.runs(p, "aten::_softmax.out"):
@@ -192,21 +192,3 @@ def _repeated(g: Graph, n: int) -> _Repeat | None:
             or list(read.sizes) != [*batch, heads * groups, length, e]):
         return None
     return _Repeat(source, groups, frozenset([*steps, clone, expand, unsqueeze]))
-
-
-def _hidden_rows(g: Graph, cond: int | None, scores: int | None) -> list[int] | None:
-    """The steps of logical_not(any(logical_not(eq(scores, -inf)), -1, keepdim)): rows the mask hides entirely."""
-    if not g.runs(cond, "aten::logical_not.out"):
-        return None
-    found = g.maker_of(cond, 0)
-    if not g.runs(found, "aten::any.out") or g.value(g.arg(found, 2)) is not True:
-        return None
-    if not last_dim(g, g.arg(found, 0), g.value(g.arg(found, 1))):
-        return None
-    inner = g.maker_of(found, 0)
-    if not g.runs(inner, "aten::logical_not.out"):
-        return None
-    eq = g.maker_of(inner, 0)
-    if not g.runs(eq, "aten::eq.Scalar_out") or g.maker_of(eq, 0) != scores or scalar(g, g.arg(eq, 1)) != -math.inf:
-        return None
-    return [cond, found, inner, eq]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -132,3 +133,29 @@ def plain_cast(g: Graph, n: int) -> bool:
     order = g.value(g.arg(n, 2))
     return (source is not None and made is not None and contiguous(source) and contiguous(made)
             and (order is None or list(order) == list(range(len(made.sizes)))))
+
+
+def shared(a, b) -> bool:
+    """Whether two planned tensors (values' specs) overlap in an arena."""
+    return (isinstance(a, TensorSpec) and isinstance(b, TensorSpec) and a.memory_id is not None
+            and b.memory_id is not None and overlaps(a, b))
+
+
+def hidden_rows(g: Graph, cond: int | None) -> list[int] | None:
+    """The steps of ``logical_not(any(logical_not(eq(scores, -inf)), -1, keepdim))`` ending at step ``cond``, the
+    ``eq`` last (its argument 0 is the scores): the rows a mask hides entirely, as the exporter's safe softmax
+    finds them."""
+    if not g.runs(cond, "aten::logical_not.out"):
+        return None
+    found = g.maker_of(cond, 0)
+    if not g.runs(found, "aten::any.out") or g.value(g.arg(found, 2)) is not True:
+        return None
+    if not last_dim(g, g.arg(found, 0), g.value(g.arg(found, 1))):
+        return None
+    inner = g.maker_of(found, 0)
+    if not g.runs(inner, "aten::logical_not.out"):
+        return None
+    eq = g.maker_of(inner, 0)
+    if not g.runs(eq, "aten::eq.Scalar_out") or scalar(g, g.arg(eq, 1)) != -math.inf:
+        return None
+    return [cond, found, inner, eq]

@@ -9,21 +9,16 @@ calls into outs of the steps replaced, the same values.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from pterun.enums import scalar_type_name
-from pterun.executor.load.fold import overlaps
-from pterun.executor.load.fuse.common import Chain, Graph, last_dim, scalar
-from pterun.format import TensorSpec
+from pterun.executor.load.fuse.common import Chain, Graph, hidden_rows, scalar, shared
 from pterun.kernels import Binding
 from pterun.kernels import fused as kernels
 
 ENDS = "aten::where.self_out"  # the operator of the step a chain ends at, which becomes its fused call
 
 NAME = "pterun::zero_hidden_rows"
-_NOT = "aten::logical_not.out"
 
 
 def match(g: Graph, n: int) -> Chain | None:
@@ -36,18 +31,10 @@ def match(g: Graph, n: int) -> Chain | None:
     zeros, cond = g.maker_of(n, 1), g.maker_of(n, 0)
     if not g.runs(zeros, "aten::full_like.out") or g.arg(zeros, 0) != probs or scalar(g, g.arg(zeros, 1)) != 0:
         return None
-    if not g.runs(cond, _NOT):
+    steps = hidden_rows(g, cond)
+    if steps is None:
         return None
-    found = g.maker_of(cond, 0)
-    if (not g.runs(found, "aten::any.out") or g.value(g.arg(found, 2)) is not True
-            or not last_dim(g, g.arg(found, 0), g.value(g.arg(found, 1)))):
-        return None
-    inner = g.maker_of(found, 0)
-    if not g.runs(inner, _NOT):
-        return None
-    eq = g.maker_of(inner, 0)
-    if not g.runs(eq, "aten::eq.Scalar_out") or scalar(g, g.arg(eq, 1)) != -math.inf:
-        return None
+    cond, found, inner, eq = steps
     scores, out = g.arg(eq, 0), g.made_value(n)
     sspec, pspec, ospec, zspec = (g.tensor(v) for v in (scores, probs, out, g.made_value(zeros)))
     if sspec is None or pspec is None or ospec is None or zspec is None:
@@ -81,17 +68,8 @@ def _scratch(g: Graph, scores: int, probs: int, out: int, flags: tuple[int, ...]
             specs = (g.tensor(hidden), g.tensor(row))
             if any(s is None or scalar_type_name(s.scalar_type) != "Bool" for s in specs):
                 continue
-            if any(_shared(g, a, b) for a, b in ((hidden, scores), (hidden, probs), (hidden, row), (row, probs),
-                                                 (row, out))):
+            pairs = ((hidden, scores), (hidden, probs), (hidden, row), (row, probs), (row, out))
+            if any(a == b or shared(g.plan.values[a], g.plan.values[b]) for a, b in pairs):
                 continue
             return hidden, row
     return None
-
-
-def _shared(g: Graph, a: int, b: int) -> bool:
-    """Whether two values' planned bytes may overlap (values the plan gives no bytes to: only when the same)."""
-    x, y = g.plan.values[a], g.plan.values[b]
-    if a == b:
-        return True
-    return (isinstance(x, TensorSpec) and isinstance(y, TensorSpec) and x.memory_id is not None
-            and y.memory_id is not None and overlaps(x, y))
