@@ -2,7 +2,7 @@
 
     python bench/llm_gpu.py export [--size 100m|1b] [--quant 8da4w] [--out .cache/bench/llm]  # with ExecuTorch
     python bench/llm_gpu.py run --dir DIR [--sizes 100m,1b] [--json OUT]     # on the GPU machine
-    python bench/llm_gpu.py profile --dir DIR [--sizes 100m] [--steps 64]    # where a decode step goes
+    python bench/llm_gpu.py profile --dir DIR [--sizes 100m] [--steps 64] [--rounds 3]  # where a step goes
     python bench/llm_gpu.py startup --dir DIR [--sizes 100m]                 # compile=True, cold and again
 
 ``export --size tiny`` writes the same program at a size of a few thousand weights (2 layers, width 64, a
@@ -22,7 +22,8 @@ quantizes them (8-bit dynamic activations, 4-bit weights in groups of 32) and lo
 ``run`` times, for each size whose file is there, prompt 128 and 128 new tokens (greedy, EOS never chosen):
 - pterun.llm's TextLLMRunner on the .pte (device="cuda"), plain and with ``compile=True`` (its load and first
   generation timed as the compile's cost), from the runner's own Stats; and its 8da4w form where that file
-  is there (``pterun_8da4w``, against the bf16 program's rate);
+  is there, the same ways (``pterun_8da4w``, ``pterun_compile_8da4w``: each against the bf16 program's rate
+  the same way);
 - transformers' ``generate`` on the same model (the same weights, made the same way) with
   ``cache_implementation="static"``, which transformers compiles (``mode="reduce-overhead"``: CUDA graphs);
 - the floor: the weights' bytes over the device-to-device copy bandwidth measured here, per token.
@@ -241,20 +242,24 @@ def run(directory: Path, sizes: list[str], new_tokens: int, rounds: int, out: Pa
             ours["over_transformers"] = ours["decode_tok_s"] / theirs["decode_tok_s"]
             record(size, way, ours)
             torch.cuda.empty_cache()
-        if quantized is not None:
-            ours = _pterun(quantized, tokenizer, prompt, new_tokens, rounds)
+        for way in ways if quantized is not None else ():
+            ours = _pterun(quantized, tokenizer, prompt, new_tokens, rounds, **WAYS[way])
             ours["over_transformers"] = ours["decode_tok_s"] / theirs["decode_tok_s"]
-            if "pterun" in table[size]:
-                ours["over_bf16"] = ours["decode_tok_s"] / table[size]["pterun"]["decode_tok_s"]
-            record(size, "pterun_8da4w", ours)
+            if way in table[size]:
+                ours["over_bf16"] = ours["decode_tok_s"] / table[size][way]["decode_tok_s"]
+            record(size, f"{way}_8da4w", ours)
             torch.cuda.empty_cache()
 
 
-def profile(directory: Path, sizes: list[str], steps: int, ways: list[str], out: Path | None) -> None:
+def profile(directory: Path, sizes: list[str], steps: int, ways: list[str], rounds: int, out: Path | None) -> None:
     """Where a decode step's time goes, for each way of running the program: the runner's own step (feed the
     token, run the method, pick the next token greedily) ``steps`` times after a generation, timed whole, then
     under PyTorch's profiler: the GPU's kernels per step (how many, their time) and the kernels that take most.
-    The 8da4w program, where its file is there, is profiled the same ways (``<way>_8da4w``)."""
+    The 8da4w program, where its file is there, is profiled the same ways (``<way>_8da4w``).
+
+    Every program of a size is loaded first and the rounds interleave them, each round in another order (the
+    step's median over ``rounds``): timed one after the other in one process, the fourth program came out
+    14-35% slower whichever it was (docs/benchmarks.md)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as profiler
 
@@ -271,15 +276,22 @@ def profile(directory: Path, sizes: list[str], steps: int, ways: list[str], out:
             print(f"{size}: no {program_name(size)}(.xz) nor {program_name(size, '8da4w')}(.xz): skipped", flush=True)
             continue
         prompt = prompt_of(tokenizer, 128)
+        runners = {}
         for key, pte, way in programs:
             runner = TextLLMRunner(str(pte), str(tokenizer), device="cuda", **WAYS[way])
             runner.generate(prompt, GenerationConfig(temperature=0.0, echo=False, max_new_tokens=32))
             _decode_steps(runner, steps)  # the same positions again: shapes and graphs as measured
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            _decode_steps(runner, steps)
-            torch.cuda.synchronize()
-            wall = (time.perf_counter() - start) / steps
+            runners[key] = runner
+        keys = list(runners)
+        walls: dict[str, list[float]] = {key: [] for key in keys}
+        for r in range(rounds):
+            for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                _decode_steps(runners[key], steps)
+                torch.cuda.synchronize()
+                walls[key].append((time.perf_counter() - start) / steps * 1000)
+        for key, runner in runners.items():
             with profiler(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 _decode_steps(runner, steps)
                 torch.cuda.synchronize()
@@ -290,19 +302,21 @@ def profile(directory: Path, sizes: list[str], steps: int, ways: list[str], out:
                 time_, count = by_name.get(e.name, (0.0, 0))
                 by_name[e.name] = (time_ + e.device_time_total, count + 1)
             top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:16]
-            row = {"step_ms": wall * 1000, "gpu_kernel_ms": gpu, "kernels_per_step": len(kernels) / steps,
+            row = {"step_ms": statistics.median(walls[key]), "step_ms_rounds": [round(w, 4) for w in walls[key]],
+                   "gpu_kernel_ms": gpu, "kernels_per_step": len(kernels) / steps,
                    "top_kernels_us_per_step": {name[:90]: t / steps for name, (t, _) in top},
                    "top_kernels_per_step": {name[:90]: n / steps for name, (_, n) in top}}
             row["compile_status"] = runner.decoder.method.compile_status
             table.setdefault(size, {})[key] = row
-            print(f"{size} {key} ({row['compile_status']}): step {row['step_ms']:.3f} ms, GPU kernels {gpu:.3f} ms in "
+            print(f"{size} {key} ({row['compile_status']}): step {row['step_ms']:.3f} ms (rounds "
+                  f"{', '.join(f'{w:.3f}' for w in walls[key])}), GPU kernels {gpu:.3f} ms in "
                   f"{row['kernels_per_step']:.0f} kernels per step", flush=True)
             for name, t in row["top_kernels_us_per_step"].items():
                 print(f"    {t:8.1f} us in {row['top_kernels_per_step'][name]:5.1f}  {name}", flush=True)
             if out is not None:
                 out.write_text(json.dumps(table, indent=1))
-            del runner
-            torch.cuda.empty_cache()
+        del runners, runner
+        torch.cuda.empty_cache()
 
 
 # A process as a user's: Python, pterun and the runner, timed from its first line (its import of torch included).
@@ -397,14 +411,14 @@ def main() -> None:
     parser.add_argument("--ways", default=",".join(WAYS), help=f"run: which of pterun's ways ({', '.join(WAYS)})")
     parser.add_argument("--device", default="cuda", help="startup: where the program runs")
     args = parser.parse_args()
-    ways = [w for w in args.ways.split(",") if w]  # none: only the 8da4w program, where it is there
+    ways = [w for w in args.ways.split(",") if w]
     if set(ways) - set(WAYS):
         parser.error(f"--ways: one of {', '.join(WAYS)}")
     if args.what == "export":
         path = export(args.out, args.size, compress=not args.no_xz, quant=args.quant)
         print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
     elif args.what == "profile":
-        profile(args.dir, args.sizes.split(","), args.steps, ways, args.json)
+        profile(args.dir, args.sizes.split(","), args.steps, ways, args.rounds, args.json)
     elif args.what == "startup":
         startup(args.dir, args.sizes.split(","), args.device, args.json)
     else:

@@ -64,3 +64,31 @@ def test_8da4w_logits_on_cuda_are_the_cpus(name, kernel):
 
 def _last_argmax(logits: torch.Tensor) -> int:
     return int(logits.reshape(-1, logits.shape[-1])[-1].argmax())
+
+
+@pytest.mark.parametrize("name", NAMES[:3])
+def test_8da4w_compiled_on_cuda_gives_the_cpus_tokens(name):
+    """compile=True: the steps between the delegates compiled by TorchInductor, each delegate call one operator of
+    the compiled code (executor/codegen/delegate_op.py), replayed in the CUDA graph captured around it. The
+    logits stay within float32's tolerance of the CPU's and the greedy tokens are the CPU's."""
+    pte = FIXTURES / "llm" / name / "program.pte"
+    if not pte.exists():
+        pytest.skip("no fixtures: run scripts/make-gpu-fixtures.py")
+    cpu = pterun.Runtime.get().load_program(pte).load_method("forward")
+    gpu = pterun.Runtime.get().load_program(pte, device="cuda", compile=True).load_method("forward")
+    assert gpu.compile_status == "compiled", gpu.compile_status
+    sequence, chunk = [], PROMPT
+    for _ in range(NEW_TOKENS):
+        inputs = _inputs(name, chunk, len(sequence))
+        expected = cpu.execute([x.clone() for x in inputs])[0]
+        actual = gpu.execute([x.cuda() for x in inputs])[0]
+        error = (actual.cpu() - expected).abs().max().item()
+        scale = expected.abs().max().item()
+        assert scale > 0 and error <= 1e-5 * scale, (
+            f"{name} compiled, {len(sequence) + len(chunk)} tokens: logits {error:.3g} off (scale {scale:.3g})")
+        assert _last_argmax(actual.cpu()) == _last_argmax(expected)
+        sequence += chunk
+        chunk = [_last_argmax(expected)]
+    assert gpu.compile_status == "compiled", gpu.compile_status
+    assert gpu._loaded.compiled_function.shapes, "premise: the one-token steps ran compiled code"
+    assert gpu.cuda_graph is not None and gpu.cuda_graph.replaying, "premise: replayed in a CUDA graph"

@@ -22,6 +22,10 @@ program was loaded with profiling on (ETDump): it returns, once at load, an
 execute function that times each node of the blob and hands the tracer its
 outputs. The default (None) runs the delegate as one event.
 
+``output_sizes`` lets a method with the backend's delegates compile (``compile=True``): there each delegate
+call is one operator that TorchInductor calls as it is, its outputs made new at each call, and tracing must
+know their sizes before the delegate runs. The default (None) keeps such a method uncompiled.
+
 ``validate`` checks a blob before the method allocates anything, and a backend whose blobs are native
 code (``native_code = True``: a shared library it loads) is used only when the caller trusts native
 code; the executor refuses such a delegate before anything else is done for its method.
@@ -151,6 +155,17 @@ class BackendInterface(ABC):
         programs that pass constants.
         """
         return range(len(args))
+
+    def output_sizes(self, handle: Any, args: Sequence) -> Sequence[tuple[int, ...]] | None:
+        """The sizes of the arguments the delegate writes (``written_arguments``, in the order of their
+        positions) after a call with ``args``, where the inputs are tensors of the call's sizes (of the method's
+        dtypes, contiguous; perhaps fake ones, read for their sizes alone) and the written arguments None.
+
+        Asked while ``compile=True`` traces a method, for each set of input sizes it compiles, and by each call
+        of the compiled code; a backend that answers gets its outputs as new contiguous tensors of these sizes
+        and writes them, as ``execute`` writes planned ones. None (the default): the sizes are not known before
+        the delegate runs, and the method is not compiled."""
+        return None
 
     def profiled(self, handle: Any, tracer: DelegateTracer) -> Callable[[list], None] | None:
         """An execute function for ``handle`` that reports each node it runs to ``tracer``.

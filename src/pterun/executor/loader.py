@@ -121,8 +121,8 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     elif context.options.compile:
         pure = passes.run(passes.passes(Form.FUNCTIONAL, context), load, folded)
         try:
-            functional, functional_source = functional_method(plan, pure.steps, pure.effects, objects,
-                                                              context.run_device.torch, pure.constants)
+            form = functional_method(plan, pure.steps, pure.effects, objects, context.run_device.torch,
+                                     pure.constants)
         except Unsupported as reason:
             status = f"not compiled: {reason}"
         else:
@@ -133,9 +133,11 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
             if not outputs_unplanned:
                 plain = _plain_call(plan, generated.run, tensor_inputs, params_in, objects)
             params_in, outputs_unplanned = tensor_inputs, []
-            run = compiled_function = CompiledFunction(functional, dynamic=any(vi in dynamic for vi in params_in),
-                                                       plain=plain, source=functional_source,
-                                                       cache=context.options.cache)
+            functional_source = form.source
+            # Compiled code calling delegates names them by tokens of this process: the load cache keeps none.
+            run = compiled_function = CompiledFunction(form.run, dynamic=any(vi in dynamic for vi in params_in),
+                                                       plain=plain, source=form.source,
+                                                       cache=None if form.delegates else context.options.cache)
 
     where = f"method {plan.name!r}"
     binders = [_binder(context, plan, i, vi, objects, params_in) for i, vi in enumerate(plan.inputs)]

@@ -131,6 +131,13 @@ class XnnpackDelegate:
                 raise InvalidProgram(f"{what} is given a {arg.dtype} tensor of sizes {list(arg.shape)}")
         return [v.argument for v in self.graph.outputs]
 
+    def output_sizes(self, args) -> list[tuple[int, ...]]:
+        """The sizes the graph gives its external outputs, in their arguments' order, for contiguous inputs of the
+        sizes of those in ``args`` (translated for them where no translation is kept)."""
+        key = tuple([tuple(args[k].shape) for k in self._input_args])
+        translation = self._last if key == self._last_key else self._for_shapes(key)
+        return [tuple(translation.shapes[v.id]) for v in sorted(self.graph.outputs, key=lambda v: v.argument)]
+
     def __call__(self, args: list) -> None:
         if len(args) != self._num_args:
             raise InvalidArgument(f"{NAME}: the delegate takes {self._num_args} arguments, got {len(args)}")
@@ -267,6 +274,11 @@ class XnnpackBackend(BackendInterface):
         if not isinstance(handle, XnnpackDelegate):
             raise DelegateInvalidHandle(f"{NAME}: got a handle it did not make")
         return handle.written_arguments(args)
+
+    def output_sizes(self, handle, args) -> list[tuple[int, ...]]:
+        if not isinstance(handle, XnnpackDelegate):
+            raise DelegateInvalidHandle(f"{NAME}: got a handle it did not make")
+        return handle.output_sizes(args)
 
     def destroy(self, handle) -> None:
         if isinstance(handle, XnnpackDelegate):

@@ -16,21 +16,23 @@ constants for the rest become one call where the kernel says how
 placed at the first of them; their results are noted as in their memory at
 their own places, where later views of those bytes read them.
 
-Methods with delegates, control flow, or kernels that have no functional form
-(quantized and LLM custom operators) are not rewritten; :class:`Unsupported`
-says why, and the method runs as generate.py wrote it.
+A delegate call is one operator that Inductor calls as it is (delegate_op.py), where its backend says
+its outputs' sizes ahead. Methods with other delegates, control flow, or kernels that have no
+functional form (quantized and LLM custom operators) are not rewritten; :class:`Unsupported` says why,
+and the method runs as generate.py wrote it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, NoReturn
 
 import torch
 
 from pterun.core.dtype import storage_dtype
 from pterun.core.layout import CHANNELS_LAST_4D, CHANNELS_LAST_5D
-from pterun.executor.codegen.source import bind, comment, kernel_name, make_function
+from pterun.executor.codegen.delegate_op import DelegateOp
+from pterun.executor.codegen.source import bind, comment, kernel_name, literal, make_function
 from pterun.executor.load.effects import MethodEffects
 from pterun.executor.load.fuse.common import ET_VIEW
 from pterun.executor.load.steps import DelegateStep, KernelStep
@@ -64,6 +66,8 @@ class _Writer:
                  constants: frozenset[int]) -> None:
         self.plan, self.steps, self.objects, self.name, self.device = plan, steps, objects, plan.name, device
         self.constants = constants
+        self.effects = effects.effects
+        self.delegates: list[DelegateOp] = []
         self.writes: dict[int, int] = {}  # how many steps write or bind each value
         self.writer: dict[int, int] = {}  # the last step that does
         self.parts: dict[int, tuple[int, int, int]] = {}  # of the calls made together: first, second, out
@@ -190,6 +194,35 @@ class _Writer:
             for k, target in enumerate(outs):
                 self.assign(target, f"_r[{k}]")
 
+    def delegate(self, n: int, step: DelegateStep) -> None:
+        """A delegate call as one operator (delegate_op.py): its inputs in, its outputs new tensors out."""
+        if step.sizes is None:
+            self.fail(n, f"delegates of {step.name} run outside the compiled function (their backend does not "
+                         "give their outputs' sizes ahead)")
+        writes = set(self.effects[n].writes)
+        inputs, outputs = [], []
+        for k, vi in enumerate(step.args):
+            spec = self.plan.values[vi]
+            if not isinstance(spec, TensorSpec):
+                self.fail(n, f"delegate argument {k} is no tensor")
+            if tuple(spec.dim_order) != tuple(range(len(spec.sizes))):
+                self.fail(n, f"delegate argument {k} is laid out in dim order {list(spec.dim_order)}")
+            if vi not in writes:
+                inputs.append((k, vi))
+            elif vi in self.inputs:
+                self.fail(n, f"the delegate writes value {vi}, an input of the method")
+            else:
+                outputs.append((k, vi, storage_dtype(spec.scalar_type)))
+        op = DelegateOp(step.fn, step.sizes, len(step.args), [k for k, _ in inputs],
+                        [(k, dtype) for k, _, dtype in outputs], self.device)
+        self.delegates.append(op)
+        self.env["_delegate"] = torch.ops.pterun.delegate
+        # The token as a literal: Dynamo then guards on no object of the delegate's.
+        refs = ", ".join(self.ref(vi, n) for _, vi in inputs)
+        self.lines.append(f"        _r = _delegate({literal(op.token)}, [{refs}])")
+        for j, (_, vi, _) in enumerate(outputs):
+            self.assign(vi, f"_r[{j}]")
+
     def option(self, n: int, key: str, out: int) -> str:
         """A keyword describing the output ``out`` (its dtype, device or memory format), fixed at load."""
         if key == "device":
@@ -246,14 +279,18 @@ class _Writer:
         for k, p in enumerate(parts):
             self.assign(p[2], f"_r[{k}]", note=False)
 
-    def write(self) -> tuple:
+    def write(self) -> Functional:
         groups = self.together()
         later = {n: steps[0] for steps in groups.values() for n in steps[1:]}
         for n, step in enumerate(self.steps):
             if step is None:
                 continue
             if isinstance(step, DelegateStep):
-                self.fail(n, "delegates run outside the compiled function")
+                first = len(self.lines)
+                self.delegate(n, step)
+                for k in range(first, len(self.lines)):
+                    self.lines[k] += f"  # delegate {comment(step.name)}"
+                continue
             if not isinstance(step, KernelStep):
                 self.fail(n, f"{type(step).__name__} (control flow) is not supported")
             first = len(self.lines)
@@ -269,7 +306,9 @@ class _Writer:
         params = ", ".join(self.inputs.values())
         body = [f"    def run({params}):", *self.lines, f"        return ({outputs})"]
         run, source, _ = make_function("functional", self.name, body, self.env)
-        return run, source
+        # The operator finds a delegate call by its token while the call lives: as long as the function.
+        run.delegate_ops = tuple(self.delegates)  # type: ignore[attr-defined]
+        return Functional(run, source, tuple(self.delegates))
 
 
 def _together_parts(step: KernelStep) -> tuple[int, int, int] | None:
@@ -284,9 +323,15 @@ def _together_parts(step: KernelStep) -> tuple[int, int, int] | None:
     return step.args[b.positional[0]], step.args[b.positional[1]], step.args[form.outputs[0]]
 
 
+class Functional(NamedTuple):
+    run: Callable  # takes the method's tensor inputs in order and returns its outputs
+    source: str
+    delegates: tuple[DelegateOp, ...]  # its delegate calls: its compiled code is for this process alone
+
+
 def functional_method(plan: Plan, steps: Sequence, effects: MethodEffects, objects: list, device: torch.device,
-                      constants: frozenset[int]) -> tuple:
-    """(run, source): ``run`` takes the method's tensor inputs in order and returns its outputs.
+                      constants: frozenset[int]) -> Functional:
+    """The method as a pure function.
 
     ``effects`` are the steps' effects; ``constants`` the values fixed at load, planned ones included
     (copies folded into views)."""

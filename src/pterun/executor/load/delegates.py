@@ -4,9 +4,10 @@ order, and destroyed with the method."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
-from pterun.backends import BackendInitContext, CompileSpec
+from pterun.backends import BackendInitContext, BackendInterface, CompileSpec
 from pterun.errors import NativeCodeNotTrusted, NotFound, PteError
 from pterun.executor.context import LoadContext
 from pterun.format import DelegateCall, Plan
@@ -24,9 +25,11 @@ class Delegates:
             self.destroy()
             raise
 
-    def functions(self, plan: Plan) -> list[tuple[str, Callable[[list], None]]]:
-        """(backend id, execute function) per delegate, as steps.build_steps takes them."""
-        return [(d.backend_id, backend.executor(handle)) for d, (backend, handle) in zip(plan.delegates, self.handles)]
+    def functions(self, plan: Plan) -> list[tuple[str, Callable[[list], None], Callable | None]]:
+        """(backend id, execute function, output sizes) per delegate, as steps.build_steps takes them; the last
+        ``BackendInterface.output_sizes`` bound to the handle, None where the backend does not give them."""
+        return [(d.backend_id, backend.executor(handle), _sizes(backend, handle))
+                for d, (backend, handle) in zip(plan.delegates, self.handles)]
 
     def profiled(self, plan: Plan, steps: list, trace) -> list:
         """``steps`` with each delegate call running its backend's profiled execute, where the backend has one
@@ -47,6 +50,12 @@ class Delegates:
                 backend.destroy(handle)
             except Exception:  # noqa: BLE001 - destroy must not mask the error being raised
                 pass
+
+
+def _sizes(backend: BackendInterface, handle) -> Callable | None:
+    if type(backend).output_sizes is BackendInterface.output_sizes:
+        return None
+    return functools.partial(backend.output_sizes, handle)
 
 
 def check_delegates(context: LoadContext, plan: Plan) -> None:

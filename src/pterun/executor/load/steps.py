@@ -54,6 +54,9 @@ class DelegateStep:
     name: str  # the backend's id
     fn: Callable[[list], None]
     args: tuple[int, ...]
+    # The sizes of the arguments the delegate writes, from its inputs' (BackendInterface.output_sizes); None
+    # where its backend does not say ahead (the method then has no functional form: codegen/functional.py).
+    sizes: Callable[[list], Sequence[tuple[int, ...]]] | None = None
     event: ClassVar[str] = DelegateCall.event
 
     @property
@@ -115,11 +118,11 @@ def describe(step: Step) -> str:
 
 
 def build_steps(plan: Plan, kernels: KernelRegistry, device_type: DeviceType,
-                delegates: Sequence[tuple[str, Callable]]) -> tuple[list[Step], frozenset[int]]:
+                delegates: Sequence[tuple[str, Callable, Callable | None]]) -> tuple[list[Step], frozenset[int]]:
     """The method's steps, every operator resolved to its kernel, and the values steps assign.
 
-    ``delegates`` are ``(backend id, execute function)`` per delegate of the plan. Every missing operator
-    is named in one ``OperatorMissing``."""
+    ``delegates`` are ``(backend id, execute function, output sizes or None)`` per delegate of the plan. Every
+    missing operator is named in one ``OperatorMissing``."""
     factories, missing = {}, []
     for index in range(len(plan.operators)):
         name = plan.operator_name(index)
@@ -142,8 +145,8 @@ def build_steps(plan: Plan, kernels: KernelRegistry, device_type: DeviceType,
             # A delegate returns scalars (symbolic sizes) by replacing them in its argument list; they are
             # read back after the call.
             assigned.update(a for a in ins.args if plan.values[a].kind in (Kind.INT, Kind.DOUBLE, Kind.BOOL))
-            backend_id, fn = delegates[ins.delegate_index]
-            steps.append(DelegateStep(backend_id, fn, ins.args))
+            backend_id, fn, sizes = delegates[ins.delegate_index]
+            steps.append(DelegateStep(backend_id, fn, ins.args, sizes))
         else:
             assigned.update(ins.binds)
             steps.append(ins)

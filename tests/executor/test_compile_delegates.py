@@ -1,0 +1,99 @@
+"""compile=True around delegates: each delegate call one operator that TorchInductor calls as it is
+(executor/codegen/delegate_op.py), where its backend says its outputs' sizes ahead."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+import pterun
+from pterun.executor.codegen import delegate_op
+from pterun.executor.load.steps import DelegateStep
+from tests.executor.test_delegates_and_kernels import DEMO, DemoAdd, delegated, fresh_runtime
+
+pytestmark = pytest.mark.slow  # tens of seconds: such files run first (tests/conftest.py)
+
+
+class SizedDemoAdd(DemoAdd):
+    """The demo backend's `add`, saying what it writes and its output's sizes: a delegate written in Python that
+    a compiled method calls."""
+
+    def written_arguments(self, handle, args):
+        return [2]
+
+    def output_sizes(self, handle, args):
+        return [tuple(args[0].shape)]
+
+
+def _delegate_steps(method) -> list[DelegateStep]:
+    return [s for s in method.steps if isinstance(s, DelegateStep)]
+
+
+def test_a_backend_that_gives_no_output_sizes_keeps_the_method_uncompiled_and_says_why():
+    method = fresh_runtime(DemoAdd()).load_program(delegated().pte, compile=True).load_method("forward")
+    assert _delegate_steps(method), "premise: a delegate call"
+    assert method.compile_status.startswith("not compiled: ") and f"delegates of {DEMO}" in method.compile_status
+    x, y = torch.randn(2, 2), torch.randn(2, 2)
+    assert torch.equal(method.execute([x, y])[0], (x + y) * y)
+
+
+def test_a_python_delegate_that_gives_its_output_sizes_is_called_from_the_compiled_code():
+    backend = SizedDemoAdd()
+    method = fresh_runtime(backend).load_program(delegated().pte, compile=True).load_method("forward")
+    assert len(_delegate_steps(method)) == 1, "premise: a delegate call"
+    assert method.compile_status == "compiled", method.compile_status
+    assert "_delegate(" in method.functional_source
+    for seed in range(3):
+        x, y = torch.randn(2, 2, generator=torch.Generator().manual_seed(seed)), torch.full((2, 2), 0.5)
+        assert torch.equal(method.execute([x, y])[0], (x + y) * y)
+    assert method._loaded.compiled_function.shapes, "premise: the calls ran compiled code"
+
+
+def test_an_8da4w_decoders_steps_around_its_delegates_compile():
+    """A transformers decoder quantized as optimum-executorch quantizes it: its products, attention products and
+    softmax run in XNNPACK delegates. Compiled, its prompt and one-token steps give the plain method's greedy
+    tokens and its logits within float32's tolerance (Inductor fuses the steps between the delegates, which may
+    round a unit in the last place apart; the delegates' own arithmetic is the same code)."""
+    from tests.support.llm_programs import transformers_program
+
+    pte = transformers_program("qwen2-8da4w").pte
+    plain = pterun.Runtime.get().load_program(pte).load_method("forward")
+    compiled = pterun.Runtime.get().load_program(pte, compile=True).load_method("forward")
+    assert len(_delegate_steps(compiled)) >= 4 and {s.name for s in _delegate_steps(compiled)} == {"XnnpackBackend"}
+    assert compiled.compile_status == "compiled", compiled.compile_status
+    tokens, position = [3, 17, 25, 9, 41, 7], 0
+    calls = [(torch.tensor([tokens]), torch.arange(len(tokens)))]
+    for step in range(5):
+        ids, positions = calls[-1]
+        expected = plain.execute([ids, positions])[0]
+        actual = compiled.execute([ids, positions])[0]
+        error, scale = (actual - expected).abs().max().item(), expected.abs().max().item()
+        assert scale > 0 and error <= 1e-5 * scale, f"call {step}: logits {error:.3g} off (scale {scale:.3g})"
+        token = int(expected[0, -1].argmax())
+        assert int(actual[0, -1].argmax()) == token
+        position += ids.shape[1]
+        calls.append((torch.tensor([[token]]), torch.tensor([position])))
+    function = compiled._loaded.compiled_function
+    assert [tuple(s[0]) for s in function.shapes] == [(1, 1)], "premise: the one-token step ran compiled"
+
+
+def test_a_dropped_methods_delegate_calls_are_forgotten():
+    method = fresh_runtime(SizedDemoAdd()).load_program(delegated().pte, compile=True).load_method("forward")
+    tokens = {op.token for op in method.functional.delegate_ops}
+    assert tokens and tokens <= set(delegate_op._LIVE)
+    del method
+    gc.collect()
+    assert not tokens & set(delegate_op._LIVE)
+
+
+def test_compiled_code_that_calls_delegates_is_not_kept_in_the_load_cache(tmp_path):
+    """Its delegates are named by tokens of this process: an entry could serve no other."""
+    x, y = torch.randn(2, 2), torch.randn(2, 2)
+    for load in range(2):
+        runtime = fresh_runtime(SizedDemoAdd())
+        method = runtime.load_program(delegated().pte, compile=True, cache_dir=tmp_path).load_method("forward")
+        assert torch.equal(method.execute([x, y])[0], (x + y) * y)
+        ahead = method._loaded.compiled_function.ahead
+        assert not any(a.from_cache for a in ahead.values()), f"load {load}"
