@@ -66,11 +66,13 @@ def _last_argmax(logits: torch.Tensor) -> int:
     return int(logits.reshape(-1, logits.shape[-1])[-1].argmax())
 
 
-@pytest.mark.parametrize("name", NAMES[:3])
+@pytest.mark.parametrize("name", NAMES[:2])
 def test_8da4w_compiled_on_cuda_gives_the_cpus_tokens(name):
     """compile=True: the steps between the delegates compiled by TorchInductor, each delegate call one operator of
     the compiled code (executor/codegen/delegate_op.py), replayed in the CUDA graph captured around it. The
-    logits stay within float32's tolerance of the CPU's and the greedy tokens are the CPU's."""
+    logits stay within float32's tolerance of the CPU's and the greedy tokens are the CPU's. (ExecuTorch's
+    ``export_llama`` programs stay uncompiled: their ``llama::update_cache`` takes a start position read on the
+    host, which has no functional form.)"""
     pte = FIXTURES / "llm" / name / "program.pte"
     if not pte.exists():
         pytest.skip("no fixtures: run scripts/make-gpu-fixtures.py")

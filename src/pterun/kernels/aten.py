@@ -9,6 +9,8 @@ C++ entry point (``OpOverload._op``), skipping Python-level dispatch.
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 
 import torch
@@ -120,9 +122,29 @@ def view_of(name: str):
 
 
 @functools.cache
+def _slice_copy(x, dim=0, start=None, end=None, step=1):
+    return torch.ops.aten.slice.Tensor(x, dim, start, end, step).clone(memory_format=torch.contiguous_format)
+
+
+def _select_copy(x, dim, index):
+    return torch.ops.aten.select.int(x, dim, index).clone(memory_format=torch.contiguous_format)
+
+
+# TorchInductor lowers no slice_copy nor select_copy (torch 2.11-2.13): it calls ATen's, a kernel of its own that
+# nothing fuses into (an 8da4w decoder's step had 64 of them). The view, then a contiguous copy, which it fuses.
+_FUSED_COPIES = {"aten::slice_copy.Tensor_out": _slice_copy, "aten::select_copy.int_out": _select_copy}
+
+
 def functional_of(name: str) -> Functional | None:
     """The functional form of an ATen operator: for an out-variant, the overload that returns what it
     writes (``aten::add.out`` -> ``aten::add.Tensor``); for any other, the overload itself."""
+    form = _functional_of(name)
+    if form is not None and name in _FUSED_COPIES:
+        return dataclasses.replace(form, fn=_FUSED_COPIES[name])
+    return form
+
+
+def _functional_of(name: str) -> Functional | None:
     out = overload_of(name)
     if out is None:
         return None
