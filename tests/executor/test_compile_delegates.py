@@ -97,3 +97,30 @@ def test_compiled_code_that_calls_delegates_is_not_kept_in_the_load_cache(tmp_pa
         assert torch.equal(method.execute([x, y])[0], (x + y) * y)
         ahead = method._loaded.compiled_function.ahead
         assert not any(a.from_cache for a in ahead.values()), f"load {load}"
+
+
+_VIEW_COPIES = {"aten::slice_copy.Tensor_out": (torch.ops.aten.slice_copy.Tensor, (1, 1, 7, 2)),
+                "aten::select_copy.int_out": (torch.ops.aten.select_copy.int, (2, 3))}
+
+
+@pytest.mark.parametrize("name", sorted(_VIEW_COPIES))
+def test_slice_and_select_copies_are_a_view_and_a_copy_inductor_fuses(name):
+    """Inductor lowers neither slice_copy nor select_copy: compiled, each was a kernel of ATen's that nothing fused
+    into. Their functional forms are the view and a contiguous copy: the same values, memory of their own, and
+    compiled code that calls no ATen copy."""
+    from pterun.kernels.aten import functional_of
+
+    op, args = _VIEW_COPIES[name]
+    x = torch.randn(3, 8, 5)
+    form = functional_of(name)
+    got = form.fn(x, *args)
+    assert torch.equal(got, op(x, *args))
+    assert got.is_contiguous() and got.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    compiled = torch.compile(lambda t: form.fn(t, *args) * 2, fullgraph=True)
+    compiled(x)
+    with torch.profiler.profile() as profile:
+        result = compiled(x)
+    assert torch.equal(result, got * 2)
+    called = {e.name for e in profile.events()}
+    assert "aten::mul" not in called, "premise: the profile sees the compiled code, not an eager run"
+    assert f"aten::{name.split('::')[1].split('.')[0]}" not in called

@@ -10,7 +10,6 @@ C++ entry point (``OpOverload._op``), skipping Python-level dispatch.
 from __future__ import annotations
 
 import dataclasses
-
 import functools
 
 import torch
@@ -121,7 +120,6 @@ def view_of(name: str):
     return overload_of(f"aten::{op[: -len('_copy')]}.{'default' if overload == 'out' else overload[: -len('_out')]}")
 
 
-@functools.cache
 def _slice_copy(x, dim=0, start=None, end=None, step=1):
     return torch.ops.aten.slice.Tensor(x, dim, start, end, step).clone(memory_format=torch.contiguous_format)
 
@@ -135,6 +133,7 @@ def _select_copy(x, dim, index):
 _FUSED_COPIES = {"aten::slice_copy.Tensor_out": _slice_copy, "aten::select_copy.int_out": _select_copy}
 
 
+@functools.cache
 def functional_of(name: str) -> Functional | None:
     """The functional form of an ATen operator: for an out-variant, the overload that returns what it
     writes (``aten::add.out`` -> ``aten::add.Tensor``); for any other, the overload itself."""

@@ -217,8 +217,9 @@ class _Writer:
                         [(k, dtype) for k, _, dtype in outputs], self.device)
         self.delegates.append(op)
         self.env["_delegate"] = torch.ops.pterun.delegate
-        # The token as a literal: Dynamo then guards on no object of the delegate's.
-        refs = ", ".join(self.ref(vi, n) for _, vi in inputs)
+        # The token as a literal: Dynamo then guards on no object of the delegate's. The inputs contiguous, as the
+        # delegate reads them: Inductor then writes them so where it computes them, rather than the call copying.
+        refs = ", ".join(f"{self.ref(vi, n)}.contiguous()" for _, vi in inputs)
         self.lines.append(f"        _r = _delegate({literal(op.token)}, [{refs}])")
         for j, (_, vi, _) in enumerate(outputs):
             self.assign(vi, f"_r[{j}]")
