@@ -51,24 +51,28 @@ def test_a_python_delegate_that_gives_its_output_sizes_is_called_from_the_compil
     assert method._loaded.compiled_function.shapes, "premise: the calls ran compiled code"
 
 
-def test_an_8da4w_decoders_steps_around_its_delegates_compile():
+@pytest.mark.parametrize("options", [{}, {"XnnpackBackend": {"native": False}}], ids=["native", "torch"])
+def test_an_8da4w_decoder_compiles_through_and_around_its_delegates(options):
     """A transformers decoder quantized as optimum-executorch quantizes it: its products, attention products and
     softmax run in XNNPACK delegates. Compiled, its prompt and one-token steps give the plain method's greedy
-    tokens and its logits within float32's tolerance (Inductor fuses the steps between the delegates, which may
-    round a unit in the last place apart; the delegates' own arithmetic is the same code)."""
+    tokens and its logits within float32's tolerance (Inductor fuses steps, which may round a unit in the last
+    place apart). Delegates whose translation calls PyTorch alone are traced into the compiled code; the others
+    (native kernels; the 8-bit rows' products, whose buffers hold two dtypes) stay one call each."""
     from tests.support.llm_programs import transformers_program
 
     pte = transformers_program("qwen2-8da4w").pte
-    plain = pterun.Runtime.get().load_program(pte).load_method("forward")
-    compiled = pterun.Runtime.get().load_program(pte, compile=True).load_method("forward")
-    assert len(_delegate_steps(compiled)) >= 4 and {s.name for s in _delegate_steps(compiled)} == {"XnnpackBackend"}
+    plain = pterun.Runtime.get().load_program(pte, backend_options=options).load_method("forward")
+    compiled = pterun.Runtime.get().load_program(pte, compile=True, backend_options=options).load_method("forward")
+    delegates = _delegate_steps(compiled)
+    assert len(delegates) >= 4 and {s.name for s in delegates} == {"XnnpackBackend"}
     assert compiled.compile_status == "compiled", compiled.compile_status
     tokens, position = [3, 17, 25, 9, 41, 7], 0
     calls = [(torch.tensor([tokens]), torch.arange(len(tokens)))]
     for step in range(5):
         ids, positions = calls[-1]
         expected = plain.execute([ids, positions])[0]
-        actual = compiled.execute([ids, positions])[0]
+        with torch.profiler.profile() as profile:
+            actual = compiled.execute([ids, positions])[0]
         error, scale = (actual - expected).abs().max().item(), expected.abs().max().item()
         assert scale > 0 and error <= 1e-5 * scale, f"call {step}: logits {error:.3g} off (scale {scale:.3g})"
         token = int(expected[0, -1].argmax())
@@ -77,6 +81,8 @@ def test_an_8da4w_decoders_steps_around_its_delegates_compile():
         calls.append((torch.tensor([[token]]), torch.tensor([position])))
     function = compiled._loaded.compiled_function
     assert [tuple(s[0]) for s in function.shapes] == [(1, 1)], "premise: the one-token step ran compiled"
+    opaque = [e.name for e in profile.events()].count("pterun::opaque_delegate")
+    assert 0 < opaque < len(delegates), f"{opaque} of {len(delegates)} delegates called as they are"
 
 
 def test_a_dropped_methods_delegate_calls_are_forgotten():

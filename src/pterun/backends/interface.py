@@ -25,6 +25,8 @@ outputs. The default (None) runs the delegate as one event.
 ``output_sizes`` lets a method with the backend's delegates compile (``compile=True``): there each delegate
 call is one operator that TorchInductor calls as it is, its outputs made new at each call, and tracing must
 know their sizes before the delegate runs. The default (None) keeps such a method uncompiled.
+``traced_execute`` offers the delegate's work as PyTorch operators that tracing follows, which Inductor
+then fuses with the method's own.
 
 ``validate`` checks a blob before the method allocates anything, and a backend whose blobs are native
 code (``native_code = True``: a shared library it loads) is used only when the caller trusts native
@@ -165,6 +167,14 @@ class BackendInterface(ABC):
         of the compiled code; a backend that answers gets its outputs as new contiguous tensors of these sizes
         and writes them, as ``execute`` writes planned ones. None (the default): the sizes are not known before
         the delegate runs, and the method is not compiled."""
+        return None
+
+    def traced_execute(self, handle: Any, args: Sequence) -> Callable[[list], None] | None:
+        """What ``execute`` computes for a call with ``args``' sizes (``output_sizes``' arguments), as a function
+        tracing can follow: PyTorch operators alone, writing no memory but the call's outputs (its scratch
+        memory made at each call). Asked while ``compile=True`` traces a method; the function returned is then
+        traced with the method, so that TorchInductor fuses the delegate's operators with the steps around it.
+        None (the default): the delegate is one call that Inductor makes as it is."""
         return None
 
     def profiled(self, handle: Any, tracer: DelegateTracer) -> Callable[[list], None] | None:

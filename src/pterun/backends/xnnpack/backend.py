@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 
 import torch
 
@@ -137,6 +138,12 @@ class XnnpackDelegate:
         key = tuple([tuple(args[k].shape) for k in self._input_args])
         translation = self._last if key == self._last_key else self._for_shapes(key)
         return [tuple(translation.shapes[v.id]) for v in sorted(self.graph.outputs, key=lambda v: v.argument)]
+
+    def traced(self, args) -> Callable[[list], None] | None:
+        """The translation for ``args``' input sizes as tracing can follow it (Translation.traced), or None."""
+        key = tuple([tuple(args[k].shape) for k in self._input_args])
+        translation = self._last if key == self._last_key else self._for_shapes(key)
+        return translation.traced() if self._hooks is None else None
 
     def __call__(self, args: list) -> None:
         if len(args) != self._num_args:
@@ -279,6 +286,11 @@ class XnnpackBackend(BackendInterface):
         if not isinstance(handle, XnnpackDelegate):
             raise DelegateInvalidHandle(f"{NAME}: got a handle it did not make")
         return handle.output_sizes(args)
+
+    def traced_execute(self, handle, args) -> Callable[[list], None] | None:
+        if not isinstance(handle, XnnpackDelegate):
+            raise DelegateInvalidHandle(f"{NAME}: got a handle it did not make")
+        return handle.traced(args)
 
     def destroy(self, handle) -> None:
         if isinstance(handle, XnnpackDelegate):

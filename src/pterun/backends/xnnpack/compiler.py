@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import re
+import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -60,6 +61,18 @@ class Translation:
         # Whether a call with contiguous arguments makes native calls alone, which a recording keeps (the backend
         # says: nodes/native.py, native_only).
         self.native_only = False
+        # The storages of the buffers it writes (Builder.allocate), which a traced form makes anew: storage -> filled
+        self.buffers: dict[int, bool] = {}
+        self._traced: Callable[[list], None] | None | bool = False  # not asked yet
+
+    def traced(self) -> Callable[[list], None] | None:
+        """``run`` as tracing (``compile=True``) can follow it, where it calls PyTorch alone: the same code over
+        buffers made at each call, views of new memory laid out as the translation's, so that a traced call
+        writes no memory but its arguments' outputs. None where it calls anything else (native kernels, Triton
+        launches, which tracing cannot see into) or reads a pre-filled buffer."""
+        if self._traced is False:
+            self._traced = _traced(self.run, self.buffers)
+        return self._traced  # type: ignore[return-value]
 
     def where(self, traceback) -> str | None:
         """The node whose line raised, from a traceback through ``run``."""
@@ -88,6 +101,7 @@ class Builder:
         self.dynamic: dict[int, Any] = {}  # qdint8 values: nodes.convert.DynamicQuant
         self.node: Node | None = None
         self._scratch: dict[int, int] = {}
+        self.buffers: dict[int, bool] = {}  # the storages allocate() handed out -> pre-filled (private)
         self._nchw: dict[int, str] = {}  # returned values: the name of their NCHW tensor
         self._pending: dict[int, str] = {}  # returned values: the line making their NHWC view, once read
         self._n = 0
@@ -249,12 +263,15 @@ class Builder:
         memory: each buffer is a view of the largest one any translation needed under ``key``."""
         n = numel(shape)
         if private:
-            return torch.empty(shape, dtype=dtype, device=self.device)
-        pool = self.cache.setdefault("pool", {})
-        flat = pool.get((key, dtype))
-        if flat is None or flat.numel() < n:
-            flat = pool[(key, dtype)] = torch.empty(max(n, 1), dtype=dtype, device=self.device)
-        return flat[:n].view(shape)
+            t = torch.empty(shape, dtype=dtype, device=self.device)
+        else:
+            pool = self.cache.setdefault("pool", {})
+            flat = pool.get((key, dtype))
+            if flat is None or flat.numel() < n:
+                flat = pool[(key, dtype)] = torch.empty(max(n, 1), dtype=dtype, device=self.device)
+            t = flat[:n].view(shape)
+        self.buffers.setdefault(t.untyped_storage().data_ptr(), private)
+        return t
 
     # -- code --------------------------------------------------------------------
 
@@ -328,7 +345,73 @@ def translate(graph: Graph, device: torch.device, cache: dict, input_shapes: dic
     run, filename = define("xnnpack graph", _shapes_name(input_shapes), source, dict(b.env), "run", compile_code)
     keep_lines(filename, source, run)
     line_nodes = ["entry"] * (len(head) + len(b.prologue)) + b.line_nodes + ["exit"]
-    return Translation(run, source, filename, b.shapes, line_nodes, b.routes)
+    translation = Translation(run, source, filename, b.shapes, line_nodes, b.routes)
+    translation.buffers = b.buffers
+    return translation
+
+
+# Functions of pterun's own that translations call and that are PyTorch operators alone.
+TRACEABLE_HELPERS: set[Callable] = set()
+
+
+def _traceable(fn) -> bool:
+    if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)) or fn in TRACEABLE_HELPERS:
+        return True
+    return isinstance(fn, types.BuiltinFunctionType) and getattr(fn, "__module__", None) == "torch"
+
+
+def _traced(run: Callable[[list], None], storages: dict[int, bool]) -> Callable[[list], None] | None:
+    names = run.__globals__
+    buffers: dict[int, list[tuple[str, torch.Tensor]]] = {}
+    for name, value in names.items():
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage().data_ptr()
+            if storage in storages:
+                if storages[storage]:
+                    return None
+                buffers.setdefault(storage, []).append((name, value))
+        elif callable(value) and value is not run and not isinstance(value, type) and not _traceable(value):
+            return None
+    # Each buffer's views are made again over new memory by views tracing can follow through a write (a slice of
+    # the memory, viewed at a dense shape, permuted): not as_strided, whose writes compile refuses. A buffer's
+    # memory of more than one dtype, or a view with gaps, has no such form.
+    layouts = []
+    for members in buffers.values():
+        if len({t.dtype for _, t in members}) != 1:
+            return None
+        views = []
+        for name, t in members:
+            view = _dense_view(t)
+            if view is None:
+                return None
+            views.append((name, *view))
+        layouts.append((members[0][1].dtype, max(v[1] + v[2] for v in views), views))
+    code, device = run.__code__, next((t.device for ms in buffers.values() for _, t in ms), None)
+
+    def traced(args: list) -> None:
+        fresh = dict(names)
+        for dtype, numel_, views in layouts:
+            base = torch.empty(numel_, dtype=dtype, device=device)
+            for name, offset, count, shape, order in views:
+                fresh[name] = base[offset:offset + count].view(shape).permute(order)
+        types.FunctionType(code, fresh)(args)
+
+    return traced
+
+
+def _dense_view(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], tuple[int, ...]] | None:
+    """(offset, elements, dense shape, order) such that ``t`` is its memory's ``offset``-th to ``offset +
+    elements``-th elements viewed at the dense shape and permuted by ``order``; None for a view with gaps."""
+    strides = t.stride()
+    dims = sorted(range(t.dim()), key=lambda d: (-strides[d], d))
+    shape = tuple(t.shape[d] for d in dims)
+    step = 1
+    for d in reversed(dims):
+        if t.shape[d] != 1 and strides[d] != step:
+            return None
+        step *= t.shape[d]
+    order = tuple(dims.index(d) for d in range(t.dim()))
+    return int(t.storage_offset()), t.numel(), shape, order
 
 
 def _shapes_name(input_shapes: dict[int, Shape]) -> str:

@@ -1,11 +1,14 @@
-"""A delegate call in ``compile=True``'s functional form: one operator, which TorchInductor calls as it is.
+"""A delegate call in ``compile=True``'s functional form: the delegate's own operators where its backend offers
+them, else one operator TorchInductor calls as it is.
 
-A delegate runs its backend's code, which no compiler sees into (native code, a blob's own interpreter, its
-own Triton kernels). In the functional form (functional.py) each delegate call is one call of
-``pterun::delegate``, an operator whose results are the delegate's outputs, made new at each call. Tracing
-learns their sizes from the backend (``BackendInterface.output_sizes``) without running the delegate;
-Inductor fuses the steps around the calls and makes each from its own code (inside the CUDA graph captured
-around the compiled code, on a GPU).
+A delegate runs its backend's code, which a compiler may not see into (native code, Triton launches). In the
+functional form (functional.py) each delegate call is one call of ``pterun::delegate``, whose results are the
+delegate's outputs, made new at each call. Its implementation is composite: traced, it becomes what it calls.
+Where the backend offers the delegate as PyTorch operators for the call's sizes
+(``BackendInterface.traced_execute``: XNNPACK's elementwise, transposing and attention delegates on a GPU),
+those, which Inductor fuses with the steps around them; else ``pterun::opaque_delegate``, which Inductor calls
+as it is, the sizes of its outputs given by the backend (``BackendInterface.output_sizes``) without running it.
+Either way the compiled code runs inside the CUDA graph captured around it, on a GPU.
 
 An operator takes no Python object, so the call names its delegate by a token, a string literal in the
 generated code (Dynamo then guards on no object of the delegate's). Tokens begin with a number drawn once per
@@ -25,6 +28,8 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from pterun.core.layout import strides_for
+from pterun.errors import NotSupported
+from pterun.executor.load.steps import FunctionalDelegate
 
 _PROCESS = secrets.token_hex(8)
 _NUMBERS = itertools.count()
@@ -34,11 +39,11 @@ _LIVE: weakref.WeakValueDictionary[str, DelegateOp] = weakref.WeakValueDictionar
 class DelegateOp:
     """One delegate call of a functional form: called with the inputs, returns the outputs (new tensors)."""
 
-    def __init__(self, execute: Callable[[list], None], sizes: Callable[[list], Sequence[tuple[int, ...]]],
-                 count: int, inputs: Sequence[int], outputs: Sequence[tuple[int, torch.dtype]],
-                 device: torch.device) -> None:
+    def __init__(self, execute: Callable[[list], None], functional: FunctionalDelegate, count: int,
+                 inputs: Sequence[int], outputs: Sequence[tuple[int, torch.dtype]], device: torch.device) -> None:
         """``count`` arguments: tensors read at ``inputs`` and written at ``outputs`` (with their dtypes)."""
-        self.execute, self.sizes, self.count, self.device = execute, sizes, count, device
+        self.execute, self.count, self.device = execute, count, device
+        self.sizes, self.traced = functional.sizes, functional.traced
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
         self.token = f"{_PROCESS}:{next(_NUMBERS)}"
@@ -65,16 +70,38 @@ class DelegateOp:
         # Tracing asks with fake tensors; a backend answering may translate for new sizes, whose buffers must be
         # real: no tracing mode is on while it answers.
         with _disable_current_modes():
-            sizes = list(self.sizes(args))
+            sizes = self.sizes(args)
+        if sizes is None:  # compiling fails, and the method runs uncompiled
+            raise NotSupported(f"the delegate's backend gives no sizes of its outputs for inputs of sizes "
+                               f"{[list(args[k].shape) for k in self.inputs]}")
         return [torch.empty(size, dtype=dtype, device=self.device) for size, (_, dtype) in zip(sizes, self.outputs)]
 
+    def composite(self, token: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The delegate's operators for these inputs' sizes where its backend offers them, else the opaque call."""
+        inputs = [t.contiguous() for t in inputs]
+        args = self.arguments(inputs)
+        with _disable_current_modes():
+            traced = self.traced(args)
+        if traced is None:
+            return torch.ops.pterun.opaque_delegate(token, inputs)
+        outs = self.empty(args)
+        for (k, _), out in zip(self.outputs, outs):
+            args[k] = out
+        traced(args)
+        return outs
 
-@torch.library.custom_op("pterun::delegate", mutates_args=())
-def delegate(token: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+
+_LIBRARY = torch.library.Library("pterun", "FRAGMENT")
+_LIBRARY.define("delegate(str token, Tensor[] inputs) -> Tensor[]")
+_LIBRARY.impl("delegate", lambda token, inputs: _LIVE[token].composite(token, inputs), "CompositeImplicitAutograd")
+
+
+@torch.library.custom_op("pterun::opaque_delegate", mutates_args=())
+def opaque_delegate(token: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     return _LIVE[token].run(inputs)
 
 
-@delegate.register_fake
+@opaque_delegate.register_fake
 def _(token: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     op = _LIVE[token]
     return op.empty(op.arguments(inputs))

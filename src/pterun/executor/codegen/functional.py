@@ -196,7 +196,7 @@ class _Writer:
 
     def delegate(self, n: int, step: DelegateStep) -> None:
         """A delegate call as one operator (delegate_op.py): its inputs in, its outputs new tensors out."""
-        if step.sizes is None:
+        if step.functional is None:
             self.fail(n, f"delegates of {step.name} run outside the compiled function (their backend does not "
                          "give their outputs' sizes ahead)")
         writes = set(self.effects[n].writes)
@@ -213,13 +213,12 @@ class _Writer:
                 self.fail(n, f"the delegate writes value {vi}, an input of the method")
             else:
                 outputs.append((k, vi, storage_dtype(spec.scalar_type)))
-        op = DelegateOp(step.fn, step.sizes, len(step.args), [k for k, _ in inputs],
+        op = DelegateOp(step.fn, step.functional, len(step.args), [k for k, _ in inputs],
                         [(k, dtype) for k, _, dtype in outputs], self.device)
         self.delegates.append(op)
         self.env["_delegate"] = torch.ops.pterun.delegate
-        # The token as a literal: Dynamo then guards on no object of the delegate's. The inputs contiguous, as the
-        # delegate reads them: Inductor then writes them so where it computes them, rather than the call copying.
-        refs = ", ".join(f"{self.ref(vi, n)}.contiguous()" for _, vi in inputs)
+        # The token as a literal: Dynamo then guards on no object of the delegate's.
+        refs = ", ".join(self.ref(vi, n) for _, vi in inputs)
         self.lines.append(f"        _r = _delegate({literal(op.token)}, [{refs}])")
         for j, (_, vi, _) in enumerate(outputs):
             self.assign(vi, f"_r[{j}]")

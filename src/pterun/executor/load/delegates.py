@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pterun.backends import BackendInitContext, BackendInterface, CompileSpec
 from pterun.errors import NativeCodeNotTrusted, NotFound, PteError
 from pterun.executor.context import LoadContext
+from pterun.executor.load.steps import FunctionalDelegate
 from pterun.format import DelegateCall, Plan
 
 
@@ -25,10 +26,10 @@ class Delegates:
             self.destroy()
             raise
 
-    def functions(self, plan: Plan) -> list[tuple[str, Callable[[list], None], Callable | None]]:
-        """(backend id, execute function, output sizes) per delegate, as steps.build_steps takes them; the last
-        ``BackendInterface.output_sizes`` bound to the handle, None where the backend does not give them."""
-        return [(d.backend_id, backend.executor(handle), _sizes(backend, handle))
+    def functions(self, plan: Plan) -> list[tuple[str, Callable[[list], None], FunctionalDelegate | None]]:
+        """(backend id, execute function, what compile=True calls it by) per delegate, as steps.build_steps takes
+        them; the last None where the backend does not give its outputs' sizes ahead."""
+        return [(d.backend_id, backend.executor(handle), _functional(backend, handle))
                 for d, (backend, handle) in zip(plan.delegates, self.handles)]
 
     def profiled(self, plan: Plan, steps: list, trace) -> list:
@@ -52,10 +53,11 @@ class Delegates:
                 pass
 
 
-def _sizes(backend: BackendInterface, handle) -> Callable | None:
+def _functional(backend: BackendInterface, handle) -> FunctionalDelegate | None:
     if type(backend).output_sizes is BackendInterface.output_sizes:
         return None
-    return functools.partial(backend.output_sizes, handle)
+    return FunctionalDelegate(functools.partial(backend.output_sizes, handle),
+                              functools.partial(backend.traced_execute, handle))
 
 
 def check_delegates(context: LoadContext, plan: Plan) -> None:

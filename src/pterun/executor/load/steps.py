@@ -50,13 +50,22 @@ class KernelStep:
 
 
 @dataclass(frozen=True)
+class FunctionalDelegate:
+    """A delegate's backend's answers for compile=True, bound to its handle: the sizes of the arguments it writes
+    (``BackendInterface.output_sizes``) and a form tracing can follow, or None (``traced_execute``)."""
+
+    sizes: Callable[[list], Sequence[tuple[int, ...]] | None]
+    traced: Callable[[list], Callable[[list], None] | None]
+
+
+@dataclass(frozen=True)
 class DelegateStep:
     name: str  # the backend's id
     fn: Callable[[list], None]
     args: tuple[int, ...]
-    # The sizes of the arguments the delegate writes, from its inputs' (BackendInterface.output_sizes); None
-    # where its backend does not say ahead (the method then has no functional form: codegen/functional.py).
-    sizes: Callable[[list], Sequence[tuple[int, ...]]] | None = None
+    # What compile=True's functional form calls it by (codegen/functional.py); None where its backend does not
+    # say its outputs' sizes ahead (the method then has no functional form).
+    functional: FunctionalDelegate | None = None
     event: ClassVar[str] = DelegateCall.event
 
     @property
@@ -118,10 +127,11 @@ def describe(step: Step) -> str:
 
 
 def build_steps(plan: Plan, kernels: KernelRegistry, device_type: DeviceType,
-                delegates: Sequence[tuple[str, Callable, Callable | None]]) -> tuple[list[Step], frozenset[int]]:
+                delegates: Sequence[tuple[str, Callable, FunctionalDelegate | None]],
+                ) -> tuple[list[Step], frozenset[int]]:
     """The method's steps, every operator resolved to its kernel, and the values steps assign.
 
-    ``delegates`` are ``(backend id, execute function, output sizes or None)`` per delegate of the plan. Every
+    ``delegates`` are ``(backend id, execute function, FunctionalDelegate or None)`` per delegate of the plan. Every
     missing operator is named in one ``OperatorMissing``."""
     factories, missing = {}, []
     for index in range(len(plan.operators)):
@@ -145,8 +155,8 @@ def build_steps(plan: Plan, kernels: KernelRegistry, device_type: DeviceType,
             # A delegate returns scalars (symbolic sizes) by replacing them in its argument list; they are
             # read back after the call.
             assigned.update(a for a in ins.args if plan.values[a].kind in (Kind.INT, Kind.DOUBLE, Kind.BOOL))
-            backend_id, fn, sizes = delegates[ins.delegate_index]
-            steps.append(DelegateStep(backend_id, fn, ins.args, sizes))
+            backend_id, fn, functional = delegates[ins.delegate_index]
+            steps.append(DelegateStep(backend_id, fn, ins.args, functional))
         else:
             assigned.update(ins.binds)
             steps.append(ins)

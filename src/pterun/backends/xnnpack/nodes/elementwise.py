@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from pterun.backends.xnnpack.compiler import Builder, broadcast
+from pterun.backends.xnnpack.compiler import TRACEABLE_HELPERS, Builder, broadcast
 from pterun.backends.xnnpack.graph import Datatype, Node, positive_normal
 from pterun.backends.xnnpack.nodes import native, qmath
 from pterun.backends.xnnpack.nodes.common import emit_float_clamp, float_bounds, require_float, unsupported
@@ -20,6 +20,9 @@ from pterun.errors import InvalidProgram
 
 def _softmax(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return torch._softmax(x, -1, False, out=out)
+
+
+TRACEABLE_HELPERS.add(_softmax)
 
 
 # XNNPACK unary node -> a torch function writing ``out`` from ``x`` (called as fn(x, out=out)).
