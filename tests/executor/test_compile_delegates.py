@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import pterun
+from pterun.backends.xnnpack.nodes.native import available as native_kernels_available
 from pterun.executor.codegen import delegate_op
 from pterun.executor.load.steps import DelegateStep
 from tests.executor.test_delegates_and_kernels import DEMO, DemoAdd, delegated, fresh_runtime
@@ -27,6 +28,10 @@ class SizedDemoAdd(DemoAdd):
         return [tuple(args[0].shape)]
 
 
+def native_kernels_run() -> bool:
+    return native_kernels_available()[0]
+
+
 def _delegate_steps(method) -> list[DelegateStep]:
     return [s for s in method.steps if isinstance(s, DelegateStep)]
 
@@ -34,7 +39,8 @@ def _delegate_steps(method) -> list[DelegateStep]:
 def test_a_backend_that_gives_no_output_sizes_keeps_the_method_uncompiled_and_says_why():
     method = fresh_runtime(DemoAdd()).load_program(delegated().pte, compile=True).load_method("forward")
     assert _delegate_steps(method), "premise: a delegate call"
-    assert method.compile_status.startswith("not compiled: ") and f"delegates of {DEMO}" in method.compile_status
+    assert method.compile_status.startswith("not compiled: ") and f"a delegate of {DEMO}" in method.compile_status
+    assert "output_sizes" in method.compile_status
     x, y = torch.randn(2, 2), torch.randn(2, 2)
     assert torch.equal(method.execute([x, y])[0], (x + y) * y)
 
@@ -51,15 +57,16 @@ def test_a_python_delegate_that_gives_its_output_sizes_is_called_from_the_compil
     assert method._loaded.compiled_function.shapes, "premise: the calls ran compiled code"
 
 
-@pytest.mark.parametrize("options", [{}, {"XnnpackBackend": {"native": False}}], ids=["native", "torch"])
-def test_an_8da4w_decoder_compiles_through_and_around_its_delegates(options):
+def test_an_8da4w_decoder_compiles_through_and_around_its_delegates():
     """A transformers decoder quantized as optimum-executorch quantizes it: its products, attention products and
-    softmax run in XNNPACK delegates. Compiled, its prompt and one-token steps give the plain method's greedy
-    tokens and its logits within float32's tolerance (Inductor fuses steps, which may round a unit in the last
-    place apart). Delegates whose translation calls PyTorch alone are traced into the compiled code; the others
-    (native kernels; the 8-bit rows' products, whose buffers hold two dtypes) stay one call each."""
+    softmax run in XNNPACK delegates (here on PyTorch's operators, as on a GPU, not pterun's native kernels).
+    Compiled, its prompt and one-token steps give the plain method's greedy tokens and its logits within
+    float32's tolerance (Inductor fuses steps, which may round a unit in the last place apart). Delegates whose
+    translation calls PyTorch alone are traced into the compiled code; the others (the 8-bit rows' products,
+    whose buffers hold two dtypes) stay one call each."""
     from tests.support.llm_programs import transformers_program
 
+    options = {"XnnpackBackend": {"native": False}}
     pte = transformers_program("qwen2-8da4w").pte
     plain = pterun.Runtime.get().load_program(pte, backend_options=options).load_method("forward")
     compiled = pterun.Runtime.get().load_program(pte, compile=True, backend_options=options).load_method("forward")
@@ -83,6 +90,20 @@ def test_an_8da4w_decoder_compiles_through_and_around_its_delegates(options):
     assert [tuple(s[0]) for s in function.shapes] == [(1, 1)], "premise: the one-token step ran compiled"
     opaque = [e.name for e in profile.events()].count("pterun::opaque_delegate")
     assert 0 < opaque < len(delegates), f"{opaque} of {len(delegates)} delegates called as they are"
+
+
+def test_where_the_native_kernels_run_an_xnnpack_method_stays_uncompiled_and_says_why():
+    """On the CPU, where pterun's native kernels run XNNPACK's delegates, the method's own code (native steps) is
+    faster than Inductor's around the delegates: compile=True leaves it as it is, and the status says why."""
+    from tests.support.llm_programs import transformers_program
+
+    assert native_kernels_run(), "premise: pterun's native kernels run here (CI builds them)"
+    pte = transformers_program("qwen2-8da4w").pte
+    method = pterun.Runtime.get().load_program(pte, compile=True).load_method("forward")
+    assert method.compile_status.startswith("not compiled: ") and "native kernels" in method.compile_status
+    plain = pterun.Runtime.get().load_program(pte).load_method("forward")
+    ids, positions = torch.tensor([[3, 17, 25]]), torch.arange(3)
+    assert torch.equal(method.execute([ids, positions])[0], plain.execute([ids, positions])[0])
 
 
 def test_a_dropped_methods_delegate_calls_are_forgotten():

@@ -24,7 +24,8 @@ outputs. The default (None) runs the delegate as one event.
 
 ``output_sizes`` lets a method with the backend's delegates compile (``compile=True``): there each delegate
 call is one operator that TorchInductor calls as it is, its outputs made new at each call, and tracing must
-know their sizes before the delegate runs. The default (None) keeps such a method uncompiled.
+know their sizes before the delegate runs. The default (None) keeps such a method uncompiled, as
+``uncompiled_reason`` may where the backend's own way is the faster one.
 ``traced_execute`` offers the delegate's work as PyTorch operators that tracing follows, which Inductor
 then fuses with the method's own.
 
@@ -167,6 +168,14 @@ class BackendInterface(ABC):
         of the compiled code; a backend that answers gets its outputs as new contiguous tensors of these sizes
         and writes them, as ``execute`` writes planned ones. None (the default): the sizes are not known before
         the delegate runs, and the method is not compiled."""
+        return None
+
+    def uncompiled_reason(self, handle: Any) -> str | None:
+        """Why a method calling this delegate stays uncompiled with ``compile=True`` (``Method.compile_status``
+        says it), or None: the method compiles, the delegate's calls traced or opaque. The default: None where
+        the backend gives ``output_sizes``, else that it does not."""
+        if type(self).output_sizes is BackendInterface.output_sizes:
+            return "its backend does not give the sizes of its outputs ahead (output_sizes)"
         return None
 
     def traced_execute(self, handle: Any, args: Sequence) -> Callable[[list], None] | None:

@@ -16,10 +16,10 @@ constants for the rest become one call where the kernel says how
 placed at the first of them; their results are noted as in their memory at
 their own places, where later views of those bytes read them.
 
-A delegate call is one operator that Inductor calls as it is (delegate_op.py), where its backend says
-its outputs' sizes ahead. Methods with other delegates, control flow, or kernels that have no
-functional form (quantized and LLM custom operators) are not rewritten; :class:`Unsupported` says why,
-and the method runs as generate.py wrote it.
+A delegate call is one call of ``pterun::delegate`` (delegate_op.py: traced, the delegate's own
+operators or one opaque call), where its backend says its outputs' sizes ahead. Methods with other
+delegates, control flow, or kernels that have no functional form (quantized and LLM custom operators)
+are not rewritten; :class:`Unsupported` says why, and the method runs as generate.py wrote it.
 """
 
 from __future__ import annotations
@@ -195,10 +195,9 @@ class _Writer:
                 self.assign(target, f"_r[{k}]")
 
     def delegate(self, n: int, step: DelegateStep) -> None:
-        """A delegate call as one operator (delegate_op.py): its inputs in, its outputs new tensors out."""
-        if step.functional is None:
-            self.fail(n, f"delegates of {step.name} run outside the compiled function (their backend does not "
-                         "give their outputs' sizes ahead)")
+        """A delegate call as one operator call (delegate_op.py): its inputs in, its outputs new tensors out."""
+        if isinstance(step.functional, str):
+            self.fail(n, f"a delegate of {step.name} runs outside compiled code: {step.functional}")
         writes = set(self.effects[n].writes)
         inputs, outputs = [], []
         for k, vi in enumerate(step.args):

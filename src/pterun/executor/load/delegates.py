@@ -26,9 +26,9 @@ class Delegates:
             self.destroy()
             raise
 
-    def functions(self, plan: Plan) -> list[tuple[str, Callable[[list], None], FunctionalDelegate | None]]:
+    def functions(self, plan: Plan) -> list[tuple[str, Callable[[list], None], FunctionalDelegate | str]]:
         """(backend id, execute function, what compile=True calls it by) per delegate, as steps.build_steps takes
-        them; the last None where the backend does not give its outputs' sizes ahead."""
+        them; the last, where its backend keeps a method calling it uncompiled, the reason."""
         return [(d.backend_id, backend.executor(handle), _functional(backend, handle))
                 for d, (backend, handle) in zip(plan.delegates, self.handles)]
 
@@ -53,9 +53,10 @@ class Delegates:
                 pass
 
 
-def _functional(backend: BackendInterface, handle) -> FunctionalDelegate | None:
-    if type(backend).output_sizes is BackendInterface.output_sizes:
-        return None
+def _functional(backend: BackendInterface, handle) -> FunctionalDelegate | str:
+    reason = backend.uncompiled_reason(handle)
+    if reason is not None:
+        return reason
     return FunctionalDelegate(functools.partial(backend.output_sizes, handle),
                               functools.partial(backend.traced_execute, handle))
 

@@ -63,9 +63,9 @@ class DelegateStep:
     name: str  # the backend's id
     fn: Callable[[list], None]
     args: tuple[int, ...]
-    # What compile=True's functional form calls it by (codegen/functional.py); None where its backend does not
-    # say its outputs' sizes ahead (the method then has no functional form).
-    functional: FunctionalDelegate | None = None
+    # What compile=True's functional form calls it by (codegen/functional.py), or why its backend keeps a method
+    # calling it uncompiled (BackendInterface.uncompiled_reason).
+    functional: FunctionalDelegate | str
     event: ClassVar[str] = DelegateCall.event
 
     @property
@@ -127,11 +127,11 @@ def describe(step: Step) -> str:
 
 
 def build_steps(plan: Plan, kernels: KernelRegistry, device_type: DeviceType,
-                delegates: Sequence[tuple[str, Callable, FunctionalDelegate | None]],
+                delegates: Sequence[tuple[str, Callable, FunctionalDelegate | str]],
                 ) -> tuple[list[Step], frozenset[int]]:
     """The method's steps, every operator resolved to its kernel, and the values steps assign.
 
-    ``delegates`` are ``(backend id, execute function, FunctionalDelegate or None)`` per delegate of the plan. Every
+    ``delegates`` are ``(backend id, execute function, FunctionalDelegate or a reason)`` per delegate of the plan. Every
     missing operator is named in one ``OperatorMissing``."""
     factories, missing = {}, []
     for index in range(len(plan.operators)):
