@@ -37,7 +37,8 @@ _LIVE: weakref.WeakValueDictionary[str, DelegateOp] = weakref.WeakValueDictionar
 
 
 class DelegateOp:
-    """One delegate call of a functional form: called with the inputs, returns the outputs (new tensors)."""
+    """One delegate call of a functional form, which ``pterun::delegate`` finds by its token: the call's inputs in,
+    its outputs out, as new tensors."""
 
     def __init__(self, execute: Callable[[list], None], functional: FunctionalDelegate, count: int,
                  inputs: Sequence[int], outputs: Sequence[tuple[int, torch.dtype]], device: torch.device) -> None:
@@ -76,14 +77,14 @@ class DelegateOp:
                                f"{[list(args[k].shape) for k in self.inputs]}")
         return [torch.empty(size, dtype=dtype, device=self.device) for size, (_, dtype) in zip(sizes, self.outputs)]
 
-    def composite(self, token: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    def composite(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The delegate's operators for these inputs' sizes where its backend offers them, else the opaque call."""
         inputs = [t.contiguous() for t in inputs]
         args = self.arguments(inputs)
         with _disable_current_modes():
             traced = self.traced(args)
         if traced is None:
-            return torch.ops.pterun.opaque_delegate(token, inputs)
+            return torch.ops.pterun.opaque_delegate(self.token, inputs)
         outs = self.empty(args)
         for (k, _), out in zip(self.outputs, outs):
             args[k] = out
@@ -93,7 +94,7 @@ class DelegateOp:
 
 _LIBRARY = torch.library.Library("pterun", "FRAGMENT")
 _LIBRARY.define("delegate(str token, Tensor[] inputs) -> Tensor[]")
-_LIBRARY.impl("delegate", lambda token, inputs: _LIVE[token].composite(token, inputs), "CompositeImplicitAutograd")
+_LIBRARY.impl("delegate", lambda token, inputs: _LIVE[token].composite(inputs), "CompositeImplicitAutograd")
 
 
 @torch.library.custom_op("pterun::opaque_delegate", mutates_args=())
