@@ -166,8 +166,9 @@ class BackendInterface(ABC):
 
         Asked while ``compile=True`` traces a method, for each set of input sizes it compiles, and by each call
         of the compiled code; a backend that answers gets its outputs as new contiguous tensors of these sizes
-        and writes them, as ``execute`` writes planned ones. None (the default): the sizes are not known before
-        the delegate runs, and the method is not compiled."""
+        and writes them, as ``execute`` writes planned ones, so a delegate that reads what it writes (an update
+        in place) must not answer. None (the default): the sizes are not known before the delegate runs, and
+        the method is not compiled."""
         return None
 
     def uncompiled_reason(self, handle: Any) -> str | None:
