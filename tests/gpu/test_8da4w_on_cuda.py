@@ -43,20 +43,30 @@ def test_8da4w_logits_on_cuda_are_the_cpus(name, kernel):
     options = {} if kernel == "triton" else {"XnnpackBackend": {"native": False}}
     cpu = pterun.Runtime.get().load_program(pte).load_method("forward")
     gpu = pterun.Runtime.get().load_program(pte, device="cuda", backend_options=options).load_method("forward")
+
+    def premise():  # the 4-bit layers took the path under test
+        routes = [way for d in gpu.delegate_handles for _, way in d.routes if "4-bit block product" in way]
+        marker = "(Triton)" if kernel == "triton" else "float32 lane sums"
+        assert routes and all(marker in way for way in routes), routes
+
+    _greedy_on_both(f"{name} ({kernel})", name, cpu, gpu, premise)
+
+
+def _greedy_on_both(what: str, name: str, cpu, gpu, premise=None) -> None:
+    """The prompt, then greedy steps, on both methods: the GPU's logits within 1e-5 of the CPU's scale and its
+    tokens the CPU's; ``premise`` checked after the first call."""
     sequence, chunk = [], PROMPT
     for step in range(NEW_TOKENS):
         inputs = _inputs(name, chunk, len(sequence))
         expected = cpu.execute([x.clone() for x in inputs])[0]
         actual = gpu.execute([x.cuda() for x in inputs])[0]
         assert actual.is_cuda
-        if step == 0:  # premise: the 4-bit layers took the path under test
-            routes = [way for d in gpu.delegate_handles for _, way in d.routes if "4-bit block product" in way]
-            marker = "(Triton)" if kernel == "triton" else "float32 lane sums"
-            assert routes and all(marker in way for way in routes), routes
+        if step == 0 and premise is not None:
+            premise()
         error = (actual.cpu() - expected).abs().max().item()
         scale = expected.abs().max().item()
         assert scale > 0 and error <= 1e-5 * scale, (
-            f"{name} ({kernel}), {len(sequence) + len(chunk)} tokens: logits {error:.3g} off (scale {scale:.3g})")
+            f"{what}, {len(sequence) + len(chunk)} tokens: logits {error:.3g} off (scale {scale:.3g})")
         assert _last_argmax(actual.cpu()) == _last_argmax(expected)
         sequence += chunk
         chunk = [_last_argmax(expected)]
@@ -79,18 +89,7 @@ def test_8da4w_compiled_on_cuda_gives_the_cpus_tokens(name):
     cpu = pterun.Runtime.get().load_program(pte).load_method("forward")
     gpu = pterun.Runtime.get().load_program(pte, device="cuda", compile=True).load_method("forward")
     assert gpu.compile_status == "compiled", gpu.compile_status
-    sequence, chunk = [], PROMPT
-    for _ in range(NEW_TOKENS):
-        inputs = _inputs(name, chunk, len(sequence))
-        expected = cpu.execute([x.clone() for x in inputs])[0]
-        actual = gpu.execute([x.cuda() for x in inputs])[0]
-        error = (actual.cpu() - expected).abs().max().item()
-        scale = expected.abs().max().item()
-        assert scale > 0 and error <= 1e-5 * scale, (
-            f"{name} compiled, {len(sequence) + len(chunk)} tokens: logits {error:.3g} off (scale {scale:.3g})")
-        assert _last_argmax(actual.cpu()) == _last_argmax(expected)
-        sequence += chunk
-        chunk = [_last_argmax(expected)]
+    _greedy_on_both(f"{name} compiled", name, cpu, gpu)
     assert gpu.compile_status == "compiled", gpu.compile_status
     assert gpu._loaded.compiled_function.shapes, "premise: the one-token steps ran compiled code"
     assert gpu.cuda_graph is not None and gpu.cuda_graph.replaying, "premise: replayed in a CUDA graph"

@@ -61,9 +61,7 @@ class DelegateOp:
         # layout (a 4-d tensor's strides would read as channels-last to XNNPACK's backend).
         args = self.arguments([t if t.stride() == strides_for(t.shape, range(t.dim())) else
                                torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t) for t in inputs])
-        outs = self.empty(args)
-        for (k, _), out in zip(self.outputs, outs):
-            args[k] = out
+        outs = self.outputs_into(args)
         self.execute(args)
         return outs
 
@@ -77,6 +75,13 @@ class DelegateOp:
                                f"{[list(args[k].shape) for k in self.inputs]}")
         return [torch.empty(size, dtype=dtype, device=self.device) for size, (_, dtype) in zip(sizes, self.outputs)]
 
+    def outputs_into(self, args: list) -> list[torch.Tensor]:
+        """New outputs for a call with ``args``' inputs, put at their places in ``args``."""
+        outs = self.empty(args)
+        for (k, _), out in zip(self.outputs, outs):
+            args[k] = out
+        return outs
+
     def composite(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The delegate's operators for these inputs' sizes where its backend offers them, else the opaque call."""
         inputs = [t.contiguous() for t in inputs]
@@ -85,9 +90,7 @@ class DelegateOp:
             traced = self.traced(args)
         if traced is None:
             return torch.ops.pterun.opaque_delegate(self.token, inputs)
-        outs = self.empty(args)
-        for (k, _), out in zip(self.outputs, outs):
-            args[k] = out
+        outs = self.outputs_into(args)
         traced(args)
         return outs
 
