@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import pterun
+from pterun.cli.options import example_program
 from tests.support.compare import assert_matches
 from tests.support.differential import export_model, flat
 from tests.support.models import build
@@ -383,3 +384,20 @@ def test_a_method_that_only_returns_a_constant_is_not_compiled_and_says_so():
     forward = program.load_method("forward")
     assert_matches(forward.execute([torch.ones(2)]), [torch.full((2,), 2.0)])
     assert forward.compile_status == "compiled"
+
+
+def test_the_plain_code_is_kept_only_where_clearly_faster_and_the_status_says_so():
+    """On a GPU the graphs of the compiled and the plain code are timed (call/graphs.py, tests/gpu/test_graphs.py);
+    what the times decide, and what the status says, is the compiled function's."""
+    from pterun.executor.codegen.torch_compile import PLAIN_KEPT
+
+    method = pterun.Runtime.get().load_program(example_program(), compile=True).load_method("forward")
+    compiled = method._loaded.compiled_function
+    assert compiled is not None and method.compile_status == "compiled", "premise: the method has a functional form"
+    key = ((torch.Size([1, 8]),), ())  # the graph runner's: the arguments' shapes, the planned dynamic inputs'
+    assert not compiled.keep_plain(key, 1.0, 0.95), "within a tenth: the compiled code, as asked, stays"
+    assert method.compile_status == "compiled"
+    assert compiled.keep_plain(key, 0.083, 0.056)
+    assert method.compile_status == (f"{PLAIN_KEPT} for inputs of shapes [1, 8]: replayed from a CUDA graph it took "
+                                     "0.056 ms a call, the compiled code 0.083 ms"), method.compile_status
+    assert compiled.timed == {key: (0.083, 0.056)}

@@ -9,12 +9,19 @@ import torch
 
 import pterun
 from pterun.cli.options import example_program
+from pterun.executor.call import graphs
 from pterun.executor.call.graphs import CudaGraphRunner
+from pterun.executor.codegen.torch_compile import COMPILED, PLAIN_KEPT, PLAIN_WINS_BELOW
 from tests.gpu.conftest import FIXTURES, load_fixture, on
 from tests.support.compare import assert_matches
 from tests.support.host_path import calls_made
 
 pytestmark = pytest.mark.gpu
+
+
+def _compiled(status: str) -> bool:
+    """Compiled, whichever code its graphs were found to replay faster (test_compile_true_keeps_...)."""
+    return status == COMPILED or status.startswith(PLAIN_KEPT)
 
 
 def _method(pte, **options):
@@ -125,7 +132,7 @@ def test_a_compiled_method_of_dynamic_shapes_compiles_outside_the_capture_and_re
         if k == 2:
             assert runner.graph is not None, "the next one captured"
     assert len(method._loaded.compiled_function.shapes) == 1, "length 17 came once: not compiled"
-    assert runner.replaying and method.compile_status == "compiled"
+    assert runner.replaying and _compiled(method.compile_status), method.compile_status
 
 
 def test_a_compiled_methods_replays_count_as_calls_so_a_prompt_between_generations_never_compiles():
@@ -146,7 +153,7 @@ def test_a_compiled_methods_replays_count_as_calls_so_a_prompt_between_generatio
                            what=f"generation {generation} call {k}")
         assert runner.replaying, f"generation {generation}: the one-token steps replay"
     assert len(compiled.shapes) == 1, "only the one-token step compiled"
-    assert runner.failure is None and method.compile_status == "compiled"
+    assert runner.failure is None and _compiled(method.compile_status), method.compile_status
 
 
 def test_a_method_that_cannot_be_captured_leaves_the_random_generators_working():
@@ -164,3 +171,51 @@ def test_a_method_that_cannot_be_captured_leaves_the_random_generators_working()
     assert runner.failure is not None and not runner.replaying, "premise: the capture failed"
     assert torch.randint(0, 10, (64,), device="cuda").max() < 10
     test_replay_matches_kernel_by_kernel_and_the_graph_is_used()  # draws inputs, then captures and replays
+
+
+@pytest.mark.parametrize("plain_faster", [True, False], ids=["plain-kept", "compiled-kept"])
+def test_compile_true_keeps_whichever_graph_replays_faster(monkeypatch, plain_faster):
+    """A method whose replays change nothing a later call reads has its first capture of each set of shapes made
+    both ways, compiled and plain, timed, and the faster kept (the compiled code unless the plain code is clearly
+    faster); compile_status says which, with both times. The timing is the test's, so the choice is known."""
+    times = (0.2, 0.1) if plain_faster else (0.1, 0.2)  # compiled, plain: ms a replay
+    monkeypatch.setattr(graphs, "replay_ms", lambda pair, device: list(times))
+    method = _method(example_program(), compile=True)
+    plain = _method(example_program())
+    runner, compiled = method.cuda_graph, method._loaded.compiled_function
+    assert runner.plain is compiled.uncompiled is not compiled.functional, "premise: raced against its plain code"
+    tokens = torch.randint(0, 1024, (1, 8), device="cuda")
+    for k in range(5):  # eager, compile, capture both and race, replay, replay
+        (ours,) = method.execute([tokens])
+        (theirs,) = plain.execute([tokens])
+        assert runner.failure is None, f"call {k}: {runner.failure!r}"
+    assert runner.replaying and list(compiled.timed.values()) == [times]
+    (key,) = runner.chosen
+    if plain_faster:
+        assert runner.chosen[key] is compiled.uncompiled
+        assert method.compile_status.startswith(PLAIN_KEPT), method.compile_status
+        assert "[1, 8]" in method.compile_status and "0.100 ms" in method.compile_status, method.compile_status
+        assert torch.equal(ours, theirs), "the plain code's graph: the plain load's bits"
+    else:
+        assert runner.chosen[key] is runner.run and method.compile_status == COMPILED
+        assert_matches(ours.cpu(), theirs.cpu(), rtol=2e-4)
+    # The kept choice holds for that set of shapes: a graph captured again for it is not raced again.
+    runner.graphs.clear()
+    for _ in range(3):
+        method.execute([tokens])
+    assert runner.replaying and len(compiled.timed) == 1 and len(runner.chosen) == 1
+
+
+def test_compile_true_times_both_graphs_on_the_gpu_and_keeps_one():
+    method = _method(example_program(), compile=True)
+    reference = pterun.Runtime.get().load_program(example_program()).load_method("forward")
+    runner, compiled = method.cuda_graph, method._loaded.compiled_function
+    tokens = torch.randint(0, 1024, (1, 16), device="cuda")
+    for _ in range(4):
+        (logits,) = method.execute([tokens])
+    assert runner.replaying and runner.failure is None
+    ((compiled_ms, plain_ms),) = compiled.timed.values()
+    assert compiled_ms > 0 and plain_ms > 0
+    kept_compiled = plain_ms >= compiled_ms * PLAIN_WINS_BELOW
+    assert (method.compile_status == COMPILED) == kept_compiled, (method.compile_status, plain_ms)
+    assert_matches(logits.cpu(), reference.execute([tokens.cpu()])[0], rtol=2e-4)

@@ -100,3 +100,4 @@ def test_a_prompt_length_seen_before_replays_its_graph_every_time(options):
     assert all(g is None for g in graphs[:first]) and graphs[first] is not None, graphs
     assert all(g is graphs[first] for g in graphs[first:]), "captured once, then replayed"
     assert runner.replaying
+    assert runner.plain is None, "a KV cache: a replay changes what the next call reads, so graphs are not timed"

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import pterun
+from pterun.executor.codegen.torch_compile import COMPILED, PLAIN_KEPT
 from tests.gpu.conftest import FIXTURES, load_fixture, on
 from tests.gpu.test_half_on_cuda import _close
 from tests.support.compare import assert_matches
@@ -51,7 +52,8 @@ def _run(directory, mode) -> pterun.Method:
         for call, reference in zip(calls, expected):
             _check(method.execute(on("cuda", call)), reference, f"{directory.name} ({mode})")
     if mode == "compile":
-        assert method.compile_status == "compiled", f"{directory.name}: {method.compile_status}"
+        status = method.compile_status  # compiled, whichever code its graph replays (tests/gpu/test_graphs.py)
+        assert status == COMPILED or status.startswith(PLAIN_KEPT), f"{directory.name}: {status}"
     return method
 
 

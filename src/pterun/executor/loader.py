@@ -113,6 +113,8 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
     replays = context.run_device.type == DeviceType.CPU and native.kernels is not None
     generated = generate_method(code, own.steps, plan, context.options.cache, trace, checked.steps, replays)
     run, compiled_function, status, functional_source = generated.run, None, "off", None
+    written = written_inputs(plan, effects)
+    raced = False  # compile=True: its graphs are captured both ways and the faster kept (call/graphs.py)
     if context.options.compile and trace is not None:
         status = "not compiled: profiling (ETDump) is on, which times every instruction"
     elif context.options.compile and not plan.instructions:
@@ -138,6 +140,10 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
             run = compiled_function = CompiledFunction(form.run, dynamic=any(vi in dynamic for vi in params_in),
                                                        plain=plain, source=form.source,
                                                        cache=None if form.delegates else context.options.cache)
+            # Timing a graph replays it: only where a replay changes nothing a later call reads. A delegate's
+            # backend may keep state of its own.
+            raced = (plain is not None and not form.keeps_state and not form.delegates
+                     and not written)
 
     where = f"method {plan.name!r}"
     binders = [_binder(context, plan, i, vi, objects, params_in) for i, vi in enumerate(plan.inputs)]
@@ -154,10 +160,10 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
         outputs=slots,
         slot_of={pos: slots[outputs_unplanned.index(vi)] for pos, vi in enumerate(plan.outputs)
                  if vi in outputs_unplanned},
-        written_inputs=written_inputs(plan, effects),
+        written_inputs=written,
         # The graph is keyed by the input shapes; a method whose inputs cannot change shape needs no key.
         graph=(_graph_runner(context, own, effects, run, [objects[vi] for vi in dynamic_inputs if vi not in params_in],
-                             bool(dynamic_inputs), compiled_function)
+                             bool(dynamic_inputs), compiled_function, raced)
                if trace is None else None),
         owned=frozenset(pos for pos, vi in enumerate(plan.outputs)
                         if isinstance(value := plan.values[vi], TensorSpec) and not value.is_memory_planned),
@@ -217,8 +223,9 @@ def _binder(context: LoadContext, plan: Plan, index: int, vi: int, objects: list
 
 
 def _graph_runner(context: LoadContext, own: Stage, checked: MethodEffects, run: Callable, shape_tensors: list,
-                  keyed: bool, compiled: CompiledFunction | None) -> CudaGraphRunner | None:
-    """``checked``: the effects of the steps as built, which decide for a compiled method."""
+                  keyed: bool, compiled: CompiledFunction | None, raced: bool) -> CudaGraphRunner | None:
+    """``checked``: the effects of the steps as built, which decide for a compiled method. ``raced``: the compiled
+    code's graphs are timed against the plain code's."""
     device = context.options.device
     if device is None or device.type != DeviceType.CUDA or not context.options.cuda_graphs:
         return None
@@ -228,4 +235,7 @@ def _graph_runner(context: LoadContext, own: Stage, checked: MethodEffects, run:
         return None
     if compiled is None:
         return CudaGraphRunner(run, device.torch, shape_tensors, keyed)
-    return CudaGraphRunner(run, device.torch, shape_tensors, keyed, compiled.compiles, compiled.replayed)
+    if not raced:
+        return CudaGraphRunner(run, device.torch, shape_tensors, keyed, compiled.compiles, compiled.replayed)
+    return CudaGraphRunner(run, device.torch, shape_tensors, keyed, compiled.compiles, compiled.replayed,
+                           compiled.uncompiled, compiled.keep_plain)

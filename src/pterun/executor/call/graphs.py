@@ -20,6 +20,11 @@ alternate: with one graph, every generation ran its first step eagerly and captu
 about a quarter of a 100M decoder's decode time); with one per shape, the step's graph outlives the prompt.
 Methods whose instructions synchronize with the host (control flow, reading a tensor's value into a Python
 number) cannot be captured and always run eagerly.
+
+With ``compile=True`` the plain code may be the faster one (codegen/torch_compile.py). Where a replay changes nothing
+a later call reads, the loader gives the runner the plain code too (``plain``): the first capture of each set of
+shapes captures both, times their replays (``RACE``, interleaved, on the inputs of that call) and keeps the graph
+``keep_plain`` chooses; the other is released. Replays afterwards are as without the race.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import torch
 
 _NOTHING = object()
 KEPT = 4  # graphs kept, one per set of input shapes; the least recently replayed goes first
+RACE = 5, 4  # rounds, and replays of each graph a round, when the compiled and the plain code's graphs are timed
 
 
 @dataclass
@@ -51,12 +57,17 @@ class Captured:
 class CudaGraphRunner:
     def __init__(self, run: Callable, device: torch.device, shape_tensors: Sequence = (), keyed: bool = False,
                  compiles: Callable[[Sequence], bool] | None = None,
-                 replayed: Callable[[tuple], None] | None = None) -> None:
+                 replayed: Callable[[tuple], None] | None = None, plain: Callable | None = None,
+                 keep_plain: Callable[[Any, float, float], bool] | None = None) -> None:
         """``keyed``: some input can change shape, so a graph holds one set of shapes (of the arguments and of
         ``shape_tensors``, the planned dynamic inputs). ``compiles(args)``: whether calling ``run`` with
         ``args`` would compile it (``compile=True``); such a call runs eagerly, never inside a capture.
-        ``replayed(shapes)``: told the arguments' shapes of each replay, a call ``run`` does not see."""
+        ``replayed(shapes)``: told the arguments' shapes of each replay, a call ``run`` does not see. ``plain``:
+        the method's plain code, taking and returning what ``run`` does, raced against ``run`` at each set of
+        shapes' first capture; ``keep_plain(key, run's ms, plain's ms)`` says which graph is kept."""
         self.run = run
+        self.plain, self.keep_plain = plain, keep_plain
+        self.chosen: dict[Any, Callable] = {}  # per shape key raced: the code its graphs capture
         self.compiles = compiles
         self.replayed = replayed
         self.device = device
@@ -163,23 +174,15 @@ class CudaGraphRunner:
         bound = [isinstance(a, torch.Tensor) and i not in self.copy_always and a.data_ptr() == self.previous[i]
                  for i, a in enumerate(args)]
         static = [a if b else (_twin(a) if isinstance(a, torch.Tensor) else a) for a, b in zip(args, bound)]
-        graph = torch.cuda.CUDAGraph()
-        torch.cuda.synchronize(self.device)
-        # A pool of its own per graph: a dropped graph's pool is released with it, and PyTorch's allocator
-        # refuses a capture into a released pool (an internal assert, which left the method eager).
-        pool = torch.cuda.graph_pool_handle()
+        run = self.chosen.get(key, self.run)
         try:
-            with torch.cuda.graph(graph, pool=pool):
-                outputs = self.run(*static)
+            captured = self._record(run, static, bound)
         except Exception as exc:  # noqa: BLE001 - a method that cannot be captured runs eagerly
             self.failure = exc
-            torch.cuda.synchronize(self.device)
-            _end_generators_capture(self.device)
             self.current, self.replaying, self.shapes = None, False, key
             return self.run(*args)
-        geometry = [(o.shape, o.stride(), o.storage_offset()) if isinstance(o, torch.Tensor) else None
-                    for o in outputs]
-        captured = Captured(graph, pool, static, bound, outputs, geometry)
+        if self.plain is not None and key not in self.chosen:
+            captured = self._race(captured, static, bound, key)
         self.shapes = key
         self.graphs[key] = captured
         while len(self.graphs) > KEPT:
@@ -188,6 +191,57 @@ class CudaGraphRunner:
             if isinstance(s, torch.Tensor) and not b:
                 s.copy_(arg)
         return self._replay(captured, key)
+
+    def _record(self, run: Callable, static: list, bound: list[bool]) -> Captured:
+        """``run`` captured on ``static``; raises what the capture raised, the generators left working."""
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize(self.device)
+        # A pool of its own per graph: a dropped graph's pool is released with it, and PyTorch's allocator
+        # refuses a capture into a released pool (an internal assert, which left the method eager).
+        pool = torch.cuda.graph_pool_handle()
+        try:
+            with torch.cuda.graph(graph, pool=pool):
+                outputs = run(*static)
+        except Exception:
+            torch.cuda.synchronize(self.device)
+            _end_generators_capture(self.device)
+            raise
+        geometry = [(o.shape, o.stride(), o.storage_offset()) if isinstance(o, torch.Tensor) else None
+                    for o in outputs]
+        return Captured(graph, pool, static, bound, outputs, geometry)
+
+    def _race(self, compiled: Captured, static: list, bound: list[bool], key) -> Captured:
+        """The compiled code's graph, or the plain code's where ``keep_plain`` prefers it after timing both."""
+        assert self.plain is not None and self.keep_plain is not None, "a race needs the plain code and a judge"
+        self.chosen[key] = self.run
+        try:
+            self.plain(*static)  # once outside a capture: the plain code's kernels load and its libraries start
+            plain = self._record(self.plain, static, bound)
+        except Exception:  # noqa: BLE001 - the plain code cannot be captured: the compiled graph stays
+            return compiled
+        compiled_ms, plain_ms = replay_ms((compiled.graph, plain.graph), self.device)
+        if self.keep_plain(key, compiled_ms, plain_ms):
+            self.chosen[key] = self.plain
+            compiled, plain = plain, compiled
+        plain.graph.reset()
+        return compiled
+
+
+def replay_ms(graphs: Sequence[torch.cuda.CUDAGraph], device: torch.device) -> list[float]:
+    """Each graph's median time a replay, ms: rounds of back-to-back replays, the graphs interleaved (``RACE``)."""
+    rounds, replays = RACE
+    times: list[list[float]] = [[] for _ in graphs]
+    for _ in range(rounds):
+        for graph, timed in zip(graphs, times):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(replays):
+                graph.replay()
+            end.record()
+            end.synchronize()
+            timed.append(start.elapsed_time(end) / replays)
+    torch.cuda.synchronize(device)
+    return [sorted(timed)[len(timed) // 2] for timed in times]
 
 
 def _twin(tensor: torch.Tensor) -> torch.Tensor:

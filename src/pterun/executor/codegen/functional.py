@@ -307,7 +307,7 @@ class _Writer:
         run, source, _ = make_function("functional", self.name, body, self.env)
         # The operator finds a delegate call by its token while the call lives: as long as the function.
         run.delegate_ops = tuple(self.delegates)  # type: ignore[attr-defined]
-        return Functional(run, source, tuple(self.delegates))
+        return Functional(run, source, tuple(self.delegates), bool(self.state))
 
 
 def _together_parts(step: KernelStep) -> tuple[int, int, int] | None:
@@ -326,6 +326,7 @@ class Functional(NamedTuple):
     run: Callable  # takes the method's tensor inputs in order and returns its outputs
     source: str
     delegates: tuple[DelegateOp, ...]  # its delegate calls: its compiled code is for this process alone
+    keeps_state: bool  # it reads planned memory an earlier call wrote (mutable buffers, a KV cache)
 
 
 def functional_method(plan: Plan, steps: Sequence, effects: MethodEffects, objects: list, device: torch.device,

@@ -30,6 +30,12 @@ sizes, spent over a minute in Dynamo's shape reasoning on a two-layer decoder
 (docs/benchmarks.md) and still compiled the one-token step again, as sizes of 1
 are specialized.
 
+Inductor does not win everywhere: on a GPU, a batch-8 MLP of 256 wide layers compiled to a split-K product of 29 µs
+where the plain code's ``addmm`` takes 2.7 (docs/benchmarks.md). Where the method is replayed from CUDA graphs and a
+replay changes nothing a later call reads (no state, no input updated, no delegate), each set of shapes is captured
+both ways and timed (call/graphs.py), and the plain code's graph is kept where it is clearly faster (``keep_plain``);
+``status`` says so, with both times. Its results are then the plain code's, as without ``compile=True``.
+
 Where torch can (2.11 on, Inductor's caches on), each set of shapes is compiled ahead of time and kept in the
 load cache (``ahead.py``): another process reads it back instead of tracing the method again. Elsewhere
 ``torch.compile``'s own path compiles it, and Dynamo's cache of the function's frame holds the code.
@@ -45,9 +51,17 @@ from pterun.executor.cache import LoadCache
 from pterun.executor.codegen.ahead import Ahead, compile_ahead
 
 COMPILED = "compiled"
+PLAIN_KEPT = "compiled; its plain code runs instead"  # where its CUDA graph replayed faster (keep_plain)
 LEFT_UNCOMPILED = "torch.compile ran it uncompiled (its recompilation limits were reached)"
 REFUSED = ("compiled; some calls ran uncompiled: the compiled code's guards refused their inputs (other strides or "
            "dtypes, another grad mode)")
+
+
+PLAIN_WINS_BELOW = 0.9  # the plain code's graph is kept when it takes under this share of the compiled one's time
+
+
+def _listed(shapes: tuple) -> str:
+    return ", ".join(str(list(s)) for s in shapes)
 
 
 def _entries(fn: Callable) -> int:
@@ -78,6 +92,7 @@ class CompiledFunction:
         self.ahead: dict[tuple, Ahead] = {}  # of those, the ones compiled ahead of time (or read from the cache)
         self.ready = False  # a method of static shapes: compiled
         self._call: Callable = self._by_shapes if dynamic else self._first
+        self.timed: dict[tuple | None, tuple[float, float]] = {}  # per graph's key: (compiled, plain) ms a replay
 
     def __call__(self, *args):
         return self._call(*args)
@@ -102,6 +117,18 @@ class CompiledFunction:
         (replayed, so unseen here), came twice in a row and compiled: 3.7 s at a 100M decoder's second
         generation on an H100."""
         self.last = shapes
+
+    def keep_plain(self, key: tuple | None, compiled_ms: float, plain_ms: float) -> bool:
+        """Told a replay's time of a CUDA graph of the compiled code and of the plain code, for the graph runner's
+        ``key`` (the input shapes; None: a method of static shapes): whether the plain code's graph is kept. The
+        compiled code, what the caller asked for, keeps ties and near ties."""
+        self.timed[key] = (compiled_ms, plain_ms)
+        if plain_ms >= compiled_ms * PLAIN_WINS_BELOW:
+            return False
+        shapes = "" if key is None else f" for inputs of shapes {_listed(key[0])}"
+        self.status = (f"{PLAIN_KEPT}{shapes}: replayed from a CUDA graph it took "
+                       f"{plain_ms:.3f} ms a call, the compiled code {compiled_ms:.3f} ms")
+        return True
 
     def _room(self) -> bool:
         return len(self.shapes) < torch._dynamo.config.recompile_limit
