@@ -53,7 +53,8 @@ def eager_graph(module, inputs):
     return replay
 
 
-def ways_for(name: str, pte: Path, include_compile: bool) -> list[Way]:
+def ways_for(name: str, pte: Path, include_compile: bool) -> tuple[list[Way], pterun.Method]:
+    """The ways, and pterun's method loaded with compile=True (its status, once called, says what it runs)."""
     module, inputs = SET[name]()
     module = module.cuda().eval()
     inputs = [x.cuda() for x in inputs]
@@ -91,7 +92,7 @@ def ways_for(name: str, pte: Path, include_compile: bool) -> list[Way]:
         ours = m.execute(inputs)[0].float()
         error = ((ours - theirs).norm() / theirs.norm().clamp_min(1e-12)).item()
         console.print(f"{name}: {label} vs eager relative error {error:.2e}")
-    return ways
+    return ways, inductor
 
 
 def busy_ms(call, repeat: int) -> float:
@@ -147,9 +148,11 @@ def main() -> None:
             pte = Path(tmp) / f"{name}.pte"
             pte.write_bytes(lzma.decompress((args.dir / f"{name}.pte.xz").read_bytes()))
             try:
-                ways = ways_for(name, pte, not args.no_compile)
+                ways, compiled = ways_for(name, pte, not args.no_compile)
                 rows[name] = measure(ways, warmup=args.warmup, repeat=args.repeat)
                 console.print(name, "  ".join(f"{t.name} {t.median:.3f}" for t in rows[name]))
+                # Captured by now: which code its graphs replay (the compiled or the plain), and the times that chose.
+                console.print(f"{name}: pterun-compile after the runs: {compiled.compile_status}", highlight=False)
                 console.print(name, "host µs a call:", "  ".join(f"{w.name} {host_us(w.call):.1f}" for w in ways))
                 timed = args.busy or name == "swiglu_bf16"
                 busy = {w.name: busy_ms(w.call, args.repeat) for w in ways} if timed else {}

@@ -32,7 +32,10 @@ The JSON (``--json``) is written again after each measurement, so a run cut shor
 ``startup`` times what ``compile=True`` costs a process: twice, each time a fresh Python process that imports
 torch and pterun, loads the program with ``compile=True`` and generates 8 tokens from the 128-token prompt. The first
 process starts from empty caches (pterun's load cache and Inductor's, in a temporary directory): the cold
-compile. The second finds both as the first left them: the compiled code read back from the load cache.
+compile. The second finds both as the first left them: the compiled code read back from the load cache. Both
+start with Python's bytecode of torch and pterun cached, as on a machine where pip compiled it at install: a
+process with caches of its own runs the same script first (``bytecode``), writing bytecode where Python is allowed
+to (``PYTHONPYCACHEPREFIX`` in the temporary directory where torch's own directory is read-only).
 """
 
 from __future__ import annotations
@@ -354,16 +357,23 @@ def startup(directory: Path, sizes: list[str], device: str, out: Path | None) ->
             continue
         tokenizer = directory / tokenizer_name(size)
         with tempfile.TemporaryDirectory() as caches:
-            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(caches, "inductor"),
-                       PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            if not os.access(Path(torch.__file__).parent, os.W_OK) and "PYTHONPYCACHEPREFIX" not in env:
+                env["PYTHONPYCACHEPREFIX"] = os.path.join(caches, "bytecode")
             script = Path(caches) / "start.py"  # a file: cProfile runs one, not -c
             script.write_text(START)
-            arguments = [str(pte), str(tokenizer), device, os.path.join(caches, "pterun"), prompt_of(tokenizer, 128)]
-            for run_ in ("cold", "again"):
+            prompt = prompt_of(tokenizer, 128)
+            for run_ in ("bytecode", "cold", "again"):
+                # The bytecode's process compiles into caches of its own: the cold process's are empty.
+                own = os.path.join(caches, "bytecode's" if run_ == "bytecode" else "shared")
+                child_env = dict(env, TORCHINDUCTOR_CACHE_DIR=os.path.join(own, "inductor"),
+                                 TRITON_CACHE_DIR=os.path.join(own, "triton"))
+                arguments = [str(pte), str(tokenizer), device, os.path.join(own, "pterun"), prompt]
                 profiled = ["-m", "cProfile", "-o", f"{out}.{size}.prof"] if out is not None and run_ == "again" else []
                 command = [sys.executable, *profiled, str(script), *arguments]
                 start = time.perf_counter()
-                child = subprocess.run(command, env=env, capture_output=True, text=True)
+                child = subprocess.run(command, env=child_env, capture_output=True, text=True)
                 if child.returncode != 0:
                     raise SystemExit(f"{size} {run_}: the process failed:\n{child.stderr[-3000:]}")
                 row = json.loads(child.stdout.strip().splitlines()[-1])
