@@ -366,7 +366,7 @@ def startup(directory: Path, sizes: list[str], device: str, out: Path | None) ->
             prompt = prompt_of(tokenizer, 128)
             for run_ in ("bytecode", "cold", "again"):
                 # The bytecode's process compiles into caches of its own: the cold process's are empty.
-                own = os.path.join(caches, "bytecode's" if run_ == "bytecode" else "shared")
+                own = os.path.join(caches, "primer" if run_ == "bytecode" else "shared")
                 child_env = dict(env, TORCHINDUCTOR_CACHE_DIR=os.path.join(own, "inductor"),
                                  TRITON_CACHE_DIR=os.path.join(own, "triton"))
                 arguments = [str(pte), str(tokenizer), device, os.path.join(own, "pterun"), prompt]

@@ -401,3 +401,51 @@ def test_the_plain_code_is_kept_only_where_clearly_faster_and_the_status_says_so
     assert method.compile_status == (f"{PLAIN_KEPT} for inputs of shapes [1, 8]: replayed from a CUDA graph it took "
                                      "0.056 ms a call, the compiled code 0.083 ms"), method.compile_status
     assert compiled.timed == {key: (0.083, 0.056)}
+
+
+def test_a_decoders_compiled_code_can_be_read_back_by_another_process(tmp_path):
+    """torch saves the guards of code compiled ahead of time with the Python functions they read, by qualified name;
+    one whose name finds nothing is saved as missing, and the guards reading it failed on every load. The views
+    that copy where the plan's layout needs it (load/fold.py) had such a name: every transformers decoder's entry
+    was written and never read (the 100M decoder's second process traced it again, 9.9 s instead of 1.8 on a CPU).
+    Every function the functional form calls is one a saved guard finds again, and the method gets an entry."""
+    import types
+
+    from pterun.executor.cache import LoadCache
+    from pterun.executor.codegen import ahead
+    from tests.support.llm_programs import bench_decoder_program
+
+    method = pterun.Runtime.get().load_program(bench_decoder_program(), compile=True).load_method("forward")
+    compiled = method._loaded.compiled_function
+    assert compiled is not None, method.compile_status
+    closure = ahead._closure(compiled.functional)
+    functions = {name: v for name, v in closure.items() if isinstance(v, types.FunctionType)}
+    assert any(v.__name__.endswith("_laid_out") for v in functions.values()), "premise: a view laid out as planned"
+    assert all(ahead._found_again(v) for v in functions.values()), [
+        f"{n}: {v.__module__}.{v.__qualname__}" for n, v in functions.items() if not ahead._found_again(v)]
+    step = [torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long)]
+    assert ahead._key(LoadCache(tmp_path), compiled.source, closure, step) is not None
+
+
+def test_a_function_whose_name_finds_nothing_keeps_the_method_out_of_the_cache(tmp_path):
+    from pterun.executor.cache import LoadCache
+    from pterun.executor.codegen import ahead
+
+    def nested(t):
+        return t + 1
+
+    assert ahead._found_again(nested) and ahead._found_again(ahead._describe), "nested; module-level, by its name"
+    lost = _named(nested, "nowhere_to_be_found")
+    assert not ahead._found_again(lost)
+    cache = LoadCache(tmp_path)
+    assert ahead._key(cache, "def run(x): ...", {"f": nested}, [torch.zeros(2)]) is not None
+    assert ahead._key(cache, "def run(x): ...", {"f": lost}, [torch.zeros(2)]) is None
+
+
+def _named(function, qualname: str):
+    import types
+
+    copy = types.FunctionType(function.__code__, function.__globals__, function.__name__, function.__defaults__,
+                              function.__closure__)
+    copy.__qualname__ = qualname
+    return copy

@@ -29,6 +29,7 @@ import hashlib
 import io
 import marshal
 import platform
+import sys
 import types
 from collections.abc import Callable, Sequence
 
@@ -147,6 +148,18 @@ def _compile_settings(args: Sequence) -> str:
     return f"freezing={inductor.freezing} machine={machine}"
 
 
+def _found_again(function: types.FunctionType) -> bool:
+    """Whether torch's saved guards can name ``function`` in another process: a nested function (rebuilt from its
+    code), or one its module holds under its qualified name. torch saves any other as missing, and the guards
+    that read it then fail on every load: the entry would be written and never read."""
+    if "<locals>" in function.__qualname__:
+        return True
+    found = sys.modules.get(function.__module__)
+    for name in function.__qualname__.split("."):
+        found = getattr(found, name, None)
+    return found is function
+
+
 def _describe(value, depth: int = 0) -> str | None:
     """What compiled code may depend on of one value, as text; None for a kind this does not know (or nested past
     a few levels: a function that closes over itself)."""
@@ -165,6 +178,8 @@ def _describe(value, depth: int = 0) -> str | None:
     if isinstance(value, torch._ops.OpOverload):
         return f"op({value.name()})"
     if isinstance(value, types.FunctionType):
+        if not _found_again(value):
+            return None
         # Dynamo traces into a Python function: its code and what it closes over are part of the trace.
         inner = [_describe(cell.cell_contents, depth + 1) for cell in value.__closure__ or ()]
         inner.append(_describe(value.__defaults__, depth + 1))

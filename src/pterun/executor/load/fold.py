@@ -339,7 +339,9 @@ def planned_layout(view):
         result = view(*args, **kwargs)
         return result if result.is_contiguous() else result.contiguous()
 
-    laid_out.__name__ = laid_out.__qualname__ = f"{getattr(view, '__name__', 'view')}_laid_out"
+    # Its name only: the qualified name stays planned_layout.<locals>.laid_out, by which torch's saved guards of the
+    # compiled code that calls it find it again (a name that resolves to nothing made every entry a miss).
+    laid_out.__name__ = f"{getattr(view, '__name__', 'view')}_laid_out"
     return laid_out
 
 
