@@ -220,11 +220,12 @@ class CudaGraphRunner:
         except Exception:  # noqa: BLE001 - the plain code cannot be captured: the compiled graph stays
             return compiled
         compiled_ms, plain_ms = replay_ms((compiled.graph, plain.graph), self.device)
+        kept, dropped = compiled, plain
         if self.keep_plain(key, compiled_ms, plain_ms):
+            kept, dropped = plain, compiled
             self.chosen[key] = self.plain
-            compiled, plain = plain, compiled
-        plain.graph.reset()
-        return compiled
+        dropped.graph.reset()
+        return kept
 
 
 def replay_ms(graphs: Sequence[torch.cuda.CUDAGraph], device: torch.device) -> list[float]:
