@@ -427,6 +427,38 @@ def test_a_decoders_compiled_code_can_be_read_back_by_another_process(tmp_path):
     assert ahead._key(LoadCache(tmp_path), compiled.source, closure, step) is not None
 
 
+_DECODER_STEPS = """
+import sys, torch, pterun
+method = pterun.Runtime.get().load_program(sys.argv[1], compile=True, cache_dir=sys.argv[2]).load_method("forward")
+token, position = torch.tensor([[5]]), torch.tensor([0])
+logits = [method.execute([token, position])[0] for _ in range(2)]  # a set of shapes compiles when it comes twice
+compiled = method._loaded.compiled_function
+print(method.compile_status, [a.from_cache for a in compiled.ahead.values()], logits[1].flatten()[:4].tolist())
+"""
+
+
+def test_a_second_process_reads_a_decoders_compiled_step_back(tmp_path):
+    """What a user's second process gets: the decoder's one-token step read back from the load cache, not traced
+    again, and the same logits."""
+    import subprocess
+    import sys
+
+    from tests.support.llm_programs import bench_decoder_program
+
+    pte, cache = bench_decoder_program(), tmp_path / "cache"
+
+    def run() -> tuple[str, str]:
+        done = subprocess.run([sys.executable, "-c", _DECODER_STEPS, str(pte), str(cache)], capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        status, _, logits = done.stdout.strip().splitlines()[-1].partition("] ")
+        return status + "]", logits
+
+    first, logits = run()
+    assert first == "compiled [False]", first
+    assert run() == ("compiled [True]", logits)
+
+
 def test_a_function_whose_name_finds_nothing_keeps_the_method_out_of_the_cache(tmp_path):
     from pterun.executor.cache import LoadCache
     from pterun.executor.codegen import ahead
