@@ -142,8 +142,7 @@ def _load(context: LoadContext, plan: Plan, values: Values, delegates: Delegates
                                                        cache=None if form.delegates else context.options.cache)
             # Timing a graph replays it: only where a replay changes nothing a later call reads. A delegate's
             # backend may keep state of its own.
-            raced = (plain is not None and not form.keeps_state and not form.delegates
-                     and not written)
+            raced = plain is not None and not form.keeps_state and not form.delegates and not written
 
     where = f"method {plan.name!r}"
     binders = [_binder(context, plan, i, vi, objects, params_in) for i, vi in enumerate(plan.inputs)]
@@ -235,7 +234,5 @@ def _graph_runner(context: LoadContext, own: Stage, checked: MethodEffects, run:
         return None
     if compiled is None:
         return CudaGraphRunner(run, device.torch, shape_tensors, keyed)
-    if not raced:
-        return CudaGraphRunner(run, device.torch, shape_tensors, keyed, compiled.compiles, compiled.replayed)
-    return CudaGraphRunner(run, device.torch, shape_tensors, keyed, compiled.compiles, compiled.replayed,
-                           compiled.uncompiled, compiled.keep_plain)
+    rival = (compiled.uncompiled, compiled.keep_plain) if raced else (None, None)
+    return CudaGraphRunner(run, device.torch, shape_tensors, keyed, compiled.compiles, compiled.replayed, *rival)

@@ -135,17 +135,17 @@ class XnnpackDelegate:
     def output_sizes(self, args) -> list[tuple[int, ...]]:
         """The sizes the graph gives its external outputs, in their arguments' order, for contiguous inputs of the
         sizes of those in ``args`` (translated for them where no translation is kept)."""
-        key = tuple([tuple(args[k].shape) for k in self._input_args])
-        translation = self._last if key == self._last_key else self._for_shapes(key)
+        translation = self._translation_of(args)
         return [tuple(translation.shapes[v.id]) for v in sorted(self.graph.outputs, key=lambda v: v.argument)]
 
     def traced(self, args) -> Callable[[list], None] | None:
         """The translation for ``args``' input sizes as tracing can follow it (Translation.traced), or None."""
-        if self._hooks is not None:
-            return None
-        key = tuple([tuple(args[k].shape) for k in self._input_args])
-        translation = self._last if key == self._last_key else self._for_shapes(key)
-        return translation.traced()
+        return None if self._hooks is not None else self._translation_of(args).traced()
+
+    def _translation_of(self, args) -> Translation:
+        """The translation for the sizes of ``args``' inputs (``__call__`` looks it up inline: its hot path)."""
+        key = tuple([args[k].shape for k in self._input_args])
+        return self._last if key == self._last_key else self._for_shapes(key)
 
     def __call__(self, args: list) -> None:
         if len(args) != self._num_args:
