@@ -21,6 +21,7 @@ def default_registry() -> KernelRegistry:
     from pterun.kernels import (
         aten,
         binary,
+        conv_cuda,
         device_copy,
         dim_order,
         float_stats,
@@ -44,6 +45,8 @@ def default_registry() -> KernelRegistry:
         registry.register("pterun::swiglu.out", _cuda_swiglu, DeviceType.CUDA, builtin=True)
     for name in float_stats.STATISTICS:
         registry.register(name, float_stats.float_statistics(name), DeviceType.CUDA, builtin=True)
+    for name, factory in conv_cuda.FACTORIES.items():  # a ConvNet's steps straight into their outs
+        registry.register(name, factory, DeviceType.CUDA, builtin=True)
     for name in split.NAMES:
         registry.register(name, split.any_strides(name), DeviceType.CUDA, builtin=True)
     if native.kernels is not None:

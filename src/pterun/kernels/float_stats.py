@@ -8,7 +8,8 @@ on float32 out tensors for them ("Expected out tensor to have dtype float").
 These kernels hand the CUDA kernel float32 scratch tensors for the statistics
 and round them into the program's tensors afterwards, which is what
 PyTorch's CPU kernels (and ExecuTorch's) store there. The scratch tensors are
-kept between calls, so a method of fixed shapes allocates them once.
+kept between calls, so a method of fixed shapes allocates them once. (Batch norm with running statistics has a
+kernel of its own on CUDA, which keeps float32 statistics too: conv_cuda.py.)
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from pterun.kernels.registry import Binding, KernelFactory
 # Operator -> the keyword names of its statistics outputs.
 STATISTICS = {
     "aten::native_layer_norm.out": ("out1", "out2"),
-    "aten::_native_batch_norm_legit_no_training.out": ("out1", "out2"),
     "aten::_native_batch_norm_legit.out": ("save_mean", "save_invstd"),
     "aten::_native_batch_norm_legit.no_stats_out": ("save_mean", "save_invstd"),
     "aten::native_batch_norm.out": ("save_mean", "save_invstd"),
