@@ -1,5 +1,9 @@
 """A zero pad, the same on both sides, and the convolution it feeds, as one convolution with more padding
-(executor/load/fuse/padded_convolution.py): ExecuTorch's outputs, and the pads that must stay as they are."""
+(executor/load/fuse/padded_convolution.py): ExecuTorch's outputs, and the pads that must stay as they are.
+
+The fold runs on CUDA only (on the CPU oneDNN's padded convolutions were slower); these tests give a load on the
+CPU the patterns a CUDA load gets, so that the pass's choices and results are checked where ExecuTorch runs
+(tests/gpu/test_conv_kernels.py checks a CUDA load of MobileNetV2 folds its pads)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import torch
 import torch.nn.functional as F
 
 import pterun
+from pterun.core.device import DeviceType
+from pterun.executor.load import fuse, passes
 from tests.support.differential import check, load
 from tests.support.exporting import ExportSpec, export_program
 
@@ -49,11 +55,23 @@ def _pads():
     return export_program("padded-convolution", lambda: ExportSpec(Pads(), (torch.randn(2, 3, 20, 24),)))
 
 
+@pytest.fixture
+def cuda_patterns(monkeypatch):
+    monkeypatch.setattr(passes, "patterns", lambda kernels, device_type: fuse.patterns(kernels, DeviceType.CUDA))
+
+
+def test_a_cpu_load_keeps_its_pads():
+    exported = _pads()
+    steps = load(exported).load_method("forward").steps
+    assert [s.name for s in steps if s is not None and getattr(s, "name", None) == PAD] == [PAD] * 9
+    assert NAME not in _fused(load(exported).load_method("forward"))
+
+
 def _fused(method) -> list[str]:
     return [s.name for s in method.steps if s is not None and getattr(s, "replaces", ())]
 
 
-def test_symmetric_zero_pads_fold_into_their_convolutions_and_executorch_agrees():
+def test_symmetric_zero_pads_fold_into_their_convolutions_and_executorch_agrees(cuda_patterns):
     exported = _pads()
     plain = pterun.Runtime.get().load_program(exported.pte, fuse=False).load_method("forward")
     pads = [s.name for s in plain.steps if s is not None and getattr(s, "name", None) == PAD]
@@ -70,7 +88,7 @@ def test_symmetric_zero_pads_fold_into_their_convolutions_and_executorch_agrees(
 
 
 @pytest.mark.parametrize("shape", [(1, 3, 17, 9), (3, 3, 8, 8)])
-def test_a_folded_convolution_takes_other_batches_and_sizes_of_a_dynamic_input(shape):
+def test_a_folded_convolution_takes_other_batches_and_sizes_of_a_dynamic_input(shape, cuda_patterns):
     from torch.export import Dim
 
     batch, height = Dim("batch", min=1, max=4), Dim("height", min=4, max=32)

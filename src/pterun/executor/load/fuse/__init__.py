@@ -14,8 +14,8 @@ cache, ten calls, once the rotary chains are fused), add_rms_norm.py (on the
 CPU, a residual add and the fused RMSNorm of its sum), silu_mul.py (on the
 CPU, a SwiGLU's SiLU-product where its products run elsewhere), hidden_rows.py
 (the six steps that zero a softmax's rows the mask hides entirely, where the
-softmax ran elsewhere, as three calls), padded_convolution.py (a zero pad, the same on both sides, and the
-convolution it feeds, as the convolution with more padding). Each chain found
+softmax ran elsewhere, as three calls), padded_convolution.py (on CUDA, a zero pad, the same on both sides,
+and the convolution it feeds, as the convolution with more padding). Each chain found
 whole is replaced by one call, placed where its last step was; the other
 steps are folded away (None). The fused step's comment in the generated code
 lists the operators it replaced. A fused call without a functional form is
@@ -69,12 +69,14 @@ def patterns(kernels: KernelRegistry, device_type: DeviceType) -> dict[str, tupl
     found = swiglu.matcher(kernels, device_type)
     # The grouped attention first: where find_chains refuses it, the same chain from the repeated heads on.
     chosen = [attention.match_grouped, attention.match, rms_norm.match, rotary.match, rotate_half.match,
-              hidden_rows.match, padded_convolution.match]
-    ends = [attention.ENDS, attention.ENDS, rms_norm.ENDS, rotary.ENDS, rotate_half.ENDS, hidden_rows.ENDS,
-            padded_convolution.ENDS]
+              hidden_rows.match]
+    ends = [attention.ENDS, attention.ENDS, rms_norm.ENDS, rotary.ENDS, rotate_half.ENDS, hidden_rows.ENDS]
     if found is not None:
         chosen.append(found)
         ends.append(swiglu.ENDS)
+    if device_type == DeviceType.CUDA:
+        chosen.append(padded_convolution.match)
+        ends.append(padded_convolution.ENDS)
     if device_type == DeviceType.CPU:
         chosen += [cached_attention.match, add_rms_norm.match, silu_mul.match]
         ends += [cached_attention.ENDS, add_rms_norm.ENDS, silu_mul.ENDS]
