@@ -5,10 +5,10 @@ standard deviation computed into a tensor of its own, then the elementwise trans
 32 channels of 112x112 against 6.5 for cuDNN's one launch). ``cudnn_batch_norm.out`` is not safe to call: on
 torch 2.11 the process ended inside it at its third shape; and its functional form allocates. Here each program
 reads its channel's four values, computes the inverse standard deviation as ``batch_norm_calc_invstd`` does
-(``1 / sqrt(var + eps)`` in float32, IEEE-rounded) and writes ``gamma * (x - mean) * invstd + beta`` as
-``batch_norm_transform_input_kernel`` does (the last product and sum one fused multiply-add), so the bits are
-the native kernels'. Triton compiles it for each block size and whether there are a weight and a bias, at a
-method's first call.
+(CUDA's ``rsqrtf(var + eps)`` in float32; a correctly rounded ``1 / sqrt`` differed in the last bit) and writes
+``gamma * (x - mean) * invstd + beta`` as ``batch_norm_transform_input_kernel`` does (the last product and sum
+one fused multiply-add), so the bits are the native kernels'. Triton compiles it for each block size and whether
+there are a weight and a bias, at a method's first call.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 BLOCK = 1024
 
@@ -26,7 +27,7 @@ def _inference(x_ptr, out_ptr, w_ptr, b_ptr, mean_ptr, var_ptr, eps, C, inner,
     row = tl.program_id(0).to(tl.int64)  # one (batch, channel) plane
     channel = row % C
     mean = tl.load(mean_ptr + channel).to(tl.float32)
-    invstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(tl.load(var_ptr + channel).to(tl.float32) + eps))
+    invstd = libdevice.rsqrt(tl.load(var_ptr + channel).to(tl.float32) + eps)
     gamma = tl.load(w_ptr + channel).to(tl.float32) if HAS_W else 1.0
     beta = tl.load(b_ptr + channel).to(tl.float32) if HAS_B else 0.0
     offsets = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
