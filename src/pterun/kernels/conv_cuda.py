@@ -100,8 +100,8 @@ def _batch_norm(count: int) -> Binding:
 
 
 def pad_out(input, pad, value=0.0, *, out):
-    if not input.is_cuda or len(pad) % 2 or any(p < 0 for p in pad):
-        return _aten.constant_pad_nd.out(input, pad, value, out=out)
+    if not input.is_cuda or len(pad) % 2 or len(pad) > 2 * input.dim() or any(p < 0 for p in pad):
+        return _aten.constant_pad_nd.out(input, pad, value, out=out)  # cropping, or ATen's error
     size = list(input.shape)
     inner = []
     for dim, k in zip(range(input.dim() - 1, -1, -1), range(0, len(pad), 2)):
