@@ -52,12 +52,10 @@ from pterun.executor.codegen.ahead import Ahead, compile_ahead
 
 COMPILED = "compiled"
 PLAIN_KEPT = "compiled; its plain code runs instead"  # where its CUDA graph replayed faster (keep_plain)
+PLAIN_WINS_BELOW = 0.9  # the plain code's graph is kept when it takes under this share of the compiled one's time
 LEFT_UNCOMPILED = "torch.compile ran it uncompiled (its recompilation limits were reached)"
 REFUSED = ("compiled; some calls ran uncompiled: the compiled code's guards refused their inputs (other strides or "
            "dtypes, another grad mode)")
-
-
-PLAIN_WINS_BELOW = 0.9  # the plain code's graph is kept when it takes under this share of the compiled one's time
 
 
 def _listed(shapes: tuple) -> str:
